@@ -1,0 +1,428 @@
+//! An extent (one or more consecutive blocks) owned by one topic: its reservation-free write
+//! into the mapping, its publication watermark, its sparse index, and its sync/seal state.
+//!
+//! Positions are relative to the extent start. Records begin after the block header page.
+//! Publication is one atomic word packing `(records, end)`, so readers and the flusher always
+//! see a consistent pair.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::error::{Error, Result};
+use crate::file::DataFile;
+use crate::format::{self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState};
+use crate::io::Storage;
+
+const NOT_FINAL: u64 = u64::MAX;
+
+/// Packs a record count and an end position into one word.
+#[inline]
+pub fn pack(count: u64, end: u64) -> u64 {
+    debug_assert!(count <= u64::from(u32::MAX) && end <= u64::from(u32::MAX));
+    (count << 32) | end
+}
+
+/// Splits a packed word into `(count, end)`.
+#[inline]
+pub fn unpack(word: u64) -> (u64, u64) {
+    (word >> 32, word & 0xFFFF_FFFF)
+}
+
+/// State only the flusher touches.
+#[derive(Debug, Default)]
+pub struct SyncState {
+    /// End of the data made durable so far (0 before the first sync, which also covers the
+    /// identity slot).
+    pub synced_end: u64,
+    /// The progress slot says `Sealed` and is durable.
+    pub sealed_on_disk: bool,
+}
+
+/// One extent of a topic.
+#[derive(Debug)]
+pub struct Block {
+    pub file: Arc<DataFile>,
+    /// Byte position of the extent inside its file.
+    pub start: u64,
+    /// Extent length in bytes.
+    pub len: u64,
+    /// Records may not extend past this position (the footer reserve follows).
+    pub data_limit: u64,
+    pub block_index: u32,
+    pub block_count: u32,
+    pub topic_id: u32,
+    pub salt: u32,
+    pub first_offset: u64,
+    /// `pack(records, end)` of the published records.
+    published: AtomicU64,
+    /// `pack(records, end)` once no more records will be added, else `NOT_FINAL`.
+    final_word: AtomicU64,
+    /// Largest timestamp reserved in this extent (an upper bound for what is published).
+    max_timestamp_us: AtomicU64,
+    /// Sparse index of this extent, in offset order. `None` until loaded for extents whose
+    /// index lives only in their footer.
+    index: RwLock<Option<Vec<IndexEntry>>>,
+    sync: Mutex<SyncState>,
+}
+
+impl Block {
+    #[expect(clippy::too_many_arguments, reason = "plain constructor of a plain struct")]
+    pub fn new(
+        file: Arc<DataFile>,
+        block_index: u32,
+        block_count: u32,
+        topic_id: u32,
+        salt: u32,
+        first_offset: u64,
+        index_interval_bytes: u64,
+        index: Option<Vec<IndexEntry>>,
+    ) -> Block {
+        let start = file.block_position(block_index);
+        let len = u64::from(block_count) * file.header.block_size_bytes;
+        let data_limit = len - format::footer_bytes_max(len, index_interval_bytes);
+        Block {
+            file,
+            start,
+            len,
+            data_limit,
+            block_index,
+            block_count,
+            topic_id,
+            salt,
+            first_offset,
+            published: AtomicU64::new(pack(0, format::BLOCK_HEADER_BYTES)),
+            final_word: AtomicU64::new(NOT_FINAL),
+            max_timestamp_us: AtomicU64::new(0),
+            index: RwLock::new(index),
+            sync: Mutex::new(SyncState::default()),
+        }
+    }
+
+    /// Extent length in blocks needed for one frame of `frame_bytes` (a record or a batch).
+    pub fn blocks_needed(frame_bytes: u64, block_size: u64, index_interval_bytes: u64) -> u64 {
+        let mut count = 1;
+        loop {
+            let len = count * block_size;
+            let room = len - format::footer_bytes_max(len, index_interval_bytes);
+            if format::BLOCK_HEADER_BYTES + frame_bytes <= room {
+                return count;
+            }
+            count += 1;
+        }
+    }
+
+    /// Writes the identity slot (before any record is written into the extent).
+    pub fn write_identity(&self, topic: &str) {
+        let id = BlockIdentity {
+            version: format::FORMAT_VERSION,
+            topic_id: self.topic_id,
+            block_index: self.block_index,
+            block_count: self.block_count,
+            salt: self.salt,
+            file_seq: self.file.seq,
+            first_offset: self.first_offset,
+            topic: topic.to_owned(),
+        };
+        self.file
+            .map
+            .write_header(self.abs(format::ID_SLOT_AT as u64), &id.encode());
+    }
+
+    /// Clears the identity slot so the extent reads as unused (recovery drops it).
+    pub fn clear_identity(file: &DataFile, block_index: u32) {
+        let at = file.block_position(block_index) as usize + format::ID_SLOT_AT;
+        file.map.write_header(at, &[0u8; format::ID_LEN]);
+    }
+
+    /// Absolute position in the file's mapping of relative position `rel`.
+    #[inline]
+    pub fn abs(&self, rel: u64) -> usize {
+        (self.start + rel) as usize
+    }
+
+    /// Copies a frame (header, key, value) into its reserved range.
+    #[inline]
+    pub fn write_frame(&self, position: u64, header: &[u8], key: &[u8], value: &[u8]) {
+        let padded = format::frame_padded_len((key.len() + value.len()) as u64);
+        assert!(position + padded <= self.data_limit, "frame past the extent's data limit");
+        let pad_len = (padded as usize) - header.len() - key.len() - value.len();
+        let pad = [0u8; format::FRAME_ALIGN as usize];
+        #[expect(unsafe_code, reason = "writes into the mapped file")]
+        // SAFETY: `[position, position + padded)` was reserved for this caller under the
+        // topic lock and is not yet published, so no reader holds a slice over it.
+        unsafe {
+            self.file
+                .map
+                .write(self.abs(position), &[header, key, value, &pad[..pad_len]]);
+        }
+    }
+
+    /// The published records: `(count, end)`.
+    #[inline]
+    pub fn published(&self) -> (u64, u64) {
+        unpack(self.published.load(Ordering::Acquire))
+    }
+
+    #[inline]
+    pub fn publish(&self, count: u64, end: u64) {
+        self.published.store(pack(count, end), Ordering::Release);
+    }
+
+    /// `(count, end)` once the extent will take no more records.
+    #[inline]
+    pub fn final_state(&self) -> Option<(u64, u64)> {
+        let w = self.final_word.load(Ordering::Acquire);
+        (w != NOT_FINAL).then(|| unpack(w))
+    }
+
+    pub fn set_final(&self, count: u64, end: u64) {
+        self.final_word.store(pack(count, end), Ordering::Release);
+    }
+
+    /// True when every record of a final extent is published.
+    pub fn is_complete(&self) -> bool {
+        self.final_state().is_some_and(|f| f == self.published())
+    }
+
+    pub fn max_timestamp_us(&self) -> u64 {
+        self.max_timestamp_us.load(Ordering::Acquire)
+    }
+
+    pub fn note_timestamp(&self, ts: u64) {
+        self.max_timestamp_us.fetch_max(ts, Ordering::AcqRel);
+    }
+
+    /// Adds an index entry (the writer, under its topic lock).
+    pub fn push_index(&self, entry: IndexEntry) {
+        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        index.get_or_insert_with(Vec::new).push(entry);
+    }
+
+    pub fn sync_state(&self) -> MutexGuard<'_, SyncState> {
+        self.sync.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Borrows `[rel, rel + len)` of published bytes.
+    #[inline]
+    pub fn bytes(&self, rel: usize, len: usize) -> &[u8] {
+        let (_, end) = self.published();
+        assert!((rel + len) as u64 <= end, "read past the published end");
+        #[expect(unsafe_code, reason = "borrows the mapped file")]
+        // SAFETY: bytes below the published end were written before the Release store that
+        // published them (we loaded it with Acquire) and are never written again; in a
+        // read-only handle they are durable records the writer no longer touches.
+        unsafe {
+            self.file.map.slice(self.abs(rel as u64), len)
+        }
+    }
+
+    /// Borrows the extent's first `limit` bytes for recovery.
+    ///
+    /// Only recovery calls this: a writable open holds the directory lock and runs before any
+    /// writer thread exists; a read-only open passes a limit no higher than the durable
+    /// watermark, below which the writer never writes again.
+    pub fn recovery_bytes(&self, limit: u64) -> &[u8] {
+        let limit = limit.min(self.len) as usize;
+        #[expect(unsafe_code, reason = "borrows the mapped file")]
+        // SAFETY: in bounds (clamped to the extent); per the contract above nobody writes
+        // these bytes while recovery borrows them.
+        unsafe {
+            self.file.map.slice(self.abs(0), limit)
+        }
+    }
+
+    /// A copy of the in-memory index.
+    pub fn index_snapshot(&self) -> Vec<IndexEntry> {
+        self.index.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
+    }
+
+    /// Replaces the in-memory index (recovery).
+    pub fn set_index(&self, entries: Vec<IndexEntry>) {
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = Some(entries);
+    }
+
+    /// Decodes the published frame at `position`, expecting `offset`.
+    #[inline]
+    pub fn frame_at(&self, position: u64, offset: u64, verify: bool) -> Result<FrameView, FrameError> {
+        let (_, end) = self.published();
+        if position >= end {
+            return Err(FrameError::End);
+        }
+        let extent = self.bytes(0, end as usize);
+        match format::decode_frame(extent, position as usize, self.salt, self.topic_id, offset, verify) {
+            // Zero bytes inside the published range are damage, not the end.
+            Err(FrameError::End) => Err(FrameError::BadMagic),
+            other => other,
+        }
+    }
+
+    /// The corruption error for a frame failure at `position`.
+    pub fn corruption(&self, topic: &str, offset: u64, position: u64, err: FrameError) -> Error {
+        Error::Corruption {
+            topic: topic.to_owned(),
+            offset,
+            path: self.file.path.clone(),
+            position: self.start + position,
+            reason: err.describe().to_owned(),
+        }
+    }
+
+    /// Start position and offset for a scan towards `target` offset: the last index entry at
+    /// or before it (or the first record).
+    pub fn index_floor_offset(&self, topic: &str, target: u64) -> Result<(u64, u64)> {
+        let index = self.load_index(topic)?;
+        let guard = index.read().unwrap_or_else(|p| p.into_inner());
+        let entries = guard.as_deref().unwrap_or(&[]);
+        let i = entries.partition_point(|e| e.offset <= target);
+        Ok(match i {
+            0 => (format::BLOCK_HEADER_BYTES, self.first_offset),
+            _ => (entries[i - 1].position, entries[i - 1].offset),
+        })
+    }
+
+    /// Start position and offset for a scan towards the first timestamp `>= target`.
+    pub fn index_floor_time(&self, topic: &str, target: u64) -> Result<(u64, u64)> {
+        let index = self.load_index(topic)?;
+        let guard = index.read().unwrap_or_else(|p| p.into_inner());
+        let entries = guard.as_deref().unwrap_or(&[]);
+        let i = entries.partition_point(|e| e.max_timestamp_us < target);
+        Ok(match i {
+            0 => (format::BLOCK_HEADER_BYTES, self.first_offset),
+            _ => (entries[i - 1].position, entries[i - 1].offset),
+        })
+    }
+
+    /// The index, loading it from the footer the first time for recovered sealed extents.
+    fn load_index(&self, topic: &str) -> Result<&RwLock<Option<Vec<IndexEntry>>>> {
+        if self.index.read().unwrap_or_else(|p| p.into_inner()).is_some() {
+            return Ok(&self.index);
+        }
+        let mut slot = [0u8; format::PG_LEN];
+        self.file.map.copy_out(self.abs(format::PG_SLOT_AT as u64), &mut slot);
+        let entries = match Progress::decode(&slot) {
+            Some(p) if p.state == ProgressState::Sealed => self.read_footer(topic, &p)?,
+            // No usable footer: an empty index still works (scans from the first record).
+            _ => Vec::new(),
+        };
+        *self.index.write().unwrap_or_else(|p| p.into_inner()) = Some(entries);
+        Ok(&self.index)
+    }
+
+    /// Reads and checks the footer of a sealed extent.
+    pub fn read_footer(&self, topic: &str, progress: &Progress) -> Result<Vec<IndexEntry>> {
+        let bytes_len = progress.footer_count as usize * format::IX_LEN;
+        let at = progress.durable_end;
+        if at + bytes_len as u64 > self.len {
+            return Err(self.corruption(topic, self.first_offset, at, FrameError::Truncated));
+        }
+        let mut buf = vec![0u8; bytes_len];
+        self.file.map.copy_out(self.abs(at), &mut buf);
+        if crc32fast::hash(&buf) != progress.footer_crc {
+            return Err(Error::Corruption {
+                topic: topic.to_owned(),
+                offset: self.first_offset,
+                path: self.file.path.clone(),
+                position: self.start + at,
+                reason: "index footer checksum mismatch".to_owned(),
+            });
+        }
+        Ok(buf.chunks_exact(format::IX_LEN).filter_map(IndexEntry::decode).collect())
+    }
+
+    /// Makes the published records durable and records that in the progress slot; seals the
+    /// extent (footer, then `Sealed`) once it is final and complete. Returns true when sealed.
+    ///
+    /// Order: data (and the identity slot on the first sync) are msynced before the progress
+    /// slot that describes them is written, so a durable progress slot never claims bytes that
+    /// are not durable.
+    pub fn sync(&self, storage: &dyn Storage, topic: &str) -> Result<bool> {
+        let mut st = self.sync_state();
+        if st.sealed_on_disk {
+            return Ok(true);
+        }
+        let final_state = self.final_state();
+        let (count, end) = self.published();
+        let sealing = final_state == Some((count, end));
+        if !sealing && end <= st.synced_end {
+            return Ok(false);
+        }
+        let map = &self.file.map;
+        let path = &self.file.path;
+        let mut footer_count = 0u64;
+        let mut footer_crc = 0u32;
+        let mut data_end = end;
+        if sealing {
+            let index = self.load_index(topic)?;
+            let guard = index.read().unwrap_or_else(|p| p.into_inner());
+            let entries = guard.as_deref().unwrap_or(&[]);
+            let mut buf = Vec::with_capacity(entries.len() * format::IX_LEN);
+            for e in entries {
+                buf.extend_from_slice(&e.encode());
+            }
+            assert!(end + buf.len() as u64 <= self.len, "footer past the extent");
+            map.write_header(self.abs(end), &buf);
+            footer_count = entries.len() as u64;
+            footer_crc = crc32fast::hash(&buf);
+            data_end = end + buf.len() as u64;
+        }
+        let from = if st.synced_end == 0 { 0 } else { st.synced_end };
+        storage
+            .sync_map(map, path, self.abs(from), (data_end - from) as usize)
+            .map_err(|e| Error::io("msync", path, e))?;
+        let progress = Progress {
+            state: if sealing {
+                ProgressState::Sealed
+            } else {
+                ProgressState::Open
+            },
+            durable_end: end,
+            record_count: count,
+            max_timestamp_us: self.max_timestamp_us(),
+            footer_count,
+            footer_crc,
+        };
+        self.write_progress(storage, &progress)?;
+        st.synced_end = end;
+        st.sealed_on_disk = sealing;
+        Ok(sealing)
+    }
+
+    /// Writes and msyncs the progress slot.
+    pub fn write_progress(&self, storage: &dyn Storage, progress: &Progress) -> Result<()> {
+        let at = self.abs(format::PG_SLOT_AT as u64);
+        self.file.map.write_header(at, &progress.encode());
+        storage
+            .sync_map(&self.file.map, &self.file.path, at, format::PG_LEN)
+            .map_err(|e| Error::io("msync", &self.file.path, e))
+    }
+
+    /// Marks a synced, non-final extent as closed cleanly at its published end.
+    pub fn mark_clean(&self, storage: &dyn Storage) -> Result<()> {
+        let st = self.sync_state();
+        if st.sealed_on_disk {
+            return Ok(());
+        }
+        let (count, end) = self.published();
+        debug_assert_eq!(st.synced_end, end);
+        self.write_progress(
+            storage,
+            &Progress {
+                state: ProgressState::Clean,
+                durable_end: end,
+                record_count: count,
+                max_timestamp_us: self.max_timestamp_us(),
+                footer_count: 0,
+                footer_crc: 0,
+            },
+        )
+    }
+
+    /// Sets state recovered from disk.
+    pub fn restore(&self, count: u64, end: u64, max_ts: u64, synced_end: u64, sealed_on_disk: bool) {
+        self.publish(count, end);
+        self.max_timestamp_us.store(max_ts, Ordering::Release);
+        let mut st = self.sync_state();
+        st.synced_end = synced_end;
+        st.sealed_on_disk = sealed_on_disk;
+    }
+}

@@ -1,0 +1,211 @@
+//! Configuration: file geometry, every limit, and the sync schedule.
+//!
+//! Every queue, batch, record size and count has an explicit maximum here; breaking one is an
+//! [`Error::LimitExceeded`] that names the field.
+
+use crate::error::{Error, Result};
+use crate::format;
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+const GIB: u64 = 1024 * MIB;
+/// Default record and batch limit (64 MiB).
+const DEFAULT_PAYLOAD_MAX: u64 = 64 * MIB;
+/// Largest data file: positions inside a file are 32-bit.
+pub const FILE_SIZE_MAX: u64 = 4 * GIB;
+
+/// Settings for [`crate::Wal::open`]. Build with [`Config::default`] and the setters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Config {
+    /// Size of each sparse data file, header page included. Default 1 GiB.
+    pub file_size_bytes: u64,
+    /// Size of one block, the unit the allocator hands to a topic. Default 10 MiB.
+    pub block_size_bytes: u64,
+    /// Largest record (key plus value). `None` (the default) means 64 MiB, or less when
+    /// one file of the configured geometry holds less; an explicit value above that is an error.
+    pub max_record_bytes: Option<u64>,
+    /// Most records in one batch. Default 65,536.
+    pub max_batch_records: u64,
+    /// Most bytes (keys plus values) in one batch. `None` (the default) means 64 MiB, or
+    /// what one file of the configured geometry holds if that is less.
+    pub max_batch_bytes: Option<u64>,
+    /// Most topics one directory may hold. Default 100,000.
+    pub max_topics: u64,
+    /// Interval of the background flush in milliseconds; `None` turns it off
+    /// (then only [`crate::Wal::flush`] and close make data durable). Default 200.
+    pub sync_interval_ms: Option<u64>,
+    /// Data bytes between two entries of a topic's sparse offset/time index (Kafka's
+    /// `index.interval.bytes`). Default 4096.
+    pub index_interval_bytes: u64,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            file_size_bytes: GIB,
+            block_size_bytes: 10 * MIB,
+            max_record_bytes: None,
+            max_batch_records: 65_536,
+            max_batch_bytes: None,
+            max_topics: 100_000,
+            sync_interval_ms: Some(200),
+            index_interval_bytes: 4 * KIB,
+        }
+    }
+}
+
+impl Config {
+    /// Sets [`Config::file_size_bytes`].
+    pub fn file_size_bytes(mut self, bytes: u64) -> Self {
+        self.file_size_bytes = bytes;
+        self
+    }
+    /// Sets [`Config::block_size_bytes`].
+    pub fn block_size_bytes(mut self, bytes: u64) -> Self {
+        self.block_size_bytes = bytes;
+        self
+    }
+    /// Sets [`Config::max_record_bytes`].
+    pub fn max_record_bytes(mut self, bytes: u64) -> Self {
+        self.max_record_bytes = Some(bytes);
+        self
+    }
+    /// Sets [`Config::max_batch_records`].
+    pub fn max_batch_records(mut self, count: u64) -> Self {
+        self.max_batch_records = count;
+        self
+    }
+    /// Sets [`Config::max_batch_bytes`].
+    pub fn max_batch_bytes(mut self, bytes: u64) -> Self {
+        self.max_batch_bytes = Some(bytes);
+        self
+    }
+    /// Sets [`Config::max_topics`].
+    pub fn max_topics(mut self, count: u64) -> Self {
+        self.max_topics = count;
+        self
+    }
+    /// Sets [`Config::sync_interval_ms`].
+    pub fn sync_interval_ms(mut self, interval_ms: Option<u64>) -> Self {
+        self.sync_interval_ms = interval_ms;
+        self
+    }
+    /// Sets [`Config::index_interval_bytes`].
+    pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
+        self.index_interval_bytes = bytes;
+        self
+    }
+
+    /// The record size limit in force.
+    pub fn record_bytes_max(&self) -> u64 {
+        self.max_record_bytes
+            .unwrap_or_else(|| DEFAULT_PAYLOAD_MAX.min(self.extent_payload_max()).min(format::FRAME_PAYLOAD_MAX))
+    }
+
+    /// The batch size limit in force.
+    pub fn batch_bytes_max(&self) -> u64 {
+        self.max_batch_bytes
+            .unwrap_or_else(|| DEFAULT_PAYLOAD_MAX.min(self.extent_payload_max()))
+    }
+
+    /// Blocks in one data file.
+    pub(crate) fn blocks_per_file(&self) -> u64 {
+        (self.file_size_bytes - format::FILE_HEADER_BYTES) / self.block_size_bytes
+    }
+
+    /// Largest payload a single extent (a whole file's worth of blocks) can carry, after the
+    /// block header, one frame header and the index footer reserve.
+    pub(crate) fn extent_payload_max(&self) -> u64 {
+        let extent = self.blocks_per_file() * self.block_size_bytes;
+        extent
+            .saturating_sub(format::BLOCK_HEADER_BYTES)
+            .saturating_sub(format::FRAME_HEADER_BYTES + format::FRAME_ALIGN)
+            .saturating_sub(format::footer_bytes_max(extent, self.index_interval_bytes))
+    }
+
+    /// Checks every field; called by `Wal::open`.
+    pub fn validate(&self) -> Result<()> {
+        let page = format::PAGE_BYTES;
+        if self.block_size_bytes < 2 * page || self.block_size_bytes % page != 0 {
+            return Err(Error::invalid(
+                "block_size_bytes",
+                format!("{} must be a multiple of {page} and at least {}", self.block_size_bytes, 2 * page),
+            ));
+        }
+        if self.file_size_bytes % page != 0
+            || self.file_size_bytes < format::FILE_HEADER_BYTES + self.block_size_bytes
+        {
+            return Err(Error::invalid(
+                "file_size_bytes",
+                format!(
+                    "{} must be a multiple of {page} holding the file header and at least one block",
+                    self.file_size_bytes
+                ),
+            ));
+        }
+        if self.file_size_bytes > FILE_SIZE_MAX {
+            return Err(Error::invalid(
+                "file_size_bytes",
+                format!("{} is above the maximum of {FILE_SIZE_MAX} (positions are 32-bit)", self.file_size_bytes),
+            ));
+        }
+        if self.index_interval_bytes == 0 {
+            return Err(Error::invalid("index_interval_bytes", "must be positive"));
+        }
+        let payload_max = self.extent_payload_max().min(format::FRAME_PAYLOAD_MAX);
+        let record_max = self.record_bytes_max();
+        if record_max == 0 || record_max > payload_max {
+            return Err(Error::invalid(
+                "max_record_bytes",
+                format!("{record_max} must be between 1 and {payload_max} (what one file of this geometry holds)"),
+            ));
+        }
+        if self.max_batch_records == 0 || self.max_batch_records > u64::from(u32::MAX) {
+            return Err(Error::invalid("max_batch_records", "must be between 1 and 2^32-1"));
+        }
+        let batch_max = self.batch_bytes_max();
+        if batch_max == 0 || batch_max > self.extent_payload_max() {
+            return Err(Error::invalid(
+                "max_batch_bytes",
+                format!("{batch_max} must be between 1 and {} (a batch must fit in one file)", self.extent_payload_max()),
+            ));
+        }
+        if self.max_topics == 0 || self.max_topics > u64::from(u32::MAX) {
+            return Err(Error::invalid("max_topics", "must be between 1 and 2^32-1"));
+        }
+        if self.sync_interval_ms == Some(0) {
+            return Err(Error::invalid("sync_interval_ms", "use None to turn the background flush off"));
+        }
+        Ok(())
+    }
+}
+
+/// Checks a topic or group name: letters, digits, `.`, `_`, `-`; 1 to 249 characters;
+/// not `.` or `..`; no leading `.`.
+pub fn validate_name(name: &str) -> Result<()> {
+    let bad = |rule| {
+        Err(Error::InvalidTopic {
+            name: name.to_owned(),
+            rule,
+        })
+    };
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name.len() > format::TOPIC_NAME_MAX {
+        return bad("must be at most 249 characters");
+    }
+    if name == "." || name == ".." {
+        return bad("must not be \".\" or \"..\"");
+    }
+    if name.starts_with('.') {
+        return bad("must not start with \".\"");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return bad("may contain only ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
+}

@@ -1,0 +1,235 @@
+//! Named consumer cursors: one small file per (topic, group), two alternating slots.
+//!
+//! A commit writes the slot that does not hold the newest state (rkyv archive, length and
+//! CRC-32), then fdatasyncs. A torn slot write leaves the other slot intact, so a cursor is
+//! never lost and never rewound past its previous commit. No map of all cursors is rewritten.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::clock;
+use crate::error::{Error, Result};
+use crate::format::{self, CURSOR_SLOT_BYTES};
+use crate::io::Storage;
+
+/// Directory (inside the data directory) holding cursor files.
+pub const CURSOR_DIR: &str = "cursors";
+const CURSOR_SUFFIX: &str = "cur";
+
+/// The persisted content of one slot.
+#[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+pub struct CursorRecord {
+    pub topic: String,
+    pub group: String,
+    /// Next offset the group will read (everything below is consumed).
+    pub offset: u64,
+    /// Increases by one per commit; the newer valid slot wins.
+    pub generation: u64,
+    pub updated_us: u64,
+}
+
+/// Encodes a slot: magic, body length, CRC-32 of the body, body, zero padding.
+pub fn encode_slot(record: &CursorRecord) -> Result<Vec<u8>> {
+    let body = rkyv::to_bytes::<rkyv::rancor::Error>(record)
+        .map_err(|e| Error::invalid("cursor", format!("cannot encode: {e}")))?;
+    if body.len() > format::CS_BODY_MAX {
+        return Err(Error::limit("cursor slot bytes", body.len() as u64, format::CS_BODY_MAX as u64));
+    }
+    let mut slot = vec![0u8; CURSOR_SLOT_BYTES];
+    format::put_u32(&mut slot, format::CS_MAGIC, format::CURSOR_MAGIC);
+    format::put_u32(&mut slot, format::CS_LEN, body.len() as u32);
+    format::put_u32(&mut slot, format::CS_CRC, crc32fast::hash(&body));
+    slot[format::CS_BODY..format::CS_BODY + body.len()].copy_from_slice(&body);
+    Ok(slot)
+}
+
+/// Decodes a slot; `None` when empty, torn or not ours.
+pub fn decode_slot(slot: &[u8]) -> Option<CursorRecord> {
+    if slot.len() < format::CS_BODY || format::get_u32(slot, format::CS_MAGIC) != format::CURSOR_MAGIC {
+        return None;
+    }
+    let len = format::get_u32(slot, format::CS_LEN) as usize;
+    let body = slot.get(format::CS_BODY..format::CS_BODY + len)?;
+    if crc32fast::hash(body) != format::get_u32(slot, format::CS_CRC) {
+        return None;
+    }
+    // rkyv wants an aligned buffer; validation (bytecheck) runs in `from_bytes`.
+    let mut aligned = rkyv::util::AlignedVec::<16>::with_capacity(len);
+    aligned.extend_from_slice(body);
+    rkyv::from_bytes::<CursorRecord, rkyv::rancor::Error>(&aligned).ok()
+}
+
+/// File name of the cursor of `group` on `topic` (`@` cannot occur in either name).
+pub fn cursor_file_name(topic: &str, group: &str) -> String {
+    format!("{topic}@{group}.{CURSOR_SUFFIX}")
+}
+
+#[derive(Debug)]
+struct CursorInner {
+    file: Option<File>,
+    newest: Option<CursorRecord>,
+}
+
+/// One persisted cursor, shared by every reader of its group in this process.
+#[derive(Debug)]
+pub struct CursorFile {
+    topic: String,
+    group: String,
+    path: PathBuf,
+    dir: PathBuf,
+    inner: Mutex<CursorInner>,
+}
+
+impl CursorFile {
+    fn load(storage: &dyn Storage, dir: &Path, topic: &str, group: &str) -> Result<CursorFile> {
+        let path = dir.join(cursor_file_name(topic, group));
+        let mut newest = None;
+        let mut file = None;
+        match storage.open(&path, false) {
+            Ok(f) => {
+                let mut buf = vec![0u8; 2 * CURSOR_SLOT_BYTES];
+                let n = storage
+                    .read_at(&f, &path, &mut buf, 0)
+                    .map_err(|e| Error::io("read cursor", &path, e))?;
+                buf.truncate(n);
+                newest = buf
+                    .chunks(CURSOR_SLOT_BYTES)
+                    .filter_map(decode_slot)
+                    .filter(|r| r.topic == topic && r.group == group)
+                    .max_by_key(|r| r.generation);
+                file = Some(f);
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("open cursor", &path, e)),
+        }
+        // The handle above is read-only; a commit reopens for writing.
+        drop(file.take());
+        Ok(CursorFile {
+            topic: topic.to_owned(),
+            group: group.to_owned(),
+            path,
+            dir: dir.to_owned(),
+            inner: Mutex::new(CursorInner { file, newest }),
+        })
+    }
+
+    /// The committed offset, if the group ever committed.
+    pub fn committed(&self) -> Option<u64> {
+        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        inner.newest.as_ref().map(|r| r.offset)
+    }
+
+    /// Durably records `offset` as the group's position.
+    pub fn commit(&self, storage: &dyn Storage, offset: u64) -> Result<()> {
+        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.newest.as_ref().is_some_and(|r| r.offset == offset) {
+            return Ok(());
+        }
+        let generation = inner.newest.as_ref().map_or(0, |r| r.generation + 1);
+        let record = CursorRecord {
+            topic: self.topic.clone(),
+            group: self.group.clone(),
+            offset,
+            generation,
+            updated_us: clock::now_us(),
+        };
+        let slot = encode_slot(&record)?;
+        if inner.file.is_none() {
+            inner.file = Some(self.open_for_write(storage)?);
+        }
+        let Some(file) = inner.file.as_ref() else {
+            return Err(Error::Closed);
+        };
+        let at = (generation % 2) * CURSOR_SLOT_BYTES as u64;
+        storage
+            .write_at(file, &self.path, &slot, at)
+            .map_err(|e| Error::io("write cursor", &self.path, e))?;
+        storage
+            .sync_file(file, &self.path)
+            .map_err(|e| Error::io("fdatasync cursor", &self.path, e))?;
+        inner.newest = Some(record);
+        Ok(())
+    }
+
+    fn open_for_write(&self, storage: &dyn Storage) -> Result<File> {
+        match storage.open(&self.path, true) {
+            Ok(f) => return Ok(f),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("open cursor", &self.path, e)),
+        }
+        let f = storage
+            .create_new(&self.path)
+            .map_err(|e| Error::io("create cursor", &self.path, e))?;
+        storage
+            .set_len(&f, &self.path, 2 * CURSOR_SLOT_BYTES as u64)
+            .map_err(|e| Error::io("size cursor", &self.path, e))?;
+        storage
+            .sync_dir(&self.dir)
+            .map_err(|e| Error::io("fsync directory", &self.dir, e))?;
+        Ok(f)
+    }
+}
+
+/// Every cursor opened by one `Wal`, so readers of one group share one file.
+#[derive(Debug, Default)]
+pub struct CursorTable {
+    open: Mutex<HashMap<(String, String), Arc<CursorFile>>>,
+}
+
+impl CursorTable {
+    /// The cursor of `group` on `topic`, loaded on first use.
+    pub fn get(&self, storage: &dyn Storage, data_dir: &Path, topic: &str, group: &str) -> Result<Arc<CursorFile>> {
+        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
+        let key = (topic.to_owned(), group.to_owned());
+        if let Some(c) = open.get(&key) {
+            return Ok(Arc::clone(c));
+        }
+        let dir = data_dir.join(CURSOR_DIR);
+        let c = Arc::new(CursorFile::load(storage, &dir, topic, group)?);
+        open.insert(key, Arc::clone(&c));
+        Ok(c)
+    }
+
+    /// Committed offsets of every cursor file in the directory, for `topic`.
+    pub fn list(data_dir: &Path, topic: &str) -> Vec<String> {
+        let prefix = format!("{topic}@");
+        let Ok(entries) = std::fs::read_dir(data_dir.join(CURSOR_DIR)) else {
+            return Vec::new();
+        };
+        let mut groups: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter_map(|e| e.file_name().into_string().ok())
+            .filter_map(|n| {
+                n.strip_prefix(&prefix)?
+                    .strip_suffix(&format!(".{CURSOR_SUFFIX}"))
+                    .map(str::to_owned)
+            })
+            .collect();
+        groups.sort();
+        groups
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn slot_round_trip_and_torn_slot() {
+        let r = CursorRecord {
+            topic: "orders".into(),
+            group: "billing".into(),
+            offset: 42,
+            generation: 3,
+            updated_us: 7,
+        };
+        let slot = encode_slot(&r).expect("encode");
+        assert_eq!(decode_slot(&slot), Some(r));
+        let mut torn = slot.clone();
+        torn[format::CS_BODY + 2] ^= 0xFF;
+        assert_eq!(decode_slot(&torn), None);
+        assert_eq!(decode_slot(&[0u8; CURSOR_SLOT_BYTES]), None);
+    }
+}

@@ -1,0 +1,205 @@
+//! The one error type of the engine.
+//!
+//! Every variant names what went wrong and where (topic, offset, path, limit), so a caller
+//! (or the Python binding, which mirrors this enum one to one) never parses a message.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+
+/// Result alias used throughout the crate.
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// Every failure tidelog reports.
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Error {
+    /// An operating-system call failed. `op` names the operation, `path` the file.
+    Io {
+        /// What we were doing, e.g. `"create data file"` or `"msync"`.
+        op: &'static str,
+        /// The file or directory involved.
+        path: PathBuf,
+        /// The OS error (its `raw_os_error()` is the errno).
+        source: io::Error,
+    },
+    /// The disk is full: space for a block or file could not be reserved.
+    /// Nothing was written; appends work again once space is freed.
+    DiskFull {
+        /// The file that could not grow.
+        path: PathBuf,
+        /// The bytes we tried to reserve.
+        requested_bytes: u64,
+    },
+    /// Stored bytes failed validation inside the region that was durable.
+    Corruption {
+        /// The topic whose record is bad (empty when the topic is unknown).
+        topic: String,
+        /// The record offset that could not be read.
+        offset: u64,
+        /// The data file.
+        path: PathBuf,
+        /// The byte position inside the data file.
+        position: u64,
+        /// What check failed.
+        reason: String,
+    },
+    /// A topic name (or group name) broke a naming rule.
+    InvalidTopic {
+        /// The rejected name.
+        name: String,
+        /// The rule it broke.
+        rule: &'static str,
+    },
+    /// A configured limit was exceeded.
+    LimitExceeded {
+        /// The limit's name in [`crate::Config`], e.g. `"max_record_bytes"`.
+        limit: &'static str,
+        /// The value that was asked for.
+        value: u64,
+        /// The limit.
+        max: u64,
+    },
+    /// A configuration value or argument is not valid.
+    InvalidArgument {
+        /// The argument or config field.
+        name: &'static str,
+        /// Why it is rejected.
+        reason: String,
+    },
+    /// Another handle (in this or another process) holds the directory for writing.
+    Locked {
+        /// The data directory.
+        path: PathBuf,
+    },
+    /// The handle was opened read-only and the operation writes.
+    ReadOnly,
+    /// The handle was closed.
+    Closed,
+    /// The topic does not exist.
+    UnknownTopic {
+        /// The topic asked for.
+        topic: String,
+    },
+    /// The offset is not in the topic's range `[first, next)`.
+    OffsetOutOfRange {
+        /// The topic.
+        topic: String,
+        /// The requested offset.
+        offset: u64,
+        /// The first offset still stored.
+        first: u64,
+        /// The offset the next append will get.
+        next: u64,
+    },
+    /// A data file was written by a newer or unknown format version.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// The version found.
+        found: u32,
+        /// The newest version this build reads.
+        supported: u32,
+    },
+}
+
+impl Error {
+    pub(crate) fn io(op: &'static str, path: impl Into<PathBuf>, source: io::Error) -> Self {
+        Error::Io {
+            op,
+            path: path.into(),
+            source,
+        }
+    }
+
+    pub(crate) fn invalid(name: &'static str, reason: impl Into<String>) -> Self {
+        Error::InvalidArgument {
+            name,
+            reason: reason.into(),
+        }
+    }
+
+    pub(crate) fn limit(limit: &'static str, value: u64, max: u64) -> Self {
+        Error::LimitExceeded { limit, value, max }
+    }
+
+    /// The OS errno behind this error, if there is one.
+    pub fn errno(&self) -> Option<i32> {
+        match self {
+            Error::Io { source, .. } => source.raw_os_error(),
+            Error::DiskFull { .. } => Some(libc::ENOSPC),
+            _ => None,
+        }
+    }
+}
+
+impl fmt::Display for Error {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Error::Io { op, path, source } => {
+                write!(f, "{op} failed for {}: {source}", path.display())
+            }
+            Error::DiskFull {
+                path,
+                requested_bytes,
+            } => write!(
+                f,
+                "disk full: could not reserve {requested_bytes} bytes in {}",
+                path.display()
+            ),
+            Error::Corruption {
+                topic,
+                offset,
+                path,
+                position,
+                reason,
+            } => write!(
+                f,
+                "corrupt record in topic {topic:?} at offset {offset} ({} byte {position}): {reason}",
+                path.display()
+            ),
+            Error::InvalidTopic { name, rule } => {
+                write!(f, "invalid topic name {name:?}: {rule}")
+            }
+            Error::LimitExceeded { limit, value, max } => {
+                write!(f, "{limit} exceeded: {value} > {max}")
+            }
+            Error::InvalidArgument { name, reason } => write!(f, "invalid {name}: {reason}"),
+            Error::Locked { path } => write!(
+                f,
+                "directory {} is in use: another handle holds it open for writing",
+                path.display()
+            ),
+            Error::ReadOnly => write!(f, "the log was opened read-only"),
+            Error::Closed => write!(f, "the log is closed"),
+            Error::UnknownTopic { topic } => write!(f, "unknown topic {topic:?}"),
+            Error::OffsetOutOfRange {
+                topic,
+                offset,
+                first,
+                next,
+            } => write!(
+                f,
+                "offset {offset} is out of range for topic {topic:?} (stored offsets are {first}..{next})"
+            ),
+            Error::UnsupportedVersion {
+                path,
+                found,
+                supported,
+            } => write!(
+                f,
+                "{} has format version {found}; this build reads versions up to {supported}",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for Error {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Error::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}

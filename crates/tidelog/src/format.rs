@@ -1,0 +1,638 @@
+//! Every on-disk byte: file header, block header (identity and progress slots), record frame
+#![expect(missing_docs, reason = "each offset and field is described in docs/FORMAT.md")]
+//! and index footer. `docs/FORMAT.md` is the prose for these constants; keep the two in step.
+//!
+//! All integers are little-endian. Offsets are chained constants so a field cannot overlap its
+//! neighbour, and `const` assertions pin the sizes.
+
+use std::ops::Range;
+
+/// The unit of mmap alignment, msync and block headers.
+pub const PAGE_BYTES: u64 = 4096;
+/// Newest format version this build writes and reads.
+pub const FORMAT_VERSION: u32 = 1;
+/// Longest topic or group name in bytes.
+pub const TOPIC_NAME_MAX: usize = 249;
+
+// ---- File header: the first page of every data file. ---------------------------------------
+
+/// Bytes reserved for the file header; blocks start right after it.
+pub const FILE_HEADER_BYTES: u64 = PAGE_BYTES;
+/// File magic: identifies a tidelog data file.
+pub const FILE_MAGIC: [u8; 8] = *b"TDLFILE\0";
+pub const FH_MAGIC: usize = 0;
+pub const FH_VERSION: usize = FH_MAGIC + 8;
+pub const FH_FLAGS: usize = FH_VERSION + 4;
+pub const FH_FILE_SEQ: usize = FH_FLAGS + 4;
+pub const FH_FILE_SIZE: usize = FH_FILE_SEQ + 8;
+pub const FH_BLOCK_SIZE: usize = FH_FILE_SIZE + 8;
+pub const FH_CREATED_US: usize = FH_BLOCK_SIZE + 8;
+pub const FH_CRC: usize = FH_CREATED_US + 8;
+/// Encoded length of the file header; the rest of the page is zero.
+pub const FH_LEN: usize = FH_CRC + 4;
+const _: () = assert!(FH_LEN == 52);
+const _: () = assert!(FH_LEN as u64 <= FILE_HEADER_BYTES);
+
+/// Decoded file header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileHeader {
+    pub version: u32,
+    pub file_seq: u64,
+    pub file_size_bytes: u64,
+    pub block_size_bytes: u64,
+    pub created_us: u64,
+}
+
+impl FileHeader {
+    pub fn encode(&self) -> [u8; FH_LEN] {
+        let mut b = [0u8; FH_LEN];
+        b[FH_MAGIC..FH_VERSION].copy_from_slice(&FILE_MAGIC);
+        put_u32(&mut b, FH_VERSION, self.version);
+        put_u32(&mut b, FH_FLAGS, 0);
+        put_u64(&mut b, FH_FILE_SEQ, self.file_seq);
+        put_u64(&mut b, FH_FILE_SIZE, self.file_size_bytes);
+        put_u64(&mut b, FH_BLOCK_SIZE, self.block_size_bytes);
+        put_u64(&mut b, FH_CREATED_US, self.created_us);
+        let crc = crc32fast::hash(&b[..FH_CRC]);
+        put_u32(&mut b, FH_CRC, crc);
+        b
+    }
+
+    /// Decodes and checks magic and checksum. Version is checked by the caller so it can
+    /// report [`crate::Error::UnsupportedVersion`].
+    pub fn decode(b: &[u8]) -> Result<FileHeader, &'static str> {
+        let b = b.get(..FH_LEN).ok_or("file shorter than its header")?;
+        if b[FH_MAGIC..FH_VERSION] != FILE_MAGIC {
+            return Err("bad file magic");
+        }
+        if crc32fast::hash(&b[..FH_CRC]) != get_u32(b, FH_CRC) {
+            return Err("file header checksum mismatch");
+        }
+        Ok(FileHeader {
+            version: get_u32(b, FH_VERSION),
+            file_seq: get_u64(b, FH_FILE_SEQ),
+            file_size_bytes: get_u64(b, FH_FILE_SIZE),
+            block_size_bytes: get_u64(b, FH_BLOCK_SIZE),
+            created_us: get_u64(b, FH_CREATED_US),
+        })
+    }
+}
+
+// ---- Block header: the first page of every extent (a run of one or more blocks). -----------
+
+/// Bytes reserved at the start of each extent; records start right after it.
+pub const BLOCK_HEADER_BYTES: u64 = PAGE_BYTES;
+/// Block magic: identifies an allocated extent.
+pub const BLOCK_MAGIC: [u8; 8] = *b"TDLBLOCK";
+
+// Identity slot: written once, before the first record of the extent.
+pub const ID_MAGIC: usize = 0;
+pub const ID_VERSION: usize = ID_MAGIC + 8;
+pub const ID_TOPIC_ID: usize = ID_VERSION + 4;
+pub const ID_BLOCK_INDEX: usize = ID_TOPIC_ID + 4;
+pub const ID_BLOCK_COUNT: usize = ID_BLOCK_INDEX + 4;
+pub const ID_SALT: usize = ID_BLOCK_COUNT + 4;
+pub const ID_FILE_SEQ: usize = ID_SALT + 4;
+pub const ID_FIRST_OFFSET: usize = ID_FILE_SEQ + 8;
+pub const ID_NAME_LEN: usize = ID_FIRST_OFFSET + 8;
+pub const ID_NAME: usize = ID_NAME_LEN + 4;
+pub const ID_NAME_BYTES: usize = 256;
+pub const ID_CRC: usize = ID_NAME + ID_NAME_BYTES;
+pub const ID_LEN: usize = ID_CRC + 4;
+/// Offset of the identity slot inside the block header.
+pub const ID_SLOT_AT: usize = 0;
+const _: () = assert!(ID_LEN == 308);
+const _: () = assert!(TOPIC_NAME_MAX <= ID_NAME_BYTES);
+
+/// Decoded identity slot.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockIdentity {
+    pub version: u32,
+    pub topic_id: u32,
+    /// Index of the extent's first block inside its file.
+    pub block_index: u32,
+    /// Length of the extent in blocks (more than one for large records and batches).
+    pub block_count: u32,
+    /// Seeds every record checksum in the extent, so stale records of an earlier use of the
+    /// same bytes never validate.
+    pub salt: u32,
+    pub file_seq: u64,
+    pub first_offset: u64,
+    pub topic: String,
+}
+
+impl BlockIdentity {
+    pub fn encode(&self) -> [u8; ID_LEN] {
+        let mut b = [0u8; ID_LEN];
+        b[ID_MAGIC..ID_VERSION].copy_from_slice(&BLOCK_MAGIC);
+        put_u32(&mut b, ID_VERSION, self.version);
+        put_u32(&mut b, ID_TOPIC_ID, self.topic_id);
+        put_u32(&mut b, ID_BLOCK_INDEX, self.block_index);
+        put_u32(&mut b, ID_BLOCK_COUNT, self.block_count);
+        put_u32(&mut b, ID_SALT, self.salt);
+        put_u64(&mut b, ID_FILE_SEQ, self.file_seq);
+        put_u64(&mut b, ID_FIRST_OFFSET, self.first_offset);
+        let name = self.topic.as_bytes();
+        debug_assert!(name.len() <= TOPIC_NAME_MAX);
+        let name_len = name.len().min(ID_NAME_BYTES);
+        put_u32(&mut b, ID_NAME_LEN, name_len as u32);
+        b[ID_NAME..ID_NAME + name_len].copy_from_slice(&name[..name_len]);
+        let crc = crc32fast::hash(&b[..ID_CRC]);
+        put_u32(&mut b, ID_CRC, crc);
+        b
+    }
+
+    /// Decodes the slot; `None` when it is not a valid identity (an unused block).
+    pub fn decode(b: &[u8]) -> Option<BlockIdentity> {
+        let b = b.get(..ID_LEN)?;
+        if b[ID_MAGIC..ID_VERSION] != BLOCK_MAGIC {
+            return None;
+        }
+        if crc32fast::hash(&b[..ID_CRC]) != get_u32(b, ID_CRC) {
+            return None;
+        }
+        let name_len = get_u32(b, ID_NAME_LEN) as usize;
+        if name_len == 0 || name_len > TOPIC_NAME_MAX {
+            return None;
+        }
+        let topic = std::str::from_utf8(&b[ID_NAME..ID_NAME + name_len]).ok()?;
+        Some(BlockIdentity {
+            version: get_u32(b, ID_VERSION),
+            topic_id: get_u32(b, ID_TOPIC_ID),
+            block_index: get_u32(b, ID_BLOCK_INDEX),
+            block_count: get_u32(b, ID_BLOCK_COUNT),
+            salt: get_u32(b, ID_SALT),
+            file_seq: get_u64(b, ID_FILE_SEQ),
+            first_offset: get_u64(b, ID_FIRST_OFFSET),
+            topic: topic.to_owned(),
+        })
+    }
+}
+
+// Progress slot: rewritten by the flusher after the data it describes is durable.
+pub const PROGRESS_MAGIC: u32 = 0x4750_4C54; // "TLPG"
+pub const PG_MAGIC: usize = 0;
+pub const PG_STATE: usize = PG_MAGIC + 4;
+pub const PG_DURABLE_END: usize = PG_STATE + 4;
+pub const PG_RECORD_COUNT: usize = PG_DURABLE_END + 8;
+pub const PG_MAX_TIMESTAMP: usize = PG_RECORD_COUNT + 8;
+pub const PG_FOOTER_COUNT: usize = PG_MAX_TIMESTAMP + 8;
+pub const PG_FOOTER_CRC: usize = PG_FOOTER_COUNT + 8;
+pub const PG_CRC: usize = PG_FOOTER_CRC + 4;
+pub const PG_LEN: usize = PG_CRC + 4;
+/// Offset of the progress slot inside the block header (its own 512-byte sector, so a torn
+/// sector write cannot damage the identity slot).
+pub const PG_SLOT_AT: usize = 512;
+const _: () = assert!(PG_LEN == 48);
+const _: () = assert!(ID_SLOT_AT + ID_LEN <= PG_SLOT_AT);
+const _: () = assert!((PG_SLOT_AT + PG_LEN) as u64 <= BLOCK_HEADER_BYTES);
+
+/// What a progress slot says about its extent.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(u32)]
+pub enum ProgressState {
+    /// The writer may still append; records below `durable_end` are durable.
+    Open = 1,
+    /// Closed cleanly: nothing was written past `durable_end`; the writer may resume there.
+    Clean = 2,
+    /// No more records; `durable_end` is the end of the records, and the index footer
+    /// (`footer_count` entries) follows it.
+    Sealed = 3,
+}
+
+/// Decoded progress slot.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Progress {
+    pub state: ProgressState,
+    /// End of the durable records, relative to the extent start.
+    pub durable_end: u64,
+    /// Records below `durable_end`.
+    pub record_count: u64,
+    /// Largest record timestamp below `durable_end` (0 when none).
+    pub max_timestamp_us: u64,
+    /// Index entries in the footer (sealed extents only).
+    pub footer_count: u64,
+    /// CRC-32 of the footer bytes (sealed extents only).
+    pub footer_crc: u32,
+}
+
+impl Progress {
+    pub fn encode(&self) -> [u8; PG_LEN] {
+        let mut b = [0u8; PG_LEN];
+        put_u32(&mut b, PG_MAGIC, PROGRESS_MAGIC);
+        put_u32(&mut b, PG_STATE, self.state as u32);
+        put_u64(&mut b, PG_DURABLE_END, self.durable_end);
+        put_u64(&mut b, PG_RECORD_COUNT, self.record_count);
+        put_u64(&mut b, PG_MAX_TIMESTAMP, self.max_timestamp_us);
+        put_u64(&mut b, PG_FOOTER_COUNT, self.footer_count);
+        put_u32(&mut b, PG_FOOTER_CRC, self.footer_crc);
+        let crc = crc32fast::hash(&b[..PG_CRC]);
+        put_u32(&mut b, PG_CRC, crc);
+        b
+    }
+
+    /// Decodes the slot; `None` when absent or torn.
+    pub fn decode(b: &[u8]) -> Option<Progress> {
+        let b = b.get(..PG_LEN)?;
+        if get_u32(b, PG_MAGIC) != PROGRESS_MAGIC || crc32fast::hash(&b[..PG_CRC]) != get_u32(b, PG_CRC) {
+            return None;
+        }
+        let state = match get_u32(b, PG_STATE) {
+            1 => ProgressState::Open,
+            2 => ProgressState::Clean,
+            3 => ProgressState::Sealed,
+            _ => return None,
+        };
+        Some(Progress {
+            state,
+            durable_end: get_u64(b, PG_DURABLE_END),
+            record_count: get_u64(b, PG_RECORD_COUNT),
+            max_timestamp_us: get_u64(b, PG_MAX_TIMESTAMP),
+            footer_count: get_u64(b, PG_FOOTER_COUNT),
+            footer_crc: get_u32(b, PG_FOOTER_CRC),
+        })
+    }
+}
+
+// ---- Index footer: written after the last record of a sealed extent. ------------------------
+
+pub const IX_OFFSET: usize = 0;
+pub const IX_POSITION: usize = IX_OFFSET + 8;
+pub const IX_MAX_TIMESTAMP: usize = IX_POSITION + 8;
+/// Bytes of one index entry.
+pub const IX_LEN: usize = IX_MAX_TIMESTAMP + 8;
+const _: () = assert!(IX_LEN == 24);
+
+/// One sparse index entry: the record at `offset` starts at `position` (relative to the
+/// extent start), and no record before it in the topic has a timestamp above `max_timestamp_us`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub offset: u64,
+    pub position: u64,
+    /// Largest timestamp among the records up to and including this one.
+    pub max_timestamp_us: u64,
+}
+
+impl IndexEntry {
+    pub fn encode(&self) -> [u8; IX_LEN] {
+        let mut b = [0u8; IX_LEN];
+        put_u64(&mut b, IX_OFFSET, self.offset);
+        put_u64(&mut b, IX_POSITION, self.position);
+        put_u64(&mut b, IX_MAX_TIMESTAMP, self.max_timestamp_us);
+        b
+    }
+
+    pub fn decode(b: &[u8]) -> Option<IndexEntry> {
+        let b = b.get(..IX_LEN)?;
+        Some(IndexEntry {
+            offset: get_u64(b, IX_OFFSET),
+            position: get_u64(b, IX_POSITION),
+            max_timestamp_us: get_u64(b, IX_MAX_TIMESTAMP),
+        })
+    }
+}
+
+/// Footer bytes reserved at the end of every extent of `extent_bytes`: one entry per
+/// `interval` bytes of data plus the first record's entry, rounded up.
+pub const fn footer_bytes_max(extent_bytes: u64, interval: u64) -> u64 {
+    (extent_bytes / interval + 2) * IX_LEN as u64
+}
+
+// ---- Record frame. --------------------------------------------------------------------------
+
+/// First two bytes of every frame (`1E 7D` on disk); zero bytes mean "no record here".
+pub const FRAME_MAGIC: u16 = 0x7D1E;
+/// Frame version byte.
+pub const FRAME_VERSION: u8 = 1;
+/// Frames start on multiples of this many bytes.
+pub const FRAME_ALIGN: u64 = 8;
+/// Flag bit: the record has a key (an empty key is distinct from no key).
+pub const FLAG_KEY: u8 = 0b0000_0001;
+/// Every flag bit this version defines.
+pub const FLAGS_KNOWN: u8 = FLAG_KEY;
+
+pub const FR_MAGIC: usize = 0;
+pub const FR_VERSION: usize = FR_MAGIC + 2;
+pub const FR_FLAGS: usize = FR_VERSION + 1;
+pub const FR_LEN: usize = FR_FLAGS + 1;
+pub const FR_CRC: usize = FR_LEN + 4;
+pub const FR_TOPIC_ID: usize = FR_CRC + 4;
+pub const FR_OFFSET: usize = FR_TOPIC_ID + 4;
+pub const FR_TIMESTAMP: usize = FR_OFFSET + 8;
+pub const FR_KEY_LEN: usize = FR_TIMESTAMP + 8;
+pub const FR_BATCH_COUNT: usize = FR_KEY_LEN + 4;
+/// Bytes of the frame header; key and value follow.
+pub const FRAME_HEADER: usize = FR_BATCH_COUNT + 4;
+/// [`FRAME_HEADER`] as a `u64`.
+pub const FRAME_HEADER_BYTES: u64 = FRAME_HEADER as u64;
+const _: () = assert!(FRAME_HEADER == 40);
+const _: () = assert!(FRAME_HEADER_BYTES % FRAME_ALIGN == 0);
+const _: () = assert!(FR_OFFSET % 8 == 0 && FR_TIMESTAMP % 8 == 0);
+
+/// Largest key plus value one frame can describe (its length field is a `u32`).
+pub const FRAME_PAYLOAD_MAX: u64 = u32::MAX as u64 - FRAME_HEADER_BYTES - FRAME_ALIGN;
+
+/// Space a record with `payload` key-plus-value bytes takes, padding included.
+#[inline]
+pub const fn frame_padded_len(payload: u64) -> u64 {
+    align_up(FRAME_HEADER_BYTES + payload, FRAME_ALIGN)
+}
+
+/// The fields a writer puts in a frame header.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameFields {
+    pub topic_id: u32,
+    pub offset: u64,
+    pub timestamp_us: u64,
+    /// `Some(len)` when the record has a key.
+    pub key_len: Option<u32>,
+    pub value_len: u32,
+    /// Records in the batch this frame heads (1 for a single append), 0 inside a batch.
+    pub batch_count: u32,
+}
+
+/// Builds the 40-byte header of a frame and its checksum (seeded with the extent's salt and
+/// covering the header, key and value).
+#[inline]
+pub fn encode_frame_header(
+    fields: &FrameFields,
+    salt: u32,
+    key: &[u8],
+    value: &[u8],
+) -> [u8; FRAME_HEADER] {
+    let key_len = fields.key_len.unwrap_or(0);
+    debug_assert_eq!(key_len as usize, key.len());
+    debug_assert_eq!(fields.value_len as usize, value.len());
+    let frame_len = FRAME_HEADER as u32 + key_len + fields.value_len;
+    let mut h = [0u8; FRAME_HEADER];
+    h[FR_MAGIC..FR_VERSION].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+    h[FR_VERSION] = FRAME_VERSION;
+    h[FR_FLAGS] = if fields.key_len.is_some() { FLAG_KEY } else { 0 };
+    put_u32(&mut h, FR_LEN, frame_len);
+    put_u32(&mut h, FR_TOPIC_ID, fields.topic_id);
+    put_u64(&mut h, FR_OFFSET, fields.offset);
+    put_u64(&mut h, FR_TIMESTAMP, fields.timestamp_us);
+    put_u32(&mut h, FR_KEY_LEN, key_len);
+    put_u32(&mut h, FR_BATCH_COUNT, fields.batch_count);
+    let mut crc = crc32fast::Hasher::new_with_initial(salt);
+    crc.update(&h[..FR_CRC]);
+    crc.update(&h[FR_TOPIC_ID..]);
+    crc.update(key);
+    crc.update(value);
+    put_u32(&mut h, FR_CRC, crc.finalize());
+    h
+}
+
+/// Why bytes at a position are not a valid frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FrameError {
+    /// Zero bytes where a frame would start: the clean end of the records.
+    End,
+    /// Not enough bytes left in the extent for the header or the declared length.
+    Truncated,
+    BadMagic,
+    BadVersion,
+    BadFlags,
+    BadLength,
+    BadChecksum,
+    WrongTopic,
+    WrongOffset,
+}
+
+impl FrameError {
+    pub fn describe(self) -> &'static str {
+        match self {
+            FrameError::End => "no record (zero bytes)",
+            FrameError::Truncated => "frame runs past the end of its extent",
+            FrameError::BadMagic => "bad frame magic",
+            FrameError::BadVersion => "unknown frame version",
+            FrameError::BadFlags => "unknown frame flags",
+            FrameError::BadLength => "frame length inconsistent with key length",
+            FrameError::BadChecksum => "checksum mismatch",
+            FrameError::WrongTopic => "record belongs to another topic",
+            FrameError::WrongOffset => "record offset out of sequence",
+        }
+    }
+}
+
+/// A validated frame: where its parts are inside the slice it was decoded from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FrameView {
+    pub offset: u64,
+    pub timestamp_us: u64,
+    pub batch_count: u32,
+    /// Byte range of the key, if the record has one.
+    pub key: Option<Range<usize>>,
+    /// Byte range of the value.
+    pub value: Range<usize>,
+    /// Where the next frame starts.
+    pub next_position: usize,
+}
+
+/// Decodes and fully validates the frame at `position` of `extent` (the extent's bytes),
+/// expecting `topic_id`, `offset` and the extent's `salt`.
+pub fn decode_frame(
+    extent: &[u8],
+    position: usize,
+    salt: u32,
+    topic_id: u32,
+    expected_offset: u64,
+    verify_checksum: bool,
+) -> Result<FrameView, FrameError> {
+    let h = extent
+        .get(position..position + FRAME_HEADER)
+        .ok_or(FrameError::Truncated)?;
+    let magic = u16::from_le_bytes([h[FR_MAGIC], h[FR_MAGIC + 1]]);
+    if magic != FRAME_MAGIC {
+        return Err(if h.iter().all(|&x| x == 0) {
+            FrameError::End
+        } else {
+            FrameError::BadMagic
+        });
+    }
+    if h[FR_VERSION] != FRAME_VERSION {
+        return Err(FrameError::BadVersion);
+    }
+    let flags = h[FR_FLAGS];
+    if flags & !FLAGS_KNOWN != 0 {
+        return Err(FrameError::BadFlags);
+    }
+    let frame_len = get_u32(h, FR_LEN) as usize;
+    let key_len = get_u32(h, FR_KEY_LEN) as usize;
+    if frame_len < FRAME_HEADER || key_len > frame_len - FRAME_HEADER {
+        return Err(FrameError::BadLength);
+    }
+    if flags & FLAG_KEY == 0 && key_len != 0 {
+        return Err(FrameError::BadLength);
+    }
+    let frame = extent
+        .get(position..position + frame_len)
+        .ok_or(FrameError::Truncated)?;
+    if verify_checksum {
+        let mut crc = crc32fast::Hasher::new_with_initial(salt);
+        crc.update(&frame[..FR_CRC]);
+        crc.update(&frame[FR_TOPIC_ID..]);
+        if crc.finalize() != get_u32(frame, FR_CRC) {
+            return Err(FrameError::BadChecksum);
+        }
+    }
+    if get_u32(frame, FR_TOPIC_ID) != topic_id {
+        return Err(FrameError::WrongTopic);
+    }
+    let offset = get_u64(frame, FR_OFFSET);
+    if offset != expected_offset {
+        return Err(FrameError::WrongOffset);
+    }
+    let key_start = position + FRAME_HEADER;
+    let value_start = key_start + key_len;
+    Ok(FrameView {
+        offset,
+        timestamp_us: get_u64(frame, FR_TIMESTAMP),
+        batch_count: get_u32(frame, FR_BATCH_COUNT),
+        key: (flags & FLAG_KEY != 0).then_some(key_start..value_start),
+        value: value_start..position + frame_len,
+        next_position: position + align_up(frame_len as u64, FRAME_ALIGN) as usize,
+    })
+}
+
+// ---- Cursor files. --------------------------------------------------------------------------
+
+/// Bytes of one cursor slot; a cursor file holds two.
+pub const CURSOR_SLOT_BYTES: usize = 1024;
+/// Cursor slot magic.
+pub const CURSOR_MAGIC: u32 = 0x5255_4354; // "TCUR"
+pub const CS_MAGIC: usize = 0;
+pub const CS_LEN: usize = CS_MAGIC + 4;
+pub const CS_CRC: usize = CS_LEN + 4;
+/// Where the rkyv archive starts inside a slot.
+pub const CS_BODY: usize = CS_CRC + 4;
+/// Largest rkyv archive a slot holds.
+pub const CS_BODY_MAX: usize = CURSOR_SLOT_BYTES - CS_BODY;
+const _: () = assert!(CS_BODY % 4 == 0);
+const _: () = assert!(2 * TOPIC_NAME_MAX + 64 < CS_BODY_MAX);
+
+// ---- Helpers. -------------------------------------------------------------------------------
+
+/// Rounds `value` up to a multiple of `align` (a power of two).
+#[inline]
+pub const fn align_up(value: u64, align: u64) -> u64 {
+    (value + align - 1) & !(align - 1)
+}
+
+#[inline]
+pub fn put_u32(b: &mut [u8], at: usize, v: u32) {
+    b[at..at + 4].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+pub fn put_u64(b: &mut [u8], at: usize, v: u64) {
+    b[at..at + 8].copy_from_slice(&v.to_le_bytes());
+}
+
+#[inline]
+pub fn get_u32(b: &[u8], at: usize) -> u32 {
+    let mut a = [0u8; 4];
+    a.copy_from_slice(&b[at..at + 4]);
+    u32::from_le_bytes(a)
+}
+
+#[inline]
+pub fn get_u64(b: &[u8], at: usize) -> u64 {
+    let mut a = [0u8; 8];
+    a.copy_from_slice(&b[at..at + 8]);
+    u64::from_le_bytes(a)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn frame(key: Option<&[u8]>, value: &[u8], offset: u64) -> Vec<u8> {
+        let fields = FrameFields {
+            topic_id: 7,
+            offset,
+            timestamp_us: 1_700_000_000_000_000,
+            key_len: key.map(|k| k.len() as u32),
+            value_len: value.len() as u32,
+            batch_count: 1,
+        };
+        let h = encode_frame_header(&fields, 0xABCD, key.unwrap_or(&[]), value);
+        let mut out = h.to_vec();
+        out.extend_from_slice(key.unwrap_or(&[]));
+        out.extend_from_slice(value);
+        out.resize(frame_padded_len((key.map_or(0, <[u8]>::len) + value.len()) as u64) as usize, 0);
+        out
+    }
+
+    #[test]
+    fn frame_round_trip_with_and_without_key() {
+        let f = frame(Some(b"k1"), b"hello", 3);
+        let v = decode_frame(&f, 0, 0xABCD, 7, 3, true).expect("valid");
+        assert_eq!(&f[v.key.clone().expect("key")], b"k1");
+        assert_eq!(&f[v.value.clone()], b"hello");
+        assert_eq!(v.next_position, f.len());
+        let g = frame(None, b"", 4);
+        let v = decode_frame(&g, 0, 0xABCD, 7, 4, true).expect("valid");
+        assert!(v.key.is_none());
+        assert!(v.value.is_empty());
+        let e = frame(Some(b""), b"x", 4);
+        let v = decode_frame(&e, 0, 0xABCD, 7, 4, true).expect("valid");
+        assert_eq!(v.key, Some(FRAME_HEADER..FRAME_HEADER));
+    }
+
+    #[test]
+    fn every_bit_flip_is_detected() {
+        let f = frame(Some(b"key"), b"some value bytes", 9);
+        let frame_len = FRAME_HEADER + 3 + 16;
+        for bit in 0..frame_len * 8 {
+            let mut g = f.clone();
+            g[bit / 8] ^= 1 << (bit % 8);
+            assert!(decode_frame(&g, 0, 0xABCD, 7, 9, true).is_err(), "flip of bit {bit} undetected");
+        }
+    }
+
+    #[test]
+    fn wrong_salt_topic_offset_rejected() {
+        let f = frame(None, b"v", 1);
+        assert_eq!(decode_frame(&f, 0, 1, 7, 1, true), Err(FrameError::BadChecksum));
+        assert_eq!(decode_frame(&f, 0, 0xABCD, 8, 1, true), Err(FrameError::WrongTopic));
+        assert_eq!(decode_frame(&f, 0, 0xABCD, 7, 2, true), Err(FrameError::WrongOffset));
+        assert_eq!(decode_frame(&[0u8; 64], 0, 0xABCD, 7, 2, true), Err(FrameError::End));
+        assert_eq!(decode_frame(&f[..20], 0, 0xABCD, 7, 1, true), Err(FrameError::Truncated));
+    }
+
+    #[test]
+    fn headers_round_trip() {
+        let fh = FileHeader {
+            version: 1,
+            file_seq: 5,
+            file_size_bytes: 1 << 30,
+            block_size_bytes: 10 << 20,
+            created_us: 42,
+        };
+        assert_eq!(FileHeader::decode(&fh.encode()), Ok(fh));
+        let id = BlockIdentity {
+            version: 1,
+            topic_id: 3,
+            block_index: 2,
+            block_count: 1,
+            salt: 99,
+            file_seq: 5,
+            first_offset: 100,
+            topic: "orders.v1".into(),
+        };
+        assert_eq!(BlockIdentity::decode(&id.encode()), Some(id));
+        let pg = Progress {
+            state: ProgressState::Sealed,
+            durable_end: 4096,
+            record_count: 10,
+            max_timestamp_us: 5,
+            footer_count: 2,
+            footer_crc: 77,
+        };
+        assert_eq!(Progress::decode(&pg.encode()), Some(pg));
+        let mut torn = pg.encode();
+        torn[10] ^= 1;
+        assert_eq!(Progress::decode(&torn), None);
+    }
+}

@@ -1,0 +1,280 @@
+//! The one small trait every file operation goes through, so tests can inject faults.
+//!
+//! [`StdStorage`] is the real implementation. [`FaultStorage`] wraps it and fails named
+//! points ([`points`]) on demand: an errno once or forever, or a short write.
+
+use std::fmt;
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::FileExt;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use crate::mmap::Mapping;
+
+/// Names of the fault points, one per kind of operation.
+pub mod points {
+    /// Creating a data file or a cursor file.
+    pub const CREATE: &str = "create";
+    /// Setting a new file's length.
+    pub const SET_LEN: &str = "set_len";
+    /// Reserving disk space for a block (`fallocate`).
+    pub const ALLOCATE: &str = "allocate";
+    /// A positional write (file headers, cursor slots).
+    pub const WRITE: &str = "write";
+    /// `fdatasync` of a file.
+    pub const SYNC_FILE: &str = "sync_file";
+    /// `msync` of a mapped range.
+    pub const SYNC_MAP: &str = "sync_map";
+    /// `fsync` of a directory.
+    pub const SYNC_DIR: &str = "sync_dir";
+    /// Unlinking a file.
+    pub const REMOVE: &str = "remove";
+}
+
+/// File operations used by the engine. Implementations must be thread-safe.
+pub trait Storage: Send + Sync + fmt::Debug + 'static {
+    /// Creates a new file (fails if it exists), opened read-write.
+    fn create_new(&self, path: &Path) -> io::Result<File>;
+    /// Opens an existing file.
+    fn open(&self, path: &Path, writable: bool) -> io::Result<File>;
+    /// Sets the file length (sparse extension).
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()>;
+    /// Reserves disk blocks for `[offset, offset + len)` so later writes cannot hit ENOSPC.
+    fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()>;
+    /// Writes all of `buf` at `offset`.
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], offset: u64) -> io::Result<()>;
+    /// Reads into `buf` at `offset`; returns the bytes read.
+    fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize>;
+    /// `fdatasync`.
+    fn sync_file(&self, file: &File, path: &Path) -> io::Result<()>;
+    /// `msync(MS_SYNC)` of `[offset, offset + len)` of a mapping.
+    fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()>;
+    /// `fsync` of a directory, so created or removed names are durable.
+    fn sync_dir(&self, dir: &Path) -> io::Result<()>;
+    /// Atomically renames a file.
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
+    /// Unlinks a file.
+    fn remove_file(&self, path: &Path) -> io::Result<()>;
+}
+
+/// The real filesystem.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct StdStorage;
+
+impl Storage for StdStorage {
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(path)
+    }
+
+    fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
+        OpenOptions::new().read(true).write(writable).open(path)
+    }
+
+    fn set_len(&self, file: &File, _path: &Path, len: u64) -> io::Result<()> {
+        file.set_len(len)
+    }
+
+    fn allocate(&self, file: &File, _path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        let (Ok(off), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
+            return Err(io::Error::from_raw_os_error(libc::EFBIG));
+        };
+        // `libc::fallocate` is a plain syscall wrapper; the fd is valid for the call.
+        let rc = fallocate(file.as_raw_fd(), off, l);
+        if rc == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        if err.raw_os_error() == Some(libc::EOPNOTSUPP) {
+            // Filesystems without fallocate: write a zero into every page so blocks exist.
+            let zero = [0u8; 1];
+            let mut at = offset;
+            while at < offset + len {
+                file.write_all_at(&zero, at)?;
+                at += crate::format::PAGE_BYTES;
+            }
+            return Ok(());
+        }
+        Err(err)
+    }
+
+    fn write_at(&self, file: &File, _path: &Path, buf: &[u8], offset: u64) -> io::Result<()> {
+        file.write_all_at(buf, offset)
+    }
+
+    fn read_at(&self, file: &File, _path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        let mut done = 0;
+        while done < buf.len() {
+            match file.read_at(&mut buf[done..], offset + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn sync_file(&self, file: &File, _path: &Path) -> io::Result<()> {
+        file.sync_data()
+    }
+
+    fn sync_map(&self, map: &Mapping, _path: &Path, offset: usize, len: usize) -> io::Result<()> {
+        map.sync_range(offset, len)
+    }
+
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        File::open(dir)?.sync_all()
+    }
+
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        fs::rename(from, to)
+    }
+
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        fs::remove_file(path)
+    }
+}
+
+#[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
+fn fallocate(fd: i32, offset: i64, len: i64) -> i32 {
+    // SAFETY: fallocate takes no pointers; an invalid fd only yields EBADF.
+    unsafe { libc::fallocate(fd, 0, offset, len) }
+}
+
+/// How an armed fault point fails.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// Fail the next matching call with this errno, then behave normally.
+    Once(i32),
+    /// Fail every matching call with this errno until disarmed.
+    Always(i32),
+    /// Write only the first `n` bytes of the next matching write, then report `EIO`.
+    ShortWrite(usize),
+}
+
+#[derive(Debug)]
+struct Armed {
+    point: &'static str,
+    path_contains: Option<String>,
+    fault: Fault,
+    hits: u64,
+}
+
+/// A [`Storage`] that fails named points on demand; everything else goes to [`StdStorage`].
+#[derive(Debug, Default, Clone)]
+pub struct FaultStorage {
+    armed: Arc<Mutex<Vec<Armed>>>,
+}
+
+impl FaultStorage {
+    /// A fault layer with nothing armed.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Arms `point` (one of [`points`]) for every path.
+    pub fn arm(&self, point: &'static str, fault: Fault) {
+        self.arm_for(point, None, fault);
+    }
+
+    /// Arms `point` for paths containing `path_contains`.
+    pub fn arm_for(&self, point: &'static str, path_contains: Option<&str>, fault: Fault) {
+        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        armed.push(Armed {
+            point,
+            path_contains: path_contains.map(str::to_owned),
+            fault,
+            hits: 0,
+        });
+    }
+
+    /// Disarms every point.
+    pub fn disarm_all(&self) {
+        self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+    }
+
+    /// How many calls the armed faults of `point` have failed so far.
+    pub fn hits(&self, point: &str) -> u64 {
+        let armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        armed.iter().filter(|a| a.point == point).map(|a| a.hits).sum()
+    }
+
+    fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
+        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let path = path.to_string_lossy();
+        let idx = armed.iter().position(|a| {
+            a.point == point && a.path_contains.as_deref().is_none_or(|s| path.contains(s))
+        })?;
+        let a = &mut armed[idx];
+        a.hits += 1;
+        let fault = a.fault;
+        if !matches!(fault, Fault::Always(_)) {
+            armed.remove(idx);
+        }
+        Some(fault)
+    }
+
+    fn fail(&self, point: &'static str, path: &Path) -> io::Result<()> {
+        match self.check(point, path) {
+            Some(Fault::Once(errno) | Fault::Always(errno)) => Err(io::Error::from_raw_os_error(errno)),
+            Some(Fault::ShortWrite(_)) => Err(io::Error::from_raw_os_error(libc::EIO)),
+            None => Ok(()),
+        }
+    }
+}
+
+impl Storage for FaultStorage {
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        self.fail(points::CREATE, path)?;
+        StdStorage.create_new(path)
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
+        StdStorage.open(path, writable)
+    }
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        self.fail(points::SET_LEN, path)?;
+        StdStorage.set_len(file, path, len)
+    }
+    fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.fail(points::ALLOCATE, path)?;
+        StdStorage.allocate(file, path, offset, len)
+    }
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], offset: u64) -> io::Result<()> {
+        match self.check(points::WRITE, path) {
+            Some(Fault::ShortWrite(n)) => {
+                StdStorage.write_at(file, path, &buf[..n.min(buf.len())], offset)?;
+                Err(io::Error::from_raw_os_error(libc::EIO))
+            }
+            Some(Fault::Once(e) | Fault::Always(e)) => Err(io::Error::from_raw_os_error(e)),
+            None => StdStorage.write_at(file, path, buf, offset),
+        }
+    }
+    fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        StdStorage.read_at(file, path, buf, offset)
+    }
+    fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.fail(points::SYNC_FILE, path)?;
+        StdStorage.sync_file(file, path)
+    }
+    fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
+        self.fail(points::SYNC_MAP, path)?;
+        StdStorage.sync_map(map, path, offset, len)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.fail(points::SYNC_DIR, dir)?;
+        StdStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.fail(points::REMOVE, path)?;
+        StdStorage.remove_file(path)
+    }
+}

@@ -1,0 +1,123 @@
+//! The shared mapping of one data file: the only place that touches mapped memory.
+//!
+//! Invariants the rest of the crate keeps (see docs/SAFETY.md):
+//! - data files are created at their full length and never truncated while mapped, so every
+//!   in-bounds access is backed by the file (no SIGBUS from truncation);
+//! - a byte range is written only by the one writer that reserved it, before it is
+//!   published; after publication it is never written again;
+//! - slices are handed out only for published (or, in another process, durable) ranges;
+//! - disk space for a range is reserved with fallocate before it is written (no SIGBUS on a
+//!   full disk).
+
+#![expect(unsafe_code, reason = "mapped memory is raw memory shared with the kernel and other processes")]
+
+use std::fmt;
+use std::fs::File;
+use std::io;
+
+use memmap2::{MmapOptions, MmapRaw};
+
+/// One `MAP_SHARED` mapping of a whole data file.
+pub struct Mapping {
+    raw: MmapRaw,
+    len: usize,
+    writable: bool,
+}
+
+impl fmt::Debug for Mapping {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Mapping")
+            .field("len", &self.len)
+            .field("writable", &self.writable)
+            .finish()
+    }
+}
+
+impl Mapping {
+    /// Maps the first `len` bytes of `file`, read-write or read-only.
+    pub fn map(file: &File, len: u64, writable: bool) -> io::Result<Mapping> {
+        let len_usize = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let mut opts = MmapOptions::new();
+        opts.len(len_usize);
+        let raw = if writable {
+            opts.map_raw(file)?
+        } else {
+            opts.map_raw_read_only(file)?
+        };
+        Ok(Mapping {
+            raw,
+            len: len_usize,
+            writable,
+        })
+    }
+
+    /// Length of the mapping in bytes.
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    /// Copies `parts` one after another into the mapping starting at `at`.
+    ///
+    /// # Safety
+    /// The range `[at, at + total)` must be in bounds, reserved for this caller alone, and not
+    /// covered by any live `&[u8]` from [`Mapping::slice`] in this process (it is not yet
+    /// published).
+    pub unsafe fn write(&self, at: usize, parts: &[&[u8]]) {
+        assert!(self.writable, "write to a read-only mapping");
+        let total: usize = parts.iter().map(|p| p.len()).sum();
+        assert!(at.checked_add(total).is_some_and(|end| end <= self.len), "write out of bounds");
+        let mut dst = at;
+        for part in parts {
+            // SAFETY: in bounds (asserted above); the caller guarantees exclusive access to the
+            // range, and `part` is a separate allocation or a published range elsewhere, so the
+            // two do not overlap.
+            unsafe {
+                std::ptr::copy_nonoverlapping(part.as_ptr(), self.raw.as_mut_ptr().add(dst), part.len());
+            }
+            dst += part.len();
+        }
+    }
+
+    /// Borrows `[at, at + len)`.
+    ///
+    /// # Safety
+    /// The range must be in bounds and immutable for the lifetime of the borrow: published
+    /// records (in the writing process) or durable records (in a read-only process).
+    pub unsafe fn slice(&self, at: usize, len: usize) -> &[u8] {
+        assert!(at.checked_add(len).is_some_and(|end| end <= self.len), "slice out of bounds");
+        // SAFETY: in bounds (asserted); the mapping lives as long as `self`; the caller
+        // guarantees nobody writes the range while the borrow lives.
+        unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(at), len) }
+    }
+
+    /// Copies `[at, at + out.len())` out of the mapping. Safe for ranges that may change under
+    /// us (header slots another process rewrites): the copy is validated by its checksum.
+    pub fn copy_out(&self, at: usize, out: &mut [u8]) {
+        assert!(at.checked_add(out.len()).is_some_and(|end| end <= self.len), "copy out of bounds");
+        for (i, byte) in out.iter_mut().enumerate() {
+            // SAFETY: in bounds (asserted); a volatile byte read of shared memory that another
+            // party may be writing has no aliasing requirement and yields some byte value.
+            *byte = unsafe { std::ptr::read_volatile(self.raw.as_ptr().add(at + i)) };
+        }
+    }
+
+    /// Overwrites `[at, at + bytes.len())`, for header slots that only the flusher or the
+    /// recovering writer writes and no slice covers.
+    pub fn write_header(&self, at: usize, bytes: &[u8]) {
+        assert!(self.writable, "write to a read-only mapping");
+        assert!(at.checked_add(bytes.len()).is_some_and(|end| end <= self.len), "write out of bounds");
+        for (i, byte) in bytes.iter().enumerate() {
+            // SAFETY: in bounds (asserted); header slots are never handed out as slices, and
+            // concurrent readers only use `copy_out`, so no reference aliases these bytes.
+            unsafe { std::ptr::write_volatile(self.raw.as_mut_ptr().add(at + i), *byte) };
+        }
+    }
+
+    /// `msync(MS_SYNC)` of `[offset, offset + len)`, widened to whole pages.
+    pub fn sync_range(&self, offset: usize, len: usize) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        self.raw.flush_range(offset, len)
+    }
+}

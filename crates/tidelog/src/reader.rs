@@ -1,0 +1,420 @@
+//! Readers: zero-copy records, named cursors with commit modes, seek by offset and by time.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use crate::block::Block;
+use crate::cursor::CursorFile;
+use crate::error::{Error, Result};
+use crate::format::FrameView;
+use crate::topic::Topic;
+use crate::wal::Shared;
+
+/// Where a new reader starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum StartPosition {
+    /// The group's committed offset; the earliest stored offset when it never committed
+    /// or has no group.
+    #[default]
+    Committed,
+    /// The first stored offset.
+    Earliest,
+    /// The next offset to be appended: only new records.
+    Latest,
+    /// This offset (between the first stored offset and the next offset, inclusive).
+    Offset(u64),
+}
+
+/// When a grouped reader persists its position.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum CommitMode {
+    /// Only [`Reader::commit`] and [`Reader::commit_offset`] persist.
+    #[default]
+    Explicit,
+    /// At-least-once: every N records, the next read first commits what was returned
+    /// before it (a crash replays at most N records).
+    AutoEvery(u64),
+    /// Commit each record's successor before returning it: at-most-once (a crash after the
+    /// read loses that record for this group, never repeats it). One fdatasync per read.
+    Strict,
+}
+
+/// Options for [`crate::Wal::reader_with`].
+#[derive(Debug, Clone, Default)]
+pub struct ReaderOptions {
+    /// The consumer group whose cursor is used and committed; `None` for an anonymous reader.
+    pub group: Option<String>,
+    /// Where to start.
+    pub start: StartPosition,
+    /// When to commit (grouped readers only).
+    pub commit: CommitMode,
+    /// Skip checksum verification on reads (default: verify every record).
+    pub skip_checksums: bool,
+}
+
+impl ReaderOptions {
+    /// Options for a reader of `group`.
+    pub fn group(group: impl Into<String>) -> Self {
+        ReaderOptions {
+            group: Some(group.into()),
+            ..Self::default()
+        }
+    }
+    /// Sets the start position.
+    pub fn start(mut self, start: StartPosition) -> Self {
+        self.start = start;
+        self
+    }
+    /// Sets the commit mode.
+    pub fn commit(mut self, commit: CommitMode) -> Self {
+        self.commit = commit;
+        self
+    }
+}
+
+/// A record borrowed from the mapping: valid until the reader moves on.
+#[derive(Debug, Clone, Copy)]
+pub struct RecordRef<'a> {
+    /// The record's offset in its topic.
+    pub offset: u64,
+    /// Microseconds since the Unix epoch.
+    pub timestamp_us: u64,
+    /// The key, if the record has one.
+    pub key: Option<&'a [u8]>,
+    /// The value, borrowed from the mapped file.
+    pub value: &'a [u8],
+    block: &'a Arc<Block>,
+    key_range: Option<(usize, usize)>,
+    value_range: (usize, usize),
+}
+
+impl RecordRef<'_> {
+    /// An owned handle to the same bytes (no copy: it keeps the mapping alive).
+    pub fn to_record(&self) -> Record {
+        Record {
+            block: Arc::clone(self.block),
+            offset: self.offset,
+            timestamp_us: self.timestamp_us,
+            key: self.key_range.map(|(a, b)| a..b),
+            value: self.value_range.0..self.value_range.1,
+        }
+    }
+}
+
+/// An owned, zero-copy record: holds its file's mapping alive for as long as it lives.
+#[derive(Debug, Clone)]
+pub struct Record {
+    block: Arc<Block>,
+    offset: u64,
+    timestamp_us: u64,
+    key: Option<Range<usize>>,
+    value: Range<usize>,
+}
+
+impl Record {
+    pub(crate) fn new(block: Arc<Block>, view: &FrameView) -> Record {
+        Record {
+            offset: view.offset,
+            timestamp_us: view.timestamp_us,
+            key: view.key.clone(),
+            value: view.value.clone(),
+            block,
+        }
+    }
+    /// The record's offset in its topic.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+    /// Microseconds since the Unix epoch.
+    pub fn timestamp_us(&self) -> u64 {
+        self.timestamp_us
+    }
+    /// The key, if the record has one.
+    pub fn key(&self) -> Option<&[u8]> {
+        self.key.as_ref().map(|r| self.block.bytes(r.start, r.len()))
+    }
+    /// The value, borrowed from the mapped file.
+    pub fn value(&self) -> &[u8] {
+        self.block.bytes(self.value.start, self.value.len())
+    }
+}
+
+/// Reads one topic in offset order, from the mapping, with no copy.
+#[derive(Debug)]
+pub struct Reader {
+    shared: Arc<Shared>,
+    topic: Arc<Topic>,
+    cursor: Option<Arc<CursorFile>>,
+    mode: CommitMode,
+    verify: bool,
+    /// Extent holding `next_offset`, once resolved.
+    block: Option<Arc<Block>>,
+    /// Position of `next_offset` in `block`.
+    pos: u64,
+    next_offset: u64,
+    /// Records returned since the last commit (auto-commit mode).
+    uncommitted: u64,
+}
+
+impl Reader {
+    pub(crate) fn new(
+        shared: Arc<Shared>,
+        topic: Arc<Topic>,
+        cursor: Option<Arc<CursorFile>>,
+        options: &ReaderOptions,
+    ) -> Result<Reader> {
+        if let CommitMode::AutoEvery(0) = options.commit {
+            return Err(Error::invalid("commit", "AutoEvery needs a positive record count"));
+        }
+        if cursor.is_none() && options.commit != CommitMode::Explicit {
+            return Err(Error::invalid("commit", "automatic commit modes need a group"));
+        }
+        let mut reader = Reader {
+            shared,
+            topic,
+            cursor,
+            mode: options.commit,
+            verify: !options.skip_checksums,
+            block: None,
+            pos: 0,
+            next_offset: 0,
+            uncommitted: 0,
+        };
+        let first = reader.topic.first_offset();
+        let start = match options.start {
+            StartPosition::Committed => reader
+                .cursor
+                .as_ref()
+                .and_then(|c| c.committed())
+                .map_or(first, |c| c.clamp(first, reader.topic.next_offset())),
+            StartPosition::Earliest => first,
+            StartPosition::Latest => reader.topic.next_offset(),
+            StartPosition::Offset(o) => o,
+        };
+        reader.seek(start)?;
+        Ok(reader)
+    }
+
+    /// The topic this reader reads.
+    pub fn topic(&self) -> &str {
+        &self.topic.name
+    }
+
+    /// The offset the next call to [`Reader::next`] returns.
+    pub fn position(&self) -> u64 {
+        self.next_offset
+    }
+
+    /// The group's committed offset (`None` without a group or before the first commit).
+    pub fn committed(&self) -> Option<u64> {
+        self.cursor.as_ref().and_then(|c| c.committed())
+    }
+
+    /// Records available to read right now (published offsets at or after the position).
+    pub fn lag(&self) -> u64 {
+        self.topic.next_offset().saturating_sub(self.next_offset)
+    }
+
+    /// Moves to `offset`, which must lie between the first stored offset and the next offset.
+    pub fn seek(&mut self, offset: u64) -> Result<()> {
+        self.shared.check_open()?;
+        let first = self.topic.first_offset();
+        let next = self.topic.next_offset();
+        if offset < first || offset > next {
+            return Err(Error::OffsetOutOfRange {
+                topic: self.topic.name.clone(),
+                offset,
+                first,
+                next,
+            });
+        }
+        self.next_offset = offset;
+        self.block = None;
+        self.pos = 0;
+        Ok(())
+    }
+
+    /// Moves to the first record whose timestamp is at or after `timestamp_us` (or to the end
+    /// when there is none); returns the new position.
+    pub fn seek_time(&mut self, timestamp_us: u64) -> Result<u64> {
+        self.shared.check_open()?;
+        match self.topic.seek_time(timestamp_us)? {
+            Some((block, pos, offset)) => {
+                self.block = Some(block);
+                self.pos = pos;
+                self.next_offset = offset;
+            }
+            None => {
+                self.next_offset = self.topic.next_offset();
+                self.block = None;
+            }
+        }
+        Ok(self.next_offset)
+    }
+
+    /// Durably commits the current position for the group.
+    pub fn commit(&mut self) -> Result<()> {
+        self.commit_offset(self.next_offset)
+    }
+
+    /// Durably commits `offset` (the next offset the group should read).
+    pub fn commit_offset(&mut self, offset: u64) -> Result<()> {
+        self.shared.check_open()?;
+        if self.shared.read_only {
+            return Err(Error::ReadOnly);
+        }
+        let Some(cursor) = &self.cursor else {
+            return Err(Error::invalid("group", "an anonymous reader has no cursor to commit"));
+        };
+        let next = self.topic.next_offset();
+        if offset > next {
+            return Err(Error::OffsetOutOfRange {
+                topic: self.topic.name.clone(),
+                offset,
+                first: self.topic.first_offset(),
+                next,
+            });
+        }
+        cursor.commit(self.shared.storage.as_ref(), offset)?;
+        self.uncommitted = 0;
+        Ok(())
+    }
+
+    /// Finds the extent holding `next_offset`; false when it is not published yet.
+    fn resolve(&mut self) -> Result<bool> {
+        if self.next_offset >= self.topic.next_offset() {
+            return Ok(false);
+        }
+        let Some(block) = self.topic.block_for(self.next_offset) else {
+            return Err(Error::OffsetOutOfRange {
+                topic: self.topic.name.clone(),
+                offset: self.next_offset,
+                first: self.topic.first_offset(),
+                next: self.topic.next_offset(),
+            });
+        };
+        self.pos = self.topic.position_in(&block, self.next_offset)?;
+        self.block = Some(block);
+        Ok(true)
+    }
+
+    /// Moves to the next published record and returns where it is; `None` at the end.
+    fn step(&mut self) -> Result<Option<FrameView>> {
+        self.shared.check_open()?;
+        if let CommitMode::AutoEvery(n) = self.mode {
+            if self.uncommitted >= n {
+                self.commit()?;
+            }
+        }
+        loop {
+            let Some(block) = &self.block else {
+                if !self.resolve()? {
+                    return Ok(None);
+                }
+                continue;
+            };
+            let (_, end) = block.published();
+            if self.pos < end {
+                let view = block
+                    .frame_at(self.pos, self.next_offset, self.verify)
+                    .map_err(|e| block.corruption(&self.topic.name, self.next_offset, self.pos, e))?;
+                if self.mode == CommitMode::Strict {
+                    self.commit_offset(self.next_offset + 1)?;
+                }
+                self.pos = view.next_position as u64;
+                self.next_offset += 1;
+                self.uncommitted += 1;
+                return Ok(Some(view));
+            }
+            if block.final_state().is_some_and(|(_, final_end)| final_end == self.pos) {
+                self.block = None;
+                if !self.resolve()? {
+                    return Ok(None);
+                }
+                continue;
+            }
+            return Ok(None);
+        }
+    }
+
+    /// The next record, borrowed from the mapping; `Ok(None)` when nothing more is published.
+    /// A record that fails validation is an [`Error::Corruption`] and the reader stays put.
+    #[expect(clippy::should_implement_trait, reason = "a lending iterator, not an Iterator")]
+    pub fn next(&mut self) -> Result<Option<RecordRef<'_>>> {
+        let Some(view) = self.step()? else {
+            return Ok(None);
+        };
+        let Some(block) = self.block.as_ref() else {
+            return Err(Error::Closed);
+        };
+        let key_range = view.key.as_ref().map(|r| (r.start, r.end));
+        Ok(Some(RecordRef {
+            offset: view.offset,
+            timestamp_us: view.timestamp_us,
+            key: view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
+            value: block.bytes(view.value.start, view.value.len()),
+            block,
+            key_range,
+            value_range: (view.value.start, view.value.end),
+        }))
+    }
+
+    /// The next record as an owned zero-copy handle.
+    pub fn next_record(&mut self) -> Result<Option<Record>> {
+        let Some(view) = self.step()? else {
+            return Ok(None);
+        };
+        let Some(block) = self.block.as_ref() else {
+            return Err(Error::Closed);
+        };
+        Ok(Some(Record::new(Arc::clone(block), &view)))
+    }
+
+    /// Up to `max_records` records totalling at most `max_bytes` of values (at least one
+    /// record when any is available), as owned handles.
+    pub fn next_batch(&mut self, max_records: usize, max_bytes: u64) -> Result<Vec<Record>> {
+        let mut out = Vec::new();
+        let mut bytes = 0u64;
+        while out.len() < max_records {
+            if !out.is_empty() && bytes >= max_bytes {
+                break;
+            }
+            match self.next_record()? {
+                Some(r) => {
+                    bytes += r.value().len() as u64;
+                    out.push(r);
+                }
+                None => break,
+            }
+        }
+        Ok(out)
+    }
+}
+
+/// Reads the single record at `offset` of `topic`.
+pub(crate) fn read_at(topic: &Topic, offset: u64) -> Result<Record> {
+    let first = topic.first_offset();
+    let next = topic.next_offset();
+    if offset < first || offset >= next {
+        return Err(Error::OffsetOutOfRange {
+            topic: topic.name.clone(),
+            offset,
+            first,
+            next,
+        });
+    }
+    let Some(block) = topic.block_for(offset) else {
+        return Err(Error::OffsetOutOfRange {
+            topic: topic.name.clone(),
+            offset,
+            first,
+            next,
+        });
+    };
+    let pos = topic.position_in(&block, offset)?;
+    let view = block
+        .frame_at(pos, offset, true)
+        .map_err(|e| block.corruption(&topic.name, offset, pos, e))?;
+    debug_assert!(view.next_position as u64 <= block.published().1);
+    Ok(Record::new(block, &view))
+}

@@ -1,0 +1,455 @@
+//! Rebuilding state from the data files: at open (writable or read-only) and on a read-only
+//! refresh.
+//!
+//! Cost is one identity and one progress slot per extent, plus a scan of each extent that is
+//! not sealed on disk. Sealed extents are trusted from their progress slot (it is written only
+//! after their data is durable) and their index is loaded from the footer on first seek.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::block::Block;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::file::{self, DataFile};
+use crate::format::{self, BlockIdentity, FrameError, IndexEntry, Progress, ProgressState};
+use crate::io::Storage;
+use crate::topic::Tail;
+
+/// What recovery found and repaired.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RecoveryReport {
+    /// Data files found.
+    pub files: u64,
+    /// Extents holding records.
+    pub extents: u64,
+    /// Extents trusted from their seal without scanning.
+    pub sealed_extents: u64,
+    /// Extents scanned record by record.
+    pub scanned_extents: u64,
+    /// Bytes of records scanned.
+    pub scanned_bytes: u64,
+    /// Torn tails cut off (an extent whose scan ended on an invalid or incomplete record).
+    pub torn_tails: u64,
+    /// Records dropped from torn tails: the complete records of an incomplete batch.
+    pub torn_records: u64,
+    /// Extents dropped because they followed a gap in their topic's offsets.
+    pub dropped_extents: u64,
+}
+
+/// One topic as recovered.
+#[derive(Debug)]
+pub struct RecoveredTopic {
+    pub name: String,
+    pub id: u32,
+    pub chain: Vec<Arc<Block>>,
+    pub unsynced: Vec<Arc<Block>>,
+    pub tail: Tail,
+}
+
+/// Everything recovery hands to the `Wal`.
+#[derive(Debug, Default)]
+pub struct Recovered {
+    pub files: BTreeMap<u64, Arc<DataFile>>,
+    pub topics: Vec<RecoveredTopic>,
+    /// The file new extents continue in, and its first free block.
+    pub alloc_current: Option<(Arc<DataFile>, u32)>,
+    pub spare: Option<Arc<DataFile>>,
+    pub next_seq: u64,
+    pub report: RecoveryReport,
+}
+
+/// Result of scanning an extent's records.
+#[derive(Debug)]
+struct Scan {
+    count: u64,
+    end: u64,
+    max_ts: u64,
+    index: Vec<IndexEntry>,
+    last_index_pos: Option<u64>,
+    /// Why the scan stopped (End for clean zero bytes or reaching the limit).
+    stop: FrameError,
+    /// Records of an incomplete batch that were cut.
+    cut_records: u64,
+}
+
+/// Scans records of `block` from `(pos, offset)` up to `limit` (relative).
+#[expect(clippy::too_many_arguments, reason = "scan resume state")]
+fn scan(
+    block: &Block,
+    limit: u64,
+    mut pos: u64,
+    mut count: u64,
+    mut max_ts: u64,
+    mut index: Vec<IndexEntry>,
+    mut last_index_pos: Option<u64>,
+    interval: u64,
+) -> Scan {
+    let extent = block.recovery_bytes(limit);
+    let mut batch_left = 0u64;
+    // (position, count, max_ts, index length, last index position) at the open batch's head.
+    let mut batch_start: Option<(u64, u64, u64, usize, Option<u64>)> = None;
+    let stop;
+    loop {
+        let offset = block.first_offset + count;
+        match format::decode_frame(extent, pos as usize, block.salt, block.topic_id, offset, true) {
+            Ok(view) => {
+                if batch_left == 0 {
+                    if view.batch_count == 0 {
+                        stop = FrameError::WrongOffset;
+                        break;
+                    }
+                    if view.batch_count > 1 {
+                        batch_start = Some((pos, count, max_ts, index.len(), last_index_pos));
+                    }
+                    batch_left = u64::from(view.batch_count);
+                } else if view.batch_count != 0 {
+                    stop = FrameError::WrongOffset;
+                    break;
+                }
+                batch_left -= 1;
+                if batch_left == 0 {
+                    batch_start = None;
+                }
+                max_ts = max_ts.max(view.timestamp_us);
+                if last_index_pos.is_none_or(|last| pos - last >= interval) {
+                    index.push(IndexEntry {
+                        offset,
+                        position: pos,
+                        max_timestamp_us: max_ts,
+                    });
+                    last_index_pos = Some(pos);
+                }
+                pos = view.next_position as u64;
+                count += 1;
+            }
+            Err(FrameError::Truncated) if pos + format::FRAME_HEADER_BYTES > limit => {
+                // Not even a header fits before the limit: the clean end of the extent.
+                stop = if extent.get(pos as usize..).is_some_and(|r| r.iter().all(|&b| b == 0)) {
+                    FrameError::End
+                } else {
+                    FrameError::Truncated
+                };
+                break;
+            }
+            Err(e) => {
+                stop = e;
+                break;
+            }
+        }
+    }
+    let mut cut_records = 0;
+    if let Some((bpos, bcount, bmax, blen, blast)) = batch_start {
+        // An incomplete batch: none of it survives.
+        cut_records = count - bcount;
+        pos = bpos;
+        count = bcount;
+        max_ts = bmax;
+        index.truncate(blen);
+        last_index_pos = blast;
+    }
+    Scan {
+        count,
+        end: pos,
+        max_ts,
+        index,
+        last_index_pos,
+        stop,
+        cut_records,
+    }
+}
+
+/// An extent found on disk.
+#[derive(Debug)]
+struct Found {
+    file: Arc<DataFile>,
+    id: BlockIdentity,
+    progress: Option<Progress>,
+}
+
+fn read_slots(file: &Arc<DataFile>, index: u32) -> (Option<BlockIdentity>, Option<Progress>) {
+    let at = file.block_position(index) as usize;
+    let mut id = [0u8; format::ID_LEN];
+    file.map.copy_out(at + format::ID_SLOT_AT, &mut id);
+    let mut pg = [0u8; format::PG_LEN];
+    file.map.copy_out(at + format::PG_SLOT_AT, &mut pg);
+    (BlockIdentity::decode(&id), Progress::decode(&pg))
+}
+
+/// Lists data files in sequence order.
+fn list_files(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
+    let mut files = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| Error::io("list directory", dir, e))?;
+        let name = entry.file_name();
+        let Some(seq) = name.to_str().and_then(file::parse_data_file_name) else {
+            continue;
+        };
+        if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            files.push((seq, entry.path()));
+        }
+    }
+    files.sort();
+    Ok(files)
+}
+
+/// Blocks already known to a read-only handle, reused so live readers see them grow.
+pub type Known = HashMap<(u64, u32), Arc<Block>>;
+
+/// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
+/// half-created files); read-only never writes and shows only durable records.
+pub fn recover(
+    dir: &Path,
+    config: &Config,
+    storage: &dyn Storage,
+    writable: bool,
+    known_files: &BTreeMap<u64, Arc<DataFile>>,
+    known: &Known,
+) -> Result<Recovered> {
+    let mut out = Recovered::default();
+    let interval = config.index_interval_bytes;
+    let listed = list_files(dir)?;
+    let last_seq = listed.last().map(|(s, _)| *s);
+    let mut found: Vec<Found> = Vec::new();
+    // Highest used block end per file.
+    let mut used_end: BTreeMap<u64, u32> = BTreeMap::new();
+    for (seq, path) in &listed {
+        out.next_seq = out.next_seq.max(seq + 1);
+        let file = match known_files.get(seq) {
+            Some(f) => Arc::clone(f),
+            None => match DataFile::open(storage, path, writable)? {
+                Some(f) => f,
+                None if writable && Some(*seq) == last_seq => {
+                    // A file whose creation did not finish: it holds nothing.
+                    storage
+                        .remove_file(path)
+                        .map_err(|e| Error::io("remove unfinished data file", path, e))?;
+                    continue;
+                }
+                None if writable => {
+                    return Err(Error::Corruption {
+                        topic: String::new(),
+                        offset: 0,
+                        path: path.clone(),
+                        position: 0,
+                        reason: "data file header is invalid".to_owned(),
+                    });
+                }
+                None => continue,
+            },
+        };
+        if file.seq != *seq {
+            return Err(Error::Corruption {
+                topic: String::new(),
+                offset: 0,
+                path: path.clone(),
+                position: 0,
+                reason: format!("file header says sequence {} but the name says {seq}", file.seq),
+            });
+        }
+        out.report.files += 1;
+        let mut slot = 0u32;
+        while slot < file.block_count {
+            let (id, progress) = read_slots(&file, slot);
+            let valid = id.as_ref().is_some_and(|id| {
+                id.version == format::FORMAT_VERSION
+                    && id.block_index == slot
+                    && id.file_seq == file.seq
+                    && id.block_count >= 1
+                    && u64::from(slot) + u64::from(id.block_count) <= u64::from(file.block_count)
+            });
+            let Some(id) = id.filter(|_| valid) else {
+                slot += 1;
+                continue;
+            };
+            let next_slot = slot + id.block_count;
+            used_end.insert(file.seq, next_slot);
+            found.push(Found {
+                file: Arc::clone(&file),
+                id,
+                progress,
+            });
+            slot = next_slot;
+        }
+        out.files.insert(file.seq, file);
+    }
+
+    // Group by topic, checking that names and ids agree.
+    let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
+    let mut id_names: HashMap<u32, String> = HashMap::new();
+    for f in found {
+        if let Some(name) = id_names.get(&f.id.topic_id) {
+            if *name != f.id.topic {
+                return Err(Error::Corruption {
+                    topic: f.id.topic.clone(),
+                    offset: f.id.first_offset,
+                    path: f.file.path.clone(),
+                    position: f.file.block_position(f.id.block_index),
+                    reason: format!("topic id {} also names topic {name:?}", f.id.topic_id),
+                });
+            }
+        }
+        id_names.insert(f.id.topic_id, f.id.topic.clone());
+        by_topic.entry(f.id.topic.clone()).or_default().push(f);
+    }
+
+    for (name, mut extents) in by_topic {
+        extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
+        let topic_id = extents[0].id.topic_id;
+        if extents.iter().any(|f| f.id.topic_id != topic_id) {
+            return Err(Error::Corruption {
+                topic: name.clone(),
+                offset: 0,
+                path: extents[0].file.path.clone(),
+                position: 0,
+                reason: "extents of one topic carry different topic ids".to_owned(),
+            });
+        }
+        let mut chain: Vec<Arc<Block>> = Vec::new();
+        let mut unsynced = Vec::new();
+        let mut tail = Tail::default();
+        let mut expected: Option<u64> = None;
+        let mut dropping = false;
+        let last = extents.len() - 1;
+        for (i, f) in extents.into_iter().enumerate() {
+            let key = (f.file.seq, f.id.block_index);
+            let block = match known.get(&key) {
+                Some(b) => Arc::clone(b),
+                None => Arc::new(Block::new(
+                    Arc::clone(&f.file),
+                    f.id.block_index,
+                    f.id.block_count,
+                    f.id.topic_id,
+                    f.id.salt,
+                    f.id.first_offset,
+                    interval,
+                    None,
+                )),
+            };
+            let durable_claim = f.progress.map_or(0, |p| p.record_count);
+            if dropping || expected.is_some_and(|e| e != f.id.first_offset) {
+                if durable_claim > 0 && f.progress.is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES) {
+                    return Err(block.corruption(
+                        &name,
+                        expected.unwrap_or(f.id.first_offset),
+                        format::BLOCK_HEADER_BYTES,
+                        FrameError::WrongOffset,
+                    ));
+                }
+                dropping = true;
+                out.report.dropped_extents += 1;
+                if writable {
+                    Block::clear_identity(&f.file, f.id.block_index);
+                    let at = f.file.block_position(f.id.block_index) as usize;
+                    storage
+                        .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
+                        .map_err(|e| Error::io("msync", &f.file.path, e))?;
+                }
+                continue;
+            }
+            match f.progress {
+                Some(p) if p.state == ProgressState::Sealed => {
+                    if p.durable_end < format::BLOCK_HEADER_BYTES || p.durable_end > block.data_limit {
+                        return Err(block.corruption(&name, f.id.first_offset, 0, FrameError::BadLength));
+                    }
+                    block.restore(p.record_count, p.durable_end, p.max_timestamp_us, p.durable_end, true);
+                    block.set_final(p.record_count, p.durable_end);
+                    out.report.sealed_extents += 1;
+                    if p.record_count == 0 {
+                        continue;
+                    }
+                    tail.max_ts = tail.max_ts.max(p.max_timestamp_us);
+                    expected = Some(f.id.first_offset + p.record_count);
+                }
+                progress => {
+                    let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+                    let limit = if writable { block.data_limit } else { watermark.min(block.data_limit) };
+                    // Resume a read-only scan where the last refresh stopped.
+                    let (count0, end0) = block.published();
+                    let index0 = if known.contains_key(&key) { block.index_snapshot() } else { Vec::new() };
+                    let last0 = index0.last().map(|e| e.position);
+                    let s = scan(&block, limit, end0, count0, block.max_timestamp_us(), index0, last0, interval);
+                    out.report.scanned_extents += 1;
+                    out.report.scanned_bytes += s.end - end0;
+                    if s.end < watermark.min(block.data_limit) {
+                        return Err(block.corruption(
+                            &name,
+                            f.id.first_offset + s.count,
+                            s.end,
+                            if s.stop == FrameError::End { FrameError::BadMagic } else { s.stop },
+                        ));
+                    }
+                    let torn = s.stop != FrameError::End || s.cut_records > 0;
+                    if torn && writable {
+                        out.report.torn_tails += 1;
+                        out.report.torn_records += s.cut_records;
+                    }
+                    block.set_index(s.index);
+                    let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
+                    block.restore(s.count, s.end, s.max_ts, synced, false);
+                    if s.count == 0 && !(writable && i == last && !torn && progress.is_some_and(|p| p.state == ProgressState::Clean)) {
+                        continue;
+                    }
+                    tail.max_ts = tail.max_ts.max(s.max_ts);
+                    expected = Some(f.id.first_offset + s.count);
+                    let resumable = writable
+                        && i == last
+                        && !torn
+                        && progress.is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
+                    if resumable {
+                        tail.block = Some(Arc::clone(&block));
+                        tail.pos = s.end;
+                        tail.count = s.count;
+                        tail.last_index_pos = s.last_index_pos;
+                    } else if writable {
+                        // Never append after a recovered tail: stale bytes may follow it.
+                        block.set_final(s.count, s.end);
+                    }
+                    if writable {
+                        unsynced.push(Arc::clone(&block));
+                    }
+                }
+            }
+            out.report.extents += 1;
+            chain.push(block);
+        }
+        tail.next_offset = expected.unwrap_or(0);
+        out.topics.push(RecoveredTopic {
+            name,
+            id: topic_id,
+            chain,
+            unsynced,
+            tail,
+        });
+    }
+
+    // New extents continue after the last used block of the newest file holding any; later
+    // empty files become the spare (one) or are removed.
+    let newest_used = used_end.keys().next_back().copied();
+    for (seq, f) in &out.files {
+        if Some(*seq) == newest_used {
+            out.alloc_current = Some((Arc::clone(f), used_end[seq]));
+        }
+    }
+    if writable {
+        let empties: Vec<u64> = out
+            .files
+            .keys()
+            .copied()
+            .filter(|s| newest_used.is_none_or(|n| *s > n))
+            .collect();
+        for (i, seq) in empties.into_iter().enumerate() {
+            if i == 0 {
+                out.spare = out.files.get(&seq).cloned();
+            } else if let Some(f) = out.files.remove(&seq) {
+                storage
+                    .remove_file(&f.path)
+                    .map_err(|e| Error::io("remove empty data file", &f.path, e))?;
+            }
+        }
+    }
+    Ok(out)
+}

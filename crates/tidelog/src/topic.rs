@@ -1,0 +1,358 @@
+//! A topic: its chain of extents, its append path (reserve under a short lock, then checksum
+//! and copy with no lock held, then publish in offset order) and offset/time lookup.
+
+use std::hash::{BuildHasher, Hasher};
+use std::ops::Range;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+
+use crate::alloc::BlockAllocator;
+use crate::block::Block;
+use crate::clock;
+use crate::config::Config;
+use crate::error::{Error, Result};
+use crate::format::{self, FrameError, FrameFields, IndexEntry};
+use crate::io::Storage;
+
+/// One record to append: optional key, value, optional timestamp (default: now).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Append<'a> {
+    /// The key; `Some(&[])` (an empty key) is kept distinct from `None`.
+    pub key: Option<&'a [u8]>,
+    /// The value.
+    pub value: &'a [u8],
+    /// Microseconds since the Unix epoch; `None` stamps the append time.
+    pub timestamp_us: Option<u64>,
+}
+
+impl<'a> Append<'a> {
+    /// A record with only a value.
+    pub fn value(value: &'a [u8]) -> Self {
+        Append {
+            key: None,
+            value,
+            timestamp_us: None,
+        }
+    }
+
+    /// Key plus value bytes.
+    #[inline]
+    pub fn payload_len(&self) -> u64 {
+        (self.key.map_or(0, <[u8]>::len) + self.value.len()) as u64
+    }
+}
+
+/// Everything an append needs from its `Wal`.
+#[derive(Debug, Clone, Copy)]
+pub struct Ctx<'a> {
+    pub storage: &'a dyn Storage,
+    pub alloc: &'a BlockAllocator,
+    pub config: &'a Config,
+}
+
+/// Writer-side state, under the topic lock.
+#[derive(Debug, Default)]
+pub struct Tail {
+    pub block: Option<Arc<Block>>,
+    /// Next free position in `block`.
+    pub pos: u64,
+    /// Records reserved in `block`.
+    pub count: u64,
+    /// Offset the next append gets.
+    pub next_offset: u64,
+    /// Position of the last index entry in `block`.
+    pub last_index_pos: Option<u64>,
+    /// Largest timestamp reserved in the topic so far.
+    pub max_ts: u64,
+    /// Set on close: no more appends.
+    pub closed: bool,
+}
+
+/// A topic and its extents.
+#[derive(Debug)]
+pub struct Topic {
+    pub name: String,
+    pub id: u32,
+    tail: Mutex<Tail>,
+    /// Offset after the last published record.
+    published_next: AtomicU64,
+    /// Extents in offset order.
+    chain: RwLock<Vec<Arc<Block>>>,
+    /// Extents the flusher still has to make durable or seal.
+    unsynced: Mutex<Vec<Arc<Block>>>,
+}
+
+impl Topic {
+    pub fn new(name: String, id: u32) -> Topic {
+        Topic {
+            name,
+            id,
+            tail: Mutex::new(Tail::default()),
+            published_next: AtomicU64::new(0),
+            chain: RwLock::new(Vec::new()),
+            unsynced: Mutex::new(Vec::new()),
+        }
+    }
+
+    pub fn tail(&self) -> MutexGuard<'_, Tail> {
+        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Offset the next published record will have.
+    #[inline]
+    pub fn next_offset(&self) -> u64 {
+        self.published_next.load(Ordering::Acquire)
+    }
+
+    /// First offset still stored.
+    pub fn first_offset(&self) -> u64 {
+        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        chain.first().map_or_else(|| self.next_offset(), |b| b.first_offset)
+    }
+
+    /// Bytes of published records (frames with padding) across the chain.
+    pub fn bytes(&self) -> u64 {
+        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        chain
+            .iter()
+            .map(|b| b.published().1 - format::BLOCK_HEADER_BYTES)
+            .sum()
+    }
+
+    pub fn block_count(&self) -> usize {
+        self.chain.read().unwrap_or_else(|p| p.into_inner()).len()
+    }
+
+    /// Installs recovered state (recovery, before the topic is shared).
+    pub fn restore(&self, chain: Vec<Arc<Block>>, unsynced: Vec<Arc<Block>>, tail: Tail) {
+        self.published_next.store(tail.next_offset, Ordering::Release);
+        *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
+        *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()) = unsynced;
+        *self.tail() = tail;
+    }
+
+    /// Adds a discovered extent (read-only refresh) and moves the published offset.
+    pub fn extend_read_only(&self, block: Option<Arc<Block>>, next_offset: u64) {
+        if let Some(block) = block {
+            self.chain.write().unwrap_or_else(|p| p.into_inner()).push(block);
+        }
+        self.published_next.fetch_max(next_offset, Ordering::AcqRel);
+    }
+
+    /// The chain, for the flusher and recovery.
+    pub fn chain(&self) -> Vec<Arc<Block>> {
+        self.chain.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Extents waiting for the flusher.
+    pub fn unsynced(&self) -> Vec<Arc<Block>> {
+        self.unsynced.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Drops sealed extents from the flusher's list.
+    pub fn forget_synced(&self, sealed: &[Arc<Block>]) {
+        let mut list = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        list.retain(|b| !sealed.iter().any(|s| Arc::ptr_eq(s, b)));
+    }
+
+    /// Appends `records` as one crash-atomic batch; returns their offsets.
+    pub fn append(&self, ctx: &Ctx<'_>, records: &[Append<'_>]) -> Result<Range<u64>> {
+        let n = records.len() as u64;
+        debug_assert!(n > 0);
+        let now = if records.iter().any(|r| r.timestamp_us.is_none()) {
+            clock::now_us()
+        } else {
+            0
+        };
+        let total: u64 = records
+            .iter()
+            .map(|r| format::frame_padded_len(r.payload_len()))
+            .sum();
+        let interval = ctx.config.index_interval_bytes;
+
+        // Reserve: offsets, positions and index entries, under the topic lock.
+        let mut tail = self.tail();
+        if tail.closed {
+            return Err(Error::Closed);
+        }
+        let fits = tail
+            .block
+            .as_ref()
+            .is_some_and(|b| tail.pos + total <= b.data_limit);
+        if !fits {
+            self.roll(ctx, &mut tail, total)?;
+        }
+        let Some(block) = tail.block.clone() else {
+            return Err(Error::Closed);
+        };
+        let first = tail.next_offset;
+        let start_pos = tail.pos;
+        let mut pos = start_pos;
+        for (i, r) in records.iter().enumerate() {
+            tail.max_ts = tail.max_ts.max(r.timestamp_us.unwrap_or(now));
+            if tail.last_index_pos.is_none_or(|last| pos - last >= interval) {
+                block.push_index(IndexEntry {
+                    offset: first + i as u64,
+                    position: pos,
+                    max_timestamp_us: tail.max_ts,
+                });
+                tail.last_index_pos = Some(pos);
+            }
+            pos += format::frame_padded_len(r.payload_len());
+        }
+        block.note_timestamp(tail.max_ts);
+        tail.pos = pos;
+        tail.count += n;
+        tail.next_offset += n;
+        let count_after = tail.count;
+        drop(tail);
+
+        // Checksum and copy, no lock held.
+        let mut pos = start_pos;
+        for (i, r) in records.iter().enumerate() {
+            let key = r.key.unwrap_or(&[]);
+            let fields = FrameFields {
+                topic_id: self.id,
+                offset: first + i as u64,
+                timestamp_us: r.timestamp_us.unwrap_or(now),
+                key_len: r.key.map(|k| k.len() as u32),
+                value_len: r.value.len() as u32,
+                batch_count: if i == 0 { n as u32 } else { 0 },
+            };
+            let header = format::encode_frame_header(&fields, block.salt, key, r.value);
+            block.write_frame(pos, &header, key, r.value);
+            pos += format::frame_padded_len(r.payload_len());
+        }
+
+        self.publish(&block, first, n, count_after, pos);
+        Ok(first..first + n)
+    }
+
+    /// Publishes `[first, first + n)` once every earlier offset is published.
+    #[inline]
+    fn publish(&self, block: &Block, first: u64, n: u64, count_after: u64, end: u64) {
+        let mut spins = 0u32;
+        while self.published_next.load(Ordering::Acquire) != first {
+            spins += 1;
+            if spins < 128 {
+                std::hint::spin_loop();
+            } else {
+                // A predecessor is still copying, maybe descheduled on a busy core.
+                std::thread::yield_now();
+            }
+        }
+        block.publish(count_after, end);
+        self.published_next.store(first + n, Ordering::Release);
+    }
+
+    /// Moves the topic to a new extent with room for `need` bytes.
+    fn roll(&self, ctx: &Ctx<'_>, tail: &mut Tail, need: u64) -> Result<()> {
+        let interval = ctx.config.index_interval_bytes;
+        let extent = ctx.alloc.allocate(ctx.storage, need, interval)?;
+        let block = Arc::new(Block::new(
+            extent.file,
+            extent.block_index,
+            extent.block_count,
+            self.id,
+            new_salt(),
+            tail.next_offset,
+            interval,
+            Some(Vec::new()),
+        ));
+        block.write_identity(&self.name);
+        if let Some(old) = tail.block.take() {
+            old.set_final(tail.count, tail.pos);
+        }
+        self.chain
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&block));
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(&block));
+        tail.block = Some(block);
+        tail.pos = format::BLOCK_HEADER_BYTES;
+        tail.count = 0;
+        tail.last_index_pos = None;
+        Ok(())
+    }
+
+    /// The extent holding `offset` (the last whose first offset is at or below it).
+    pub fn block_for(&self, offset: u64) -> Option<Arc<Block>> {
+        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let i = chain.partition_point(|b| b.first_offset <= offset);
+        (i > 0).then(|| Arc::clone(&chain[i - 1]))
+    }
+
+    /// The extent after `block`, once it exists.
+    pub fn block_after(&self, block: &Block) -> Option<Arc<Block>> {
+        let (count, _) = block.final_state()?;
+        let next_first = block.first_offset + count;
+        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let i = chain.partition_point(|b| b.first_offset < next_first);
+        chain
+            .get(i)
+            .filter(|b| b.first_offset == next_first && !std::ptr::eq(b.as_ref(), block))
+            .cloned()
+    }
+
+    /// The first extent whose records may reach `timestamp_us`.
+    pub fn block_for_time(&self, timestamp_us: u64) -> Option<Arc<Block>> {
+        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let i = chain.partition_point(|b| b.max_timestamp_us() < timestamp_us);
+        chain.get(i).cloned()
+    }
+
+    /// Position of `offset` (which must be published) inside `block`.
+    pub fn position_in(&self, block: &Block, offset: u64) -> Result<u64> {
+        let (mut pos, mut at) = block.index_floor_offset(&self.name, offset)?;
+        while at < offset {
+            let view = block
+                .frame_at(pos, at, false)
+                .map_err(|e| block.corruption(&self.name, at, pos, e))?;
+            pos = view.next_position as u64;
+            at += 1;
+        }
+        Ok(pos)
+    }
+
+    /// Finds the first offset at or after which records have `timestamp >= timestamp_us`.
+    /// Returns `(block, position, offset)`, or `None` when no stored record qualifies.
+    pub fn seek_time(&self, timestamp_us: u64) -> Result<Option<(Arc<Block>, u64, u64)>> {
+        let Some(mut block) = self.block_for_time(timestamp_us) else {
+            return Ok(None);
+        };
+        let (mut pos, mut at) = block.index_floor_time(&self.name, timestamp_us)?;
+        loop {
+            match block.frame_at(pos, at, false) {
+                Ok(view) => {
+                    if view.timestamp_us >= timestamp_us {
+                        return Ok(Some((block, pos, at)));
+                    }
+                    pos = view.next_position as u64;
+                    at += 1;
+                }
+                Err(FrameError::End) => {
+                    let Some(next) = self.block_after(&block) else {
+                        return Ok(None);
+                    };
+                    if block.final_state().map(|f| f.1) != Some(pos) {
+                        return Ok(None);
+                    }
+                    block = next;
+                    pos = format::BLOCK_HEADER_BYTES;
+                    at = block.first_offset;
+                }
+                Err(e) => return Err(block.corruption(&self.name, at, pos, e)),
+            }
+        }
+    }
+}
+
+/// A fresh checksum seed for a new extent.
+fn new_salt() -> u32 {
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u64(clock::now_us());
+    h.finish() as u32
+}

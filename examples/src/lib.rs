@@ -1,0 +1,1 @@
+//! Example programs live in `examples/`; run them with `cargo run --example NAME`.
