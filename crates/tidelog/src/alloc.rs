@@ -70,8 +70,14 @@ impl BlockAllocator {
     }
 
     /// Reserves an extent with room for `frame_bytes` of records (disk space included).
-    pub fn allocate(&self, storage: &dyn Storage, frame_bytes: u64, index_interval_bytes: u64) -> Result<Extent> {
-        let (file, block_index, block_count) = self.take(storage, frame_bytes, index_interval_bytes)?;
+    pub fn allocate(
+        &self,
+        storage: &dyn Storage,
+        frame_bytes: u64,
+        index_interval_bytes: u64,
+    ) -> Result<Extent> {
+        let (file, block_index, block_count) =
+            self.take(storage, frame_bytes, index_interval_bytes)?;
         let start = file.block_position(block_index);
         let len = u64::from(block_count) * file.header.block_size_bytes;
         if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
@@ -99,7 +105,8 @@ impl BlockAllocator {
         interval: u64,
     ) -> Result<(Arc<DataFile>, u32, u32)> {
         // Each file carries its own geometry, so the block count is computed per file.
-        let count_for = |f: &DataFile| Block::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
+        let count_for =
+            |f: &DataFile| Block::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
         loop {
             {
                 let mut st = self.state.lock();
@@ -135,7 +142,13 @@ impl BlockAllocator {
             return Ok(());
         }
         let seq = self.next_seq.load(Ordering::Acquire);
-        let file = DataFile::create(storage, &self.dir, seq, self.file_size_bytes, self.block_size_bytes)?;
+        let file = DataFile::create(
+            storage,
+            &self.dir,
+            seq,
+            self.file_size_bytes,
+            self.block_size_bytes,
+        )?;
         self.next_seq.store(seq + 1, Ordering::Release);
         self.state.lock().spare = Some(file);
         Ok(())
@@ -150,11 +163,5 @@ impl BlockAllocator {
                 .current
                 .as_ref()
                 .is_some_and(|cur| st.next_block * 2 >= cur.block_count)
-    }
-
-    /// The current file, if any, and how many of its blocks are handed out.
-    pub fn position(&self) -> Option<(u64, u32)> {
-        let st = self.state.lock();
-        st.current.as_ref().map(|f| (f.seq, st.next_block))
     }
 }

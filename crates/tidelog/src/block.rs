@@ -10,7 +10,9 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::error::{Error, Result};
 use crate::file::DataFile;
-use crate::format::{self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState};
+use crate::format::{
+    self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState,
+};
 use crate::io::Storage;
 
 const NOT_FINAL: u64 = u64::MAX;
@@ -36,6 +38,8 @@ pub struct SyncState {
     pub synced_end: u64,
     /// The progress slot says `Sealed` and is durable.
     pub sealed_on_disk: bool,
+    /// The progress slot says `Clean` at `synced_end` and is durable.
+    pub clean_on_disk: bool,
 }
 
 /// One extent of a topic.
@@ -66,7 +70,10 @@ pub struct Block {
 }
 
 impl Block {
-    #[expect(clippy::too_many_arguments, reason = "plain constructor of a plain struct")]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "plain constructor of a plain struct"
+    )]
     pub fn new(
         file: Arc<DataFile>,
         block_index: u32,
@@ -144,7 +151,10 @@ impl Block {
     #[inline]
     pub fn write_frame(&self, position: u64, header: &[u8], key: &[u8], value: &[u8]) {
         let padded = format::frame_padded_len((key.len() + value.len()) as u64);
-        assert!(position + padded <= self.data_limit, "frame past the extent's data limit");
+        assert!(
+            position + padded <= self.data_limit,
+            "frame past the extent's data limit"
+        );
         let pad_len = (padded as usize) - header.len() - key.len() - value.len();
         let pad = [0u8; format::FRAME_ALIGN as usize];
         #[expect(unsafe_code, reason = "writes into the mapped file")]
@@ -154,6 +164,21 @@ impl Block {
             self.file
                 .map
                 .write(self.abs(position), &[header, key, value, &pad[..pad_len]]);
+        }
+    }
+
+    /// Copies an already encoded, padded frame into its reserved range.
+    #[inline]
+    pub fn write_encoded(&self, position: u64, frame: &[u8]) {
+        assert!(
+            position + frame.len() as u64 <= self.data_limit,
+            "frame past the extent's data limit"
+        );
+        #[expect(unsafe_code, reason = "writes into the mapped file")]
+        // SAFETY: `[position, position + len)` was reserved for this caller under the topic
+        // lock and is not yet published, so no reader holds a slice over it.
+        unsafe {
+            self.file.map.write(self.abs(position), &[frame]);
         }
     }
 
@@ -179,17 +204,13 @@ impl Block {
         self.final_word.store(pack(count, end), Ordering::Release);
     }
 
-    /// True when every record of a final extent is published.
-    pub fn is_complete(&self) -> bool {
-        self.final_state().is_some_and(|f| f == self.published())
-    }
-
     pub fn max_timestamp_us(&self) -> u64 {
         self.max_timestamp_us.load(Ordering::Acquire)
     }
 
-    pub fn note_timestamp(&self, ts: u64) {
-        self.max_timestamp_us.fetch_max(ts, Ordering::AcqRel);
+    /// Sets the largest reserved timestamp (the topic lock holder only).
+    pub fn set_max_timestamp(&self, ts: u64) {
+        self.max_timestamp_us.store(ts, Ordering::Release);
     }
 
     /// Adds an index entry (the writer, under its topic lock).
@@ -233,7 +254,11 @@ impl Block {
 
     /// A copy of the in-memory index.
     pub fn index_snapshot(&self) -> Vec<IndexEntry> {
-        self.index.read().unwrap_or_else(|p| p.into_inner()).clone().unwrap_or_default()
+        self.index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+            .unwrap_or_default()
     }
 
     /// Replaces the in-memory index (recovery).
@@ -243,13 +268,25 @@ impl Block {
 
     /// Decodes the published frame at `position`, expecting `offset`.
     #[inline]
-    pub fn frame_at(&self, position: u64, offset: u64, verify: bool) -> Result<FrameView, FrameError> {
+    pub fn frame_at(
+        &self,
+        position: u64,
+        offset: u64,
+        verify: bool,
+    ) -> Result<FrameView, FrameError> {
         let (_, end) = self.published();
         if position >= end {
             return Err(FrameError::End);
         }
         let extent = self.bytes(0, end as usize);
-        match format::decode_frame(extent, position as usize, self.salt, self.topic_id, offset, verify) {
+        match format::decode_frame(
+            extent,
+            position as usize,
+            self.salt,
+            self.topic_id,
+            offset,
+            verify,
+        ) {
             // Zero bytes inside the published range are damage, not the end.
             Err(FrameError::End) => Err(FrameError::BadMagic),
             other => other,
@@ -294,11 +331,18 @@ impl Block {
 
     /// The index, loading it from the footer the first time for recovered sealed extents.
     fn load_index(&self, topic: &str) -> Result<&RwLock<Option<Vec<IndexEntry>>>> {
-        if self.index.read().unwrap_or_else(|p| p.into_inner()).is_some() {
+        if self
+            .index
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_some()
+        {
             return Ok(&self.index);
         }
         let mut slot = [0u8; format::PG_LEN];
-        self.file.map.copy_out(self.abs(format::PG_SLOT_AT as u64), &mut slot);
+        self.file
+            .map
+            .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut slot);
         let entries = match Progress::decode(&slot) {
             Some(p) if p.state == ProgressState::Sealed => self.read_footer(topic, &p)?,
             // No usable footer: an empty index still works (scans from the first record).
@@ -326,7 +370,10 @@ impl Block {
                 reason: "index footer checksum mismatch".to_owned(),
             });
         }
-        Ok(buf.chunks_exact(format::IX_LEN).filter_map(IndexEntry::decode).collect())
+        Ok(buf
+            .chunks_exact(format::IX_LEN)
+            .filter_map(IndexEntry::decode)
+            .collect())
     }
 
     /// Makes the published records durable and records that in the progress slot; seals the
@@ -335,7 +382,9 @@ impl Block {
     /// Order: data (and the identity slot on the first sync) are msynced before the progress
     /// slot that describes them is written, so a durable progress slot never claims bytes that
     /// are not durable.
-    pub fn sync(&self, storage: &dyn Storage, topic: &str) -> Result<bool> {
+    /// With `closing`, a non-final extent is marked `Clean` instead of `Open` (no appends
+    /// follow until the next open).
+    pub fn sync(&self, storage: &dyn Storage, topic: &str, closing: bool) -> Result<bool> {
         let mut st = self.sync_state();
         if st.sealed_on_disk {
             return Ok(true);
@@ -343,7 +392,7 @@ impl Block {
         let final_state = self.final_state();
         let (count, end) = self.published();
         let sealing = final_state == Some((count, end));
-        if !sealing && end <= st.synced_end {
+        if !sealing && end <= st.synced_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
         let map = &self.file.map;
@@ -366,12 +415,17 @@ impl Block {
             data_end = end + buf.len() as u64;
         }
         let from = if st.synced_end == 0 { 0 } else { st.synced_end };
-        storage
-            .sync_map(map, path, self.abs(from), (data_end - from) as usize)
-            .map_err(|e| Error::io("msync", path, e))?;
+        if data_end > from {
+            storage
+                .sync_map(map, path, self.abs(from), (data_end - from) as usize)
+                .map_err(|e| Error::io("msync", path, e))?;
+        }
+        let clean = !sealing && closing;
         let progress = Progress {
             state: if sealing {
                 ProgressState::Sealed
+            } else if clean {
+                ProgressState::Clean
             } else {
                 ProgressState::Open
             },
@@ -384,6 +438,7 @@ impl Block {
         self.write_progress(storage, &progress)?;
         st.synced_end = end;
         st.sealed_on_disk = sealing;
+        st.clean_on_disk = clean;
         Ok(sealing)
     }
 
@@ -396,33 +451,13 @@ impl Block {
             .map_err(|e| Error::io("msync", &self.file.path, e))
     }
 
-    /// Marks a synced, non-final extent as closed cleanly at its published end.
-    pub fn mark_clean(&self, storage: &dyn Storage) -> Result<()> {
-        let st = self.sync_state();
-        if st.sealed_on_disk {
-            return Ok(());
-        }
-        let (count, end) = self.published();
-        debug_assert_eq!(st.synced_end, end);
-        self.write_progress(
-            storage,
-            &Progress {
-                state: ProgressState::Clean,
-                durable_end: end,
-                record_count: count,
-                max_timestamp_us: self.max_timestamp_us(),
-                footer_count: 0,
-                footer_crc: 0,
-            },
-        )
-    }
-
     /// Sets state recovered from disk.
-    pub fn restore(&self, count: u64, end: u64, max_ts: u64, synced_end: u64, sealed_on_disk: bool) {
+    pub fn restore(&self, count: u64, end: u64, max_ts: u64, synced_end: u64, disk: ProgressState) {
         self.publish(count, end);
         self.max_timestamp_us.store(max_ts, Ordering::Release);
         let mut st = self.sync_state();
         st.synced_end = synced_end;
-        st.sealed_on_disk = sealed_on_disk;
+        st.sealed_on_disk = disk == ProgressState::Sealed;
+        st.clean_on_disk = disk == ProgressState::Clean && synced_end == end;
     }
 }

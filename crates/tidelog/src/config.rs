@@ -98,8 +98,11 @@ impl Config {
 
     /// The record size limit in force.
     pub fn record_bytes_max(&self) -> u64 {
-        self.max_record_bytes
-            .unwrap_or_else(|| DEFAULT_PAYLOAD_MAX.min(self.extent_payload_max()).min(format::FRAME_PAYLOAD_MAX))
+        self.max_record_bytes.unwrap_or_else(|| {
+            DEFAULT_PAYLOAD_MAX
+                .min(self.extent_payload_max())
+                .min(format::FRAME_PAYLOAD_MAX)
+        })
     }
 
     /// The batch size limit in force.
@@ -126,13 +129,17 @@ impl Config {
     /// Checks every field; called by `Wal::open`.
     pub fn validate(&self) -> Result<()> {
         let page = format::PAGE_BYTES;
-        if self.block_size_bytes < 2 * page || self.block_size_bytes % page != 0 {
+        if self.block_size_bytes < 2 * page || !self.block_size_bytes.is_multiple_of(page) {
             return Err(Error::invalid(
                 "block_size_bytes",
-                format!("{} must be a multiple of {page} and at least {}", self.block_size_bytes, 2 * page),
+                format!(
+                    "{} must be a multiple of {page} and at least {}",
+                    self.block_size_bytes,
+                    2 * page
+                ),
             ));
         }
-        if self.file_size_bytes % page != 0
+        if !self.file_size_bytes.is_multiple_of(page)
             || self.file_size_bytes < format::FILE_HEADER_BYTES + self.block_size_bytes
         {
             return Err(Error::invalid(
@@ -146,7 +153,10 @@ impl Config {
         if self.file_size_bytes > FILE_SIZE_MAX {
             return Err(Error::invalid(
                 "file_size_bytes",
-                format!("{} is above the maximum of {FILE_SIZE_MAX} (positions are 32-bit)", self.file_size_bytes),
+                format!(
+                    "{} is above the maximum of {FILE_SIZE_MAX} (positions are 32-bit)",
+                    self.file_size_bytes
+                ),
             ));
         }
         if self.index_interval_bytes == 0 {
@@ -157,24 +167,35 @@ impl Config {
         if record_max == 0 || record_max > payload_max {
             return Err(Error::invalid(
                 "max_record_bytes",
-                format!("{record_max} must be between 1 and {payload_max} (what one file of this geometry holds)"),
+                format!(
+                    "{record_max} must be between 1 and {payload_max} (what one file of this geometry holds)"
+                ),
             ));
         }
         if self.max_batch_records == 0 || self.max_batch_records > u64::from(u32::MAX) {
-            return Err(Error::invalid("max_batch_records", "must be between 1 and 2^32-1"));
+            return Err(Error::invalid(
+                "max_batch_records",
+                "must be between 1 and 2^32-1",
+            ));
         }
         let batch_max = self.batch_bytes_max();
         if batch_max == 0 || batch_max > self.extent_payload_max() {
             return Err(Error::invalid(
                 "max_batch_bytes",
-                format!("{batch_max} must be between 1 and {} (a batch must fit in one file)", self.extent_payload_max()),
+                format!(
+                    "{batch_max} must be between 1 and {} (a batch must fit in one file)",
+                    self.extent_payload_max()
+                ),
             ));
         }
         if self.max_topics == 0 || self.max_topics > u64::from(u32::MAX) {
             return Err(Error::invalid("max_topics", "must be between 1 and 2^32-1"));
         }
         if self.sync_interval_ms == Some(0) {
-            return Err(Error::invalid("sync_interval_ms", "use None to turn the background flush off"));
+            return Err(Error::invalid(
+                "sync_interval_ms",
+                "use None to turn the background flush off",
+            ));
         }
         Ok(())
     }

@@ -35,7 +35,11 @@ pub fn encode_slot(record: &CursorRecord) -> Result<Vec<u8>> {
     let body = rkyv::to_bytes::<rkyv::rancor::Error>(record)
         .map_err(|e| Error::invalid("cursor", format!("cannot encode: {e}")))?;
     if body.len() > format::CS_BODY_MAX {
-        return Err(Error::limit("cursor slot bytes", body.len() as u64, format::CS_BODY_MAX as u64));
+        return Err(Error::limit(
+            "cursor slot bytes",
+            body.len() as u64,
+            format::CS_BODY_MAX as u64,
+        ));
     }
     let mut slot = vec![0u8; CURSOR_SLOT_BYTES];
     format::put_u32(&mut slot, format::CS_MAGIC, format::CURSOR_MAGIC);
@@ -47,7 +51,9 @@ pub fn encode_slot(record: &CursorRecord) -> Result<Vec<u8>> {
 
 /// Decodes a slot; `None` when empty, torn or not ours.
 pub fn decode_slot(slot: &[u8]) -> Option<CursorRecord> {
-    if slot.len() < format::CS_BODY || format::get_u32(slot, format::CS_MAGIC) != format::CURSOR_MAGIC {
+    if slot.len() < format::CS_BODY
+        || format::get_u32(slot, format::CS_MAGIC) != format::CURSOR_MAGIC
+    {
         return None;
     }
     let len = format::get_u32(slot, format::CS_LEN) as usize;
@@ -61,9 +67,23 @@ pub fn decode_slot(slot: &[u8]) -> Option<CursorRecord> {
     rkyv::from_bytes::<CursorRecord, rkyv::rancor::Error>(&aligned).ok()
 }
 
-/// File name of the cursor of `group` on `topic` (`@` cannot occur in either name).
+/// Longest file name most Linux filesystems accept.
+const FILE_NAME_MAX: usize = 255;
+
+/// File name of the cursor of `group` on `topic`: `TOPIC@GROUP.cur` (`@` cannot occur in
+/// either name), or `#` and a 64-bit FNV-1a hash of both when that would exceed 255 bytes. The
+/// slots record topic and group in full, and loading ignores slots of another pair.
 pub fn cursor_file_name(topic: &str, group: &str) -> String {
-    format!("{topic}@{group}.{CURSOR_SUFFIX}")
+    let plain = format!("{topic}@{group}.{CURSOR_SUFFIX}");
+    if plain.len() <= FILE_NAME_MAX {
+        return plain;
+    }
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    for byte in topic.bytes().chain([0u8]).chain(group.bytes()) {
+        hash ^= u64::from(byte);
+        hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    format!("#{hash:016x}.{CURSOR_SUFFIX}")
 }
 
 #[derive(Debug)]
@@ -180,7 +200,13 @@ pub struct CursorTable {
 
 impl CursorTable {
     /// The cursor of `group` on `topic`, loaded on first use.
-    pub fn get(&self, storage: &dyn Storage, data_dir: &Path, topic: &str, group: &str) -> Result<Arc<CursorFile>> {
+    pub fn get(
+        &self,
+        storage: &dyn Storage,
+        data_dir: &Path,
+        topic: &str,
+        group: &str,
+    ) -> Result<Arc<CursorFile>> {
         let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
         let key = (topic.to_owned(), group.to_owned());
         if let Some(c) = open.get(&key) {
@@ -192,22 +218,38 @@ impl CursorTable {
         Ok(c)
     }
 
-    /// Committed offsets of every cursor file in the directory, for `topic`.
+    /// Groups with a cursor file for `topic`, sorted.
     pub fn list(data_dir: &Path, topic: &str) -> Vec<String> {
+        let dir = data_dir.join(CURSOR_DIR);
         let prefix = format!("{topic}@");
-        let Ok(entries) = std::fs::read_dir(data_dir.join(CURSOR_DIR)) else {
+        let suffix = format!(".{CURSOR_SUFFIX}");
+        let Ok(entries) = std::fs::read_dir(&dir) else {
             return Vec::new();
         };
-        let mut groups: Vec<String> = entries
+        let mut groups: Vec<String> = Vec::new();
+        for name in entries
             .filter_map(|e| e.ok())
             .filter_map(|e| e.file_name().into_string().ok())
-            .filter_map(|n| {
-                n.strip_prefix(&prefix)?
-                    .strip_suffix(&format!(".{CURSOR_SUFFIX}"))
-                    .map(str::to_owned)
-            })
-            .collect();
+        {
+            if let Some(group) = name
+                .strip_prefix(&prefix)
+                .and_then(|n| n.strip_suffix(&suffix))
+            {
+                groups.push(group.to_owned());
+            } else if name.starts_with('#') && name.ends_with(&suffix) {
+                // A hashed name: the slots say whose cursor it is.
+                if let Ok(bytes) = std::fs::read(dir.join(&name))
+                    && let Some(r) = bytes
+                        .chunks(CURSOR_SLOT_BYTES)
+                        .filter_map(decode_slot)
+                        .find(|r| r.topic == topic)
+                {
+                    groups.push(r.group);
+                }
+            }
+        }
         groups.sort();
+        groups.dedup();
         groups
     }
 }
@@ -215,6 +257,15 @@ impl CursorTable {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_names_are_hashed_within_the_file_name_limit() {
+        let topic = "t".repeat(249);
+        assert_eq!(cursor_file_name("orders", "billing"), "orders@billing.cur");
+        let long = cursor_file_name(&topic, &"g".repeat(249));
+        assert!(long.len() <= FILE_NAME_MAX && long.starts_with('#'));
+        assert_ne!(long, cursor_file_name(&topic, &"h".repeat(249)));
+    }
 
     #[test]
     fn slot_round_trip_and_torn_slot() {

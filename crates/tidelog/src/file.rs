@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::format::{self, FileHeader, FORMAT_VERSION};
+use crate::format::{self, FORMAT_VERSION, FileHeader};
 use crate::io::Storage;
 use crate::mmap::Mapping;
 
@@ -85,7 +85,8 @@ impl DataFile {
             }
             return Err(Error::io("create data file", path, e));
         }
-        let map = Mapping::map(&file, file_size_bytes, true).map_err(|e| Error::io("mmap", &path, e))?;
+        let map =
+            Mapping::map(&file, file_size_bytes, true).map_err(|e| Error::io("mmap", &path, e))?;
         let block_count = ((file_size_bytes - format::FILE_HEADER_BYTES) / block_size_bytes) as u32;
         Ok(Arc::new(DataFile {
             seq,
@@ -99,7 +100,11 @@ impl DataFile {
 
     /// Opens an existing data file. `Ok(None)` means the file has no valid header yet (a
     /// creation that crashed or is in progress in another process).
-    pub fn open(storage: &dyn Storage, path: &Path, writable: bool) -> Result<Option<Arc<DataFile>>> {
+    pub fn open(
+        storage: &dyn Storage,
+        path: &Path,
+        writable: bool,
+    ) -> Result<Option<Arc<DataFile>>> {
         let file = storage
             .open(path, writable)
             .map_err(|e| Error::io("open data file", path, e))?;
@@ -121,7 +126,7 @@ impl DataFile {
             });
         }
         let geometry_ok = header.block_size_bytes >= 2 * format::PAGE_BYTES
-            && header.block_size_bytes % format::PAGE_BYTES == 0
+            && header.block_size_bytes.is_multiple_of(format::PAGE_BYTES)
             && header.file_size_bytes >= format::FILE_HEADER_BYTES + header.block_size_bytes
             && header.file_size_bytes <= u64::from(u32::MAX) + 1;
         if !geometry_ok {

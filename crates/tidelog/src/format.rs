@@ -1,5 +1,8 @@
 //! Every on-disk byte: file header, block header (identity and progress slots), record frame
-#![expect(missing_docs, reason = "each offset and field is described in docs/FORMAT.md")]
+#![expect(
+    missing_docs,
+    reason = "each offset and field is described in docs/FORMAT.md"
+)]
 //! and index footer. `docs/FORMAT.md` is the prose for these constants; keep the two in step.
 //!
 //! All integers are little-endian. Offsets are chained constants so a field cannot overlap its
@@ -234,7 +237,9 @@ impl Progress {
     /// Decodes the slot; `None` when absent or torn.
     pub fn decode(b: &[u8]) -> Option<Progress> {
         let b = b.get(..PG_LEN)?;
-        if get_u32(b, PG_MAGIC) != PROGRESS_MAGIC || crc32fast::hash(&b[..PG_CRC]) != get_u32(b, PG_CRC) {
+        if get_u32(b, PG_MAGIC) != PROGRESS_MAGIC
+            || crc32fast::hash(&b[..PG_CRC]) != get_u32(b, PG_CRC)
+        {
             return None;
         }
         let state = match get_u32(b, PG_STATE) {
@@ -300,7 +305,7 @@ pub const fn footer_bytes_max(extent_bytes: u64, interval: u64) -> u64 {
 
 // ---- Record frame. --------------------------------------------------------------------------
 
-/// First two bytes of every frame (`1E 7D` on disk); zero bytes mean "no record here".
+/// Bytes 4..6 of every frame (`1E 7D` on disk); zero bytes mean "no record here".
 pub const FRAME_MAGIC: u16 = 0x7D1E;
 /// Frame version byte.
 pub const FRAME_VERSION: u8 = 1;
@@ -311,23 +316,25 @@ pub const FLAG_KEY: u8 = 0b0000_0001;
 /// Every flag bit this version defines.
 pub const FLAGS_KNOWN: u8 = FLAG_KEY;
 
-pub const FR_MAGIC: usize = 0;
+pub const FR_CRC: usize = 0;
+pub const FR_MAGIC: usize = FR_CRC + 4;
 pub const FR_VERSION: usize = FR_MAGIC + 2;
 pub const FR_FLAGS: usize = FR_VERSION + 1;
 pub const FR_LEN: usize = FR_FLAGS + 1;
-pub const FR_CRC: usize = FR_LEN + 4;
-pub const FR_TOPIC_ID: usize = FR_CRC + 4;
+pub const FR_TOPIC_ID: usize = FR_LEN + 4;
 pub const FR_OFFSET: usize = FR_TOPIC_ID + 4;
 pub const FR_TIMESTAMP: usize = FR_OFFSET + 8;
 pub const FR_KEY_LEN: usize = FR_TIMESTAMP + 8;
 pub const FR_BATCH_COUNT: usize = FR_KEY_LEN + 4;
+/// The checksum covers everything after itself: header fields, key and value.
+pub const FR_CRC_FROM: usize = FR_CRC + 4;
 /// Bytes of the frame header; key and value follow.
 pub const FRAME_HEADER: usize = FR_BATCH_COUNT + 4;
 /// [`FRAME_HEADER`] as a `u64`.
 pub const FRAME_HEADER_BYTES: u64 = FRAME_HEADER as u64;
 const _: () = assert!(FRAME_HEADER == 40);
-const _: () = assert!(FRAME_HEADER_BYTES % FRAME_ALIGN == 0);
-const _: () = assert!(FR_OFFSET % 8 == 0 && FR_TIMESTAMP % 8 == 0);
+const _: () = assert!(FRAME_HEADER_BYTES.is_multiple_of(FRAME_ALIGN));
+const _: () = assert!(FR_OFFSET.is_multiple_of(8) && FR_TIMESTAMP.is_multiple_of(8));
 
 /// Largest key plus value one frame can describe (its length field is a `u32`).
 pub const FRAME_PAYLOAD_MAX: u64 = u32::MAX as u64 - FRAME_HEADER_BYTES - FRAME_ALIGN;
@@ -351,8 +358,28 @@ pub struct FrameFields {
     pub batch_count: u32,
 }
 
-/// Builds the 40-byte header of a frame and its checksum (seeded with the extent's salt and
-/// covering the header, key and value).
+/// Fills the 40-byte header of a frame, checksum field left zero.
+#[inline]
+fn fill_header(h: &mut [u8], fields: &FrameFields) {
+    let key_len = fields.key_len.unwrap_or(0);
+    let frame_len = FRAME_HEADER as u32 + key_len + fields.value_len;
+    h[FR_MAGIC..FR_VERSION].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
+    h[FR_VERSION] = FRAME_VERSION;
+    h[FR_FLAGS] = if fields.key_len.is_some() {
+        FLAG_KEY
+    } else {
+        0
+    };
+    put_u32(h, FR_LEN, frame_len);
+    put_u32(h, FR_TOPIC_ID, fields.topic_id);
+    put_u64(h, FR_OFFSET, fields.offset);
+    put_u64(h, FR_TIMESTAMP, fields.timestamp_us);
+    put_u32(h, FR_KEY_LEN, key_len);
+    put_u32(h, FR_BATCH_COUNT, fields.batch_count);
+}
+
+/// Builds the 40-byte header of a frame with its checksum (seeded with the extent's salt,
+/// covering the header after the checksum field, the key and the value).
 #[inline]
 pub fn encode_frame_header(
     fields: &FrameFields,
@@ -360,27 +387,48 @@ pub fn encode_frame_header(
     key: &[u8],
     value: &[u8],
 ) -> [u8; FRAME_HEADER] {
-    let key_len = fields.key_len.unwrap_or(0);
-    debug_assert_eq!(key_len as usize, key.len());
+    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
     debug_assert_eq!(fields.value_len as usize, value.len());
-    let frame_len = FRAME_HEADER as u32 + key_len + fields.value_len;
     let mut h = [0u8; FRAME_HEADER];
-    h[FR_MAGIC..FR_VERSION].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
-    h[FR_VERSION] = FRAME_VERSION;
-    h[FR_FLAGS] = if fields.key_len.is_some() { FLAG_KEY } else { 0 };
-    put_u32(&mut h, FR_LEN, frame_len);
-    put_u32(&mut h, FR_TOPIC_ID, fields.topic_id);
-    put_u64(&mut h, FR_OFFSET, fields.offset);
-    put_u64(&mut h, FR_TIMESTAMP, fields.timestamp_us);
-    put_u32(&mut h, FR_KEY_LEN, key_len);
-    put_u32(&mut h, FR_BATCH_COUNT, fields.batch_count);
+    fill_header(&mut h, fields);
     let mut crc = crc32fast::Hasher::new_with_initial(salt);
-    crc.update(&h[..FR_CRC]);
-    crc.update(&h[FR_TOPIC_ID..]);
+    crc.update(&h[FR_CRC_FROM..]);
     crc.update(key);
     crc.update(value);
     put_u32(&mut h, FR_CRC, crc.finalize());
     h
+}
+
+/// Largest key-plus-value that [`encode_small_frame`] takes.
+pub const SMALL_PAYLOAD_MAX: usize = 472;
+/// Buffer size for [`encode_small_frame`].
+pub const SMALL_FRAME_MAX: usize = FRAME_HEADER + SMALL_PAYLOAD_MAX;
+const _: () = assert!((SMALL_FRAME_MAX as u64).is_multiple_of(FRAME_ALIGN));
+
+/// Encodes a whole small frame (header, key, value, zero padding) into `out`, checksumming it
+/// in one pass; returns the padded length.
+#[inline]
+pub fn encode_small_frame(
+    fields: &FrameFields,
+    salt: u32,
+    key: &[u8],
+    value: &[u8],
+    out: &mut [u8; SMALL_FRAME_MAX],
+) -> usize {
+    let payload = key.len() + value.len();
+    assert!(payload <= SMALL_PAYLOAD_MAX, "small frame too large");
+    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
+    debug_assert_eq!(fields.value_len as usize, value.len());
+    let frame_len = FRAME_HEADER + payload;
+    let padded = frame_padded_len(payload as u64) as usize;
+    fill_header(&mut out[..FRAME_HEADER], fields);
+    out[FRAME_HEADER..FRAME_HEADER + key.len()].copy_from_slice(key);
+    out[FRAME_HEADER + key.len()..frame_len].copy_from_slice(value);
+    out[frame_len..padded].fill(0);
+    let mut crc = crc32fast::Hasher::new_with_initial(salt);
+    crc.update(&out[FR_CRC_FROM..frame_len]);
+    put_u32(&mut out[..], FR_CRC, crc.finalize());
+    padded
 }
 
 /// Why bytes at a position are not a valid frame.
@@ -470,8 +518,7 @@ pub fn decode_frame(
         .ok_or(FrameError::Truncated)?;
     if verify_checksum {
         let mut crc = crc32fast::Hasher::new_with_initial(salt);
-        crc.update(&frame[..FR_CRC]);
-        crc.update(&frame[FR_TOPIC_ID..]);
+        crc.update(&frame[FR_CRC_FROM..]);
         if crc.finalize() != get_u32(frame, FR_CRC) {
             return Err(FrameError::BadChecksum);
         }
@@ -508,7 +555,7 @@ pub const CS_CRC: usize = CS_LEN + 4;
 pub const CS_BODY: usize = CS_CRC + 4;
 /// Largest rkyv archive a slot holds.
 pub const CS_BODY_MAX: usize = CURSOR_SLOT_BYTES - CS_BODY;
-const _: () = assert!(CS_BODY % 4 == 0);
+const _: () = assert!(CS_BODY.is_multiple_of(4));
 const _: () = assert!(2 * TOPIC_NAME_MAX + 64 < CS_BODY_MAX);
 
 // ---- Helpers. -------------------------------------------------------------------------------
@@ -560,7 +607,10 @@ mod tests {
         let mut out = h.to_vec();
         out.extend_from_slice(key.unwrap_or(&[]));
         out.extend_from_slice(value);
-        out.resize(frame_padded_len((key.map_or(0, <[u8]>::len) + value.len()) as u64) as usize, 0);
+        out.resize(
+            frame_padded_len((key.map_or(0, <[u8]>::len) + value.len()) as u64) as usize,
+            0,
+        );
         out
     }
 
@@ -581,24 +631,61 @@ mod tests {
     }
 
     #[test]
+    fn small_and_large_encodings_agree() {
+        let fields = FrameFields {
+            topic_id: 3,
+            offset: 11,
+            timestamp_us: 5,
+            key_len: Some(2),
+            value_len: 5,
+            batch_count: 1,
+        };
+        let mut out = [0xAAu8; SMALL_FRAME_MAX];
+        let padded = encode_small_frame(&fields, 9, b"kk", b"value", &mut out);
+        let h = encode_frame_header(&fields, 9, b"kk", b"value");
+        assert_eq!(&out[..FRAME_HEADER], &h[..]);
+        assert_eq!(padded, 48);
+        assert!(out[47..48].iter().all(|&b| b == 0));
+        assert!(decode_frame(&out[..padded], 0, 9, 3, 11, true).is_ok());
+    }
+
+    #[test]
     fn every_bit_flip_is_detected() {
         let f = frame(Some(b"key"), b"some value bytes", 9);
         let frame_len = FRAME_HEADER + 3 + 16;
         for bit in 0..frame_len * 8 {
             let mut g = f.clone();
             g[bit / 8] ^= 1 << (bit % 8);
-            assert!(decode_frame(&g, 0, 0xABCD, 7, 9, true).is_err(), "flip of bit {bit} undetected");
+            assert!(
+                decode_frame(&g, 0, 0xABCD, 7, 9, true).is_err(),
+                "flip of bit {bit} undetected"
+            );
         }
     }
 
     #[test]
     fn wrong_salt_topic_offset_rejected() {
         let f = frame(None, b"v", 1);
-        assert_eq!(decode_frame(&f, 0, 1, 7, 1, true), Err(FrameError::BadChecksum));
-        assert_eq!(decode_frame(&f, 0, 0xABCD, 8, 1, true), Err(FrameError::WrongTopic));
-        assert_eq!(decode_frame(&f, 0, 0xABCD, 7, 2, true), Err(FrameError::WrongOffset));
-        assert_eq!(decode_frame(&[0u8; 64], 0, 0xABCD, 7, 2, true), Err(FrameError::End));
-        assert_eq!(decode_frame(&f[..20], 0, 0xABCD, 7, 1, true), Err(FrameError::Truncated));
+        assert_eq!(
+            decode_frame(&f, 0, 1, 7, 1, true),
+            Err(FrameError::BadChecksum)
+        );
+        assert_eq!(
+            decode_frame(&f, 0, 0xABCD, 8, 1, true),
+            Err(FrameError::WrongTopic)
+        );
+        assert_eq!(
+            decode_frame(&f, 0, 0xABCD, 7, 2, true),
+            Err(FrameError::WrongOffset)
+        );
+        assert_eq!(
+            decode_frame(&[0u8; 64], 0, 0xABCD, 7, 2, true),
+            Err(FrameError::End)
+        );
+        assert_eq!(
+            decode_frame(&f[..20], 0, 0xABCD, 7, 1, true),
+            Err(FrameError::Truncated)
+        );
     }
 
     #[test]

@@ -202,7 +202,11 @@ impl FaultStorage {
     /// How many calls the armed faults of `point` have failed so far.
     pub fn hits(&self, point: &str) -> u64 {
         let armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
-        armed.iter().filter(|a| a.point == point).map(|a| a.hits).sum()
+        armed
+            .iter()
+            .filter(|a| a.point == point)
+            .map(|a| a.hits)
+            .sum()
     }
 
     fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
@@ -222,7 +226,9 @@ impl FaultStorage {
 
     fn fail(&self, point: &'static str, path: &Path) -> io::Result<()> {
         match self.check(point, path) {
-            Some(Fault::Once(errno) | Fault::Always(errno)) => Err(io::Error::from_raw_os_error(errno)),
+            Some(Fault::Once(errno) | Fault::Always(errno)) => {
+                Err(io::Error::from_raw_os_error(errno))
+            }
             Some(Fault::ShortWrite(_)) => Err(io::Error::from_raw_os_error(libc::EIO)),
             None => Ok(()),
         }

@@ -47,14 +47,15 @@ mod spin;
 mod topic;
 mod wal;
 
-pub use config::{validate_name, Config, FILE_SIZE_MAX};
+pub use config::{Config, FILE_SIZE_MAX, validate_name};
 pub use error::{Error, Result};
 pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
 pub use recovery::RecoveryReport;
 pub use topic::Append;
-pub use wal::{TopicInfo, Wal, Writer, LOCK_FILE};
+pub use wal::{LOCK_FILE, TopicInfo, Wal, Writer};
 
-/// Microseconds since the Unix epoch, as tidelog stamps records.
+/// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each
+/// `Wal`'s own clock, which tracks this one to within about a microsecond.
 pub fn now_us() -> u64 {
     clock::now_us()
 }

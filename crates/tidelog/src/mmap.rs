@@ -9,7 +9,10 @@
 //! - disk space for a range is reserved with fallocate before it is written (no SIGBUS on a
 //!   full disk).
 
-#![expect(unsafe_code, reason = "mapped memory is raw memory shared with the kernel and other processes")]
+#![expect(
+    unsafe_code,
+    reason = "mapped memory is raw memory shared with the kernel and other processes"
+)]
 
 use std::fmt;
 use std::fs::File;
@@ -36,7 +39,8 @@ impl fmt::Debug for Mapping {
 impl Mapping {
     /// Maps the first `len` bytes of `file`, read-write or read-only.
     pub fn map(file: &File, len: u64, writable: bool) -> io::Result<Mapping> {
-        let len_usize = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
+        let len_usize =
+            usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
         let mut opts = MmapOptions::new();
         opts.len(len_usize);
         let raw = if writable {
@@ -65,15 +69,17 @@ impl Mapping {
     pub unsafe fn write(&self, at: usize, parts: &[&[u8]]) {
         assert!(self.writable, "write to a read-only mapping");
         let total: usize = parts.iter().map(|p| p.len()).sum();
-        assert!(at.checked_add(total).is_some_and(|end| end <= self.len), "write out of bounds");
+        assert!(
+            at.checked_add(total).is_some_and(|end| end <= self.len),
+            "write out of bounds"
+        );
         let mut dst = at;
         for part in parts {
-            // SAFETY: in bounds (asserted above); the caller guarantees exclusive access to the
-            // range, and `part` is a separate allocation or a published range elsewhere, so the
-            // two do not overlap.
-            unsafe {
-                std::ptr::copy_nonoverlapping(part.as_ptr(), self.raw.as_mut_ptr().add(dst), part.len());
-            }
+            let to = self.raw.as_mut_ptr().wrapping_add(dst);
+            // SAFETY: `[dst, dst + len)` is in bounds (asserted above), so `to` points into the
+            // mapping; the caller guarantees exclusive access to the range, and `part` lies
+            // outside it, so the copy does not overlap.
+            unsafe { std::ptr::copy_nonoverlapping(part.as_ptr(), to, part.len()) };
             dst += part.len();
         }
     }
@@ -84,20 +90,29 @@ impl Mapping {
     /// The range must be in bounds and immutable for the lifetime of the borrow: published
     /// records (in the writing process) or durable records (in a read-only process).
     pub unsafe fn slice(&self, at: usize, len: usize) -> &[u8] {
-        assert!(at.checked_add(len).is_some_and(|end| end <= self.len), "slice out of bounds");
-        // SAFETY: in bounds (asserted); the mapping lives as long as `self`; the caller
-        // guarantees nobody writes the range while the borrow lives.
-        unsafe { std::slice::from_raw_parts(self.raw.as_ptr().add(at), len) }
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "slice out of bounds"
+        );
+        let from = self.raw.as_ptr().wrapping_add(at);
+        // SAFETY: `[at, at + len)` is in bounds (asserted), the mapping lives as long as
+        // `self`, and the caller guarantees nobody writes the range while the borrow lives.
+        unsafe { std::slice::from_raw_parts(from, len) }
     }
 
     /// Copies `[at, at + out.len())` out of the mapping. Safe for ranges that may change under
     /// us (header slots another process rewrites): the copy is validated by its checksum.
     pub fn copy_out(&self, at: usize, out: &mut [u8]) {
-        assert!(at.checked_add(out.len()).is_some_and(|end| end <= self.len), "copy out of bounds");
+        assert!(
+            at.checked_add(out.len()).is_some_and(|end| end <= self.len),
+            "copy out of bounds"
+        );
+        let base = self.raw.as_ptr().wrapping_add(at);
         for (i, byte) in out.iter_mut().enumerate() {
+            let from = base.wrapping_add(i);
             // SAFETY: in bounds (asserted); a volatile byte read of shared memory that another
-            // party may be writing has no aliasing requirement and yields some byte value.
-            *byte = unsafe { std::ptr::read_volatile(self.raw.as_ptr().add(at + i)) };
+            // party may be writing creates no reference and yields some byte value.
+            *byte = unsafe { std::ptr::read_volatile(from) };
         }
     }
 
@@ -105,11 +120,17 @@ impl Mapping {
     /// recovering writer writes and no slice covers.
     pub fn write_header(&self, at: usize, bytes: &[u8]) {
         assert!(self.writable, "write to a read-only mapping");
-        assert!(at.checked_add(bytes.len()).is_some_and(|end| end <= self.len), "write out of bounds");
+        assert!(
+            at.checked_add(bytes.len())
+                .is_some_and(|end| end <= self.len),
+            "write out of bounds"
+        );
+        let base = self.raw.as_mut_ptr().wrapping_add(at);
         for (i, byte) in bytes.iter().enumerate() {
-            // SAFETY: in bounds (asserted); header slots are never handed out as slices, and
-            // concurrent readers only use `copy_out`, so no reference aliases these bytes.
-            unsafe { std::ptr::write_volatile(self.raw.as_mut_ptr().add(at + i), *byte) };
+            let to = base.wrapping_add(i);
+            // SAFETY: in bounds (asserted); header slots and footers are never handed out as
+            // slices, and concurrent readers only use `copy_out`, so no reference aliases them.
+            unsafe { std::ptr::write_volatile(to, *byte) };
         }
     }
 

@@ -131,7 +131,9 @@ impl Record {
     }
     /// The key, if the record has one.
     pub fn key(&self) -> Option<&[u8]> {
-        self.key.as_ref().map(|r| self.block.bytes(r.start, r.len()))
+        self.key
+            .as_ref()
+            .map(|r| self.block.bytes(r.start, r.len()))
     }
     /// The value, borrowed from the mapped file.
     pub fn value(&self) -> &[u8] {
@@ -164,10 +166,16 @@ impl Reader {
         options: &ReaderOptions,
     ) -> Result<Reader> {
         if let CommitMode::AutoEvery(0) = options.commit {
-            return Err(Error::invalid("commit", "AutoEvery needs a positive record count"));
+            return Err(Error::invalid(
+                "commit",
+                "AutoEvery needs a positive record count",
+            ));
         }
         if cursor.is_none() && options.commit != CommitMode::Explicit {
-            return Err(Error::invalid("commit", "automatic commit modes need a group"));
+            return Err(Error::invalid(
+                "commit",
+                "automatic commit modes need a group",
+            ));
         }
         let mut reader = Reader {
             shared,
@@ -264,7 +272,10 @@ impl Reader {
             return Err(Error::ReadOnly);
         }
         let Some(cursor) = &self.cursor else {
-            return Err(Error::invalid("group", "an anonymous reader has no cursor to commit"));
+            return Err(Error::invalid(
+                "group",
+                "an anonymous reader has no cursor to commit",
+            ));
         };
         let next = self.topic.next_offset();
         if offset > next {
@@ -298,14 +309,9 @@ impl Reader {
         Ok(true)
     }
 
-    /// Moves to the next published record and returns where it is; `None` at the end.
-    fn step(&mut self) -> Result<Option<FrameView>> {
-        self.shared.check_open()?;
-        if let CommitMode::AutoEvery(n) = self.mode {
-            if self.uncommitted >= n {
-                self.commit()?;
-            }
-        }
+    /// Positions on the next published record without consuming it or committing; returns its
+    /// frame (checksum verified when `verify`), `None` at the end.
+    fn peek(&mut self, verify: bool) -> Result<Option<FrameView>> {
         loop {
             let Some(block) = &self.block else {
                 if !self.resolve()? {
@@ -316,17 +322,16 @@ impl Reader {
             let (_, end) = block.published();
             if self.pos < end {
                 let view = block
-                    .frame_at(self.pos, self.next_offset, self.verify)
-                    .map_err(|e| block.corruption(&self.topic.name, self.next_offset, self.pos, e))?;
-                if self.mode == CommitMode::Strict {
-                    self.commit_offset(self.next_offset + 1)?;
-                }
-                self.pos = view.next_position as u64;
-                self.next_offset += 1;
-                self.uncommitted += 1;
+                    .frame_at(self.pos, self.next_offset, verify)
+                    .map_err(|e| {
+                        block.corruption(&self.topic.name, self.next_offset, self.pos, e)
+                    })?;
                 return Ok(Some(view));
             }
-            if block.final_state().is_some_and(|(_, final_end)| final_end == self.pos) {
+            if block
+                .final_state()
+                .is_some_and(|(_, final_end)| final_end == self.pos)
+            {
                 self.block = None;
                 if !self.resolve()? {
                     return Ok(None);
@@ -337,9 +342,32 @@ impl Reader {
         }
     }
 
+    /// Moves to the next published record and returns where it is; `None` at the end.
+    fn step(&mut self) -> Result<Option<FrameView>> {
+        self.shared.check_open()?;
+        if let CommitMode::AutoEvery(n) = self.mode
+            && self.uncommitted >= n
+        {
+            self.commit()?;
+        }
+        let Some(view) = self.peek(self.verify)? else {
+            return Ok(None);
+        };
+        if self.mode == CommitMode::Strict {
+            self.commit_offset(self.next_offset + 1)?;
+        }
+        self.pos = view.next_position as u64;
+        self.next_offset += 1;
+        self.uncommitted += 1;
+        Ok(Some(view))
+    }
+
     /// The next record, borrowed from the mapping; `Ok(None)` when nothing more is published.
     /// A record that fails validation is an [`Error::Corruption`] and the reader stays put.
-    #[expect(clippy::should_implement_trait, reason = "a lending iterator, not an Iterator")]
+    #[expect(
+        clippy::should_implement_trait,
+        reason = "a lending iterator, not an Iterator"
+    )]
     pub fn next(&mut self) -> Result<Option<RecordRef<'_>>> {
         let Some(view) = self.step()? else {
             return Ok(None);
@@ -370,14 +398,19 @@ impl Reader {
         Ok(Some(Record::new(Arc::clone(block), &view)))
     }
 
-    /// Up to `max_records` records totalling at most `max_bytes` of values (at least one
-    /// record when any is available), as owned handles.
+    /// Up to `max_records` records whose values total at most `max_bytes`, as owned handles.
+    /// The first record is returned even if it alone is larger than `max_bytes`, so a reader
+    /// always makes progress.
     pub fn next_batch(&mut self, max_records: usize, max_bytes: u64) -> Result<Vec<Record>> {
         let mut out = Vec::new();
         let mut bytes = 0u64;
         while out.len() < max_records {
-            if !out.is_empty() && bytes >= max_bytes {
-                break;
+            if !out.is_empty() {
+                self.shared.check_open()?;
+                match self.peek(false)? {
+                    Some(view) if bytes + view.value.len() as u64 <= max_bytes => {}
+                    _ => break,
+                }
             }
             match self.next_record()? {
                 Some(r) => {

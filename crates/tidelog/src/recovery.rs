@@ -94,7 +94,14 @@ fn scan(
     let stop;
     loop {
         let offset = block.first_offset + count;
-        match format::decode_frame(extent, pos as usize, block.salt, block.topic_id, offset, true) {
+        match format::decode_frame(
+            extent,
+            pos as usize,
+            block.salt,
+            block.topic_id,
+            offset,
+            true,
+        ) {
             Ok(view) => {
                 if batch_left == 0 {
                     if view.batch_count == 0 {
@@ -127,7 +134,10 @@ fn scan(
             }
             Err(FrameError::Truncated) if pos + format::FRAME_HEADER_BYTES > limit => {
                 // Not even a header fits before the limit: the clean end of the extent.
-                stop = if extent.get(pos as usize..).is_some_and(|r| r.iter().all(|&b| b == 0)) {
+                stop = if extent
+                    .get(pos as usize..)
+                    .is_some_and(|r| r.iter().all(|&b| b == 0))
+                {
                     FrameError::End
                 } else {
                     FrameError::Truncated
@@ -247,7 +257,10 @@ pub fn recover(
                 offset: 0,
                 path: path.clone(),
                 position: 0,
-                reason: format!("file header says sequence {} but the name says {seq}", file.seq),
+                reason: format!(
+                    "file header says sequence {} but the name says {seq}",
+                    file.seq
+                ),
             });
         }
         out.report.files += 1;
@@ -281,16 +294,16 @@ pub fn recover(
     let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
     let mut id_names: HashMap<u32, String> = HashMap::new();
     for f in found {
-        if let Some(name) = id_names.get(&f.id.topic_id) {
-            if *name != f.id.topic {
-                return Err(Error::Corruption {
-                    topic: f.id.topic.clone(),
-                    offset: f.id.first_offset,
-                    path: f.file.path.clone(),
-                    position: f.file.block_position(f.id.block_index),
-                    reason: format!("topic id {} also names topic {name:?}", f.id.topic_id),
-                });
-            }
+        if let Some(name) = id_names.get(&f.id.topic_id)
+            && *name != f.id.topic
+        {
+            return Err(Error::Corruption {
+                topic: f.id.topic.clone(),
+                offset: f.id.first_offset,
+                path: f.file.path.clone(),
+                position: f.file.block_position(f.id.block_index),
+                reason: format!("topic id {} also names topic {name:?}", f.id.topic_id),
+            });
         }
         id_names.insert(f.id.topic_id, f.id.topic.clone());
         by_topic.entry(f.id.topic.clone()).or_default().push(f);
@@ -331,7 +344,10 @@ pub fn recover(
             };
             let durable_claim = f.progress.map_or(0, |p| p.record_count);
             if dropping || expected.is_some_and(|e| e != f.id.first_offset) {
-                if durable_claim > 0 && f.progress.is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES) {
+                if durable_claim > 0
+                    && f.progress
+                        .is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES)
+                {
                     return Err(block.corruption(
                         &name,
                         expected.unwrap_or(f.id.first_offset),
@@ -352,10 +368,23 @@ pub fn recover(
             }
             match f.progress {
                 Some(p) if p.state == ProgressState::Sealed => {
-                    if p.durable_end < format::BLOCK_HEADER_BYTES || p.durable_end > block.data_limit {
-                        return Err(block.corruption(&name, f.id.first_offset, 0, FrameError::BadLength));
+                    if p.durable_end < format::BLOCK_HEADER_BYTES
+                        || p.durable_end > block.data_limit
+                    {
+                        return Err(block.corruption(
+                            &name,
+                            f.id.first_offset,
+                            0,
+                            FrameError::BadLength,
+                        ));
                     }
-                    block.restore(p.record_count, p.durable_end, p.max_timestamp_us, p.durable_end, true);
+                    block.restore(
+                        p.record_count,
+                        p.durable_end,
+                        p.max_timestamp_us,
+                        p.durable_end,
+                        ProgressState::Sealed,
+                    );
                     block.set_final(p.record_count, p.durable_end);
                     out.report.sealed_extents += 1;
                     if p.record_count == 0 {
@@ -366,12 +395,30 @@ pub fn recover(
                 }
                 progress => {
                     let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
-                    let limit = if writable { block.data_limit } else { watermark.min(block.data_limit) };
+                    let limit = if writable {
+                        block.data_limit
+                    } else {
+                        watermark.min(block.data_limit)
+                    };
                     // Resume a read-only scan where the last refresh stopped.
                     let (count0, end0) = block.published();
-                    let index0 = if known.contains_key(&key) { block.index_snapshot() } else { Vec::new() };
+                    let index0 = if known.contains_key(&key) {
+                        block.index_snapshot()
+                    } else {
+                        Vec::new()
+                    };
                     let last0 = index0.last().map(|e| e.position);
-                    let s = scan(&block, limit, end0, count0, block.max_timestamp_us(), index0, last0, interval);
+                    let s = scan(
+                        &block,
+                        limit,
+                        end0,
+                        count0,
+                        // Index entries and extent maxima are running maxima of the topic.
+                        tail.max_ts.max(block.max_timestamp_us()),
+                        index0,
+                        last0,
+                        interval,
+                    );
                     out.report.scanned_extents += 1;
                     out.report.scanned_bytes += s.end - end0;
                     if s.end < watermark.min(block.data_limit) {
@@ -379,7 +426,11 @@ pub fn recover(
                             &name,
                             f.id.first_offset + s.count,
                             s.end,
-                            if s.stop == FrameError::End { FrameError::BadMagic } else { s.stop },
+                            if s.stop == FrameError::End {
+                                FrameError::BadMagic
+                            } else {
+                                s.stop
+                            },
                         ));
                     }
                     let torn = s.stop != FrameError::End || s.cut_records > 0;
@@ -389,8 +440,19 @@ pub fn recover(
                     }
                     block.set_index(s.index);
                     let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
-                    block.restore(s.count, s.end, s.max_ts, synced, false);
-                    if s.count == 0 && !(writable && i == last && !torn && progress.is_some_and(|p| p.state == ProgressState::Clean)) {
+                    block.restore(
+                        s.count,
+                        s.end,
+                        s.max_ts,
+                        synced,
+                        progress.map_or(ProgressState::Open, |p| p.state),
+                    );
+                    if s.count == 0
+                        && !(writable
+                            && i == last
+                            && !torn
+                            && progress.is_some_and(|p| p.state == ProgressState::Clean))
+                    {
                         continue;
                     }
                     tail.max_ts = tail.max_ts.max(s.max_ts);
@@ -398,7 +460,9 @@ pub fn recover(
                     let resumable = writable
                         && i == last
                         && !torn
-                        && progress.is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
+                        && progress.is_some_and(|p| {
+                            p.state == ProgressState::Clean && p.durable_end == s.end
+                        });
                     if resumable {
                         tail.block = Some(Arc::clone(&block));
                         tail.pos = s.end;

@@ -22,7 +22,9 @@ unsafe impl<T: Send> Send for SpinLock<T> {}
 
 impl<T> fmt::Debug for SpinLock<T> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("SpinLock").field("locked", &self.locked.load(Ordering::Relaxed)).finish()
+        f.debug_struct("SpinLock")
+            .field("locked", &self.locked.load(Ordering::Relaxed))
+            .finish()
     }
 }
 

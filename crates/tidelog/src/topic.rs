@@ -4,15 +4,16 @@
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Range;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
 use crate::alloc::BlockAllocator;
 use crate::block::Block;
-use crate::clock;
+use crate::clock::{self, Clock};
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
+use crate::spin::{SpinGuard, SpinLock};
 
 /// One record to append: optional key, value, optional timestamp (default: now).
 #[derive(Debug, Clone, Copy, Default)]
@@ -48,6 +49,7 @@ pub struct Ctx<'a> {
     pub storage: &'a dyn Storage,
     pub alloc: &'a BlockAllocator,
     pub config: &'a Config,
+    pub clock: &'a Clock,
 }
 
 /// Writer-side state, under the topic lock.
@@ -73,7 +75,8 @@ pub struct Tail {
 pub struct Topic {
     pub name: String,
     pub id: u32,
-    tail: Mutex<Tail>,
+    /// Held only to reserve (and, rarely, to roll to a new extent).
+    tail: SpinLock<Tail>,
     /// Offset after the last published record.
     published_next: AtomicU64,
     /// Extents in offset order.
@@ -87,15 +90,15 @@ impl Topic {
         Topic {
             name,
             id,
-            tail: Mutex::new(Tail::default()),
+            tail: SpinLock::new(Tail::default()),
             published_next: AtomicU64::new(0),
             chain: RwLock::new(Vec::new()),
             unsynced: Mutex::new(Vec::new()),
         }
     }
 
-    pub fn tail(&self) -> MutexGuard<'_, Tail> {
-        self.tail.lock().unwrap_or_else(|p| p.into_inner())
+    pub fn tail(&self) -> SpinGuard<'_, Tail> {
+        self.tail.lock()
     }
 
     /// Offset the next published record will have.
@@ -107,7 +110,9 @@ impl Topic {
     /// First offset still stored.
     pub fn first_offset(&self) -> u64 {
         let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
-        chain.first().map_or_else(|| self.next_offset(), |b| b.first_offset)
+        chain
+            .first()
+            .map_or_else(|| self.next_offset(), |b| b.first_offset)
     }
 
     /// Bytes of published records (frames with padding) across the chain.
@@ -125,7 +130,8 @@ impl Topic {
 
     /// Installs recovered state (recovery, before the topic is shared).
     pub fn restore(&self, chain: Vec<Arc<Block>>, unsynced: Vec<Arc<Block>>, tail: Tail) {
-        self.published_next.store(tail.next_offset, Ordering::Release);
+        self.published_next
+            .store(tail.next_offset, Ordering::Release);
         *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
         *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()) = unsynced;
         *self.tail() = tail;
@@ -134,7 +140,10 @@ impl Topic {
     /// Adds a discovered extent (read-only refresh) and moves the published offset.
     pub fn extend_read_only(&self, block: Option<Arc<Block>>, next_offset: u64) {
         if let Some(block) = block {
-            self.chain.write().unwrap_or_else(|p| p.into_inner()).push(block);
+            self.chain
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(block);
         }
         self.published_next.fetch_max(next_offset, Ordering::AcqRel);
     }
@@ -146,7 +155,10 @@ impl Topic {
 
     /// Extents waiting for the flusher.
     pub fn unsynced(&self) -> Vec<Arc<Block>> {
-        self.unsynced.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// Drops sealed extents from the flusher's list.
@@ -160,7 +172,7 @@ impl Topic {
         let n = records.len() as u64;
         debug_assert!(n > 0);
         let now = if records.iter().any(|r| r.timestamp_us.is_none()) {
-            clock::now_us()
+            ctx.clock.now_us()
         } else {
             0
         };
@@ -190,7 +202,10 @@ impl Topic {
         let mut pos = start_pos;
         for (i, r) in records.iter().enumerate() {
             tail.max_ts = tail.max_ts.max(r.timestamp_us.unwrap_or(now));
-            if tail.last_index_pos.is_none_or(|last| pos - last >= interval) {
+            if tail
+                .last_index_pos
+                .is_none_or(|last| pos - last >= interval)
+            {
                 block.push_index(IndexEntry {
                     offset: first + i as u64,
                     position: pos,
@@ -200,7 +215,8 @@ impl Topic {
             }
             pos += format::frame_padded_len(r.payload_len());
         }
-        block.note_timestamp(tail.max_ts);
+        // Only lock holders write it, so a plain store suffices.
+        block.set_max_timestamp(tail.max_ts);
         tail.pos = pos;
         tail.count += n;
         tail.next_offset += n;
@@ -209,6 +225,7 @@ impl Topic {
 
         // Checksum and copy, no lock held.
         let mut pos = start_pos;
+        let mut small = [0u8; format::SMALL_FRAME_MAX];
         for (i, r) in records.iter().enumerate() {
             let key = r.key.unwrap_or(&[]);
             let fields = FrameFields {
@@ -219,8 +236,14 @@ impl Topic {
                 value_len: r.value.len() as u32,
                 batch_count: if i == 0 { n as u32 } else { 0 },
             };
-            let header = format::encode_frame_header(&fields, block.salt, key, r.value);
-            block.write_frame(pos, &header, key, r.value);
+            if r.payload_len() as usize <= format::SMALL_PAYLOAD_MAX {
+                // One checksum pass and one copy for the whole frame.
+                let len = format::encode_small_frame(&fields, block.salt, key, r.value, &mut small);
+                block.write_encoded(pos, &small[..len]);
+            } else {
+                let header = format::encode_frame_header(&fields, block.salt, key, r.value);
+                block.write_frame(pos, &header, key, r.value);
+            }
             pos += format::frame_padded_len(r.payload_len());
         }
 
@@ -352,6 +375,8 @@ impl Topic {
 
 /// A fresh checksum seed for a new extent.
 fn new_salt() -> u32 {
+    // RandomState is seeded per process and advanced per instance; mixing in the time keeps
+    // salts distinct across restarts too.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(clock::now_us());
     h.finish() as u32

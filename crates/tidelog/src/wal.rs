@@ -12,6 +12,7 @@ use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
 use crate::block::Block;
+use crate::clock::Clock;
 use crate::config::{self, Config};
 use crate::cursor::{CURSOR_DIR, CursorTable};
 use crate::error::{Error, Result};
@@ -49,6 +50,10 @@ pub(crate) struct Shared {
     closed: AtomicBool,
     flush_lock: Mutex<()>,
     cursors: CursorTable,
+    clock: Clock,
+    /// `config.record_bytes_max()` and `config.batch_bytes_max()`, computed once.
+    record_bytes_max: u64,
+    batch_bytes_max: u64,
     report: Mutex<RecoveryReport>,
     /// Extents a read-only handle has seen, reused by refresh.
     known: Mutex<Known>,
@@ -80,15 +85,20 @@ impl Shared {
             storage: self.storage.as_ref(),
             alloc: &self.alloc,
             config: &self.config,
+            clock: &self.clock,
         }
     }
 
     fn topic(&self, name: &str) -> Result<Arc<Topic>> {
         config::validate_name(name)?;
         let table = self.topics.read().unwrap_or_else(|p| p.into_inner());
-        table.by_name.get(name).cloned().ok_or_else(|| Error::UnknownTopic {
-            topic: name.to_owned(),
-        })
+        table
+            .by_name
+            .get(name)
+            .cloned()
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: name.to_owned(),
+            })
     }
 
     fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
@@ -108,13 +118,16 @@ impl Shared {
         }
         let count = table.by_name.len() as u64;
         if count >= self.config.max_topics {
-            return Err(Error::limit("max_topics", count + 1, self.config.max_topics));
+            return Err(Error::limit(
+                "max_topics",
+                count + 1,
+                self.config.max_topics,
+            ));
         }
         let id = table.next_id;
-        table.next_id = table
-            .next_id
-            .checked_add(1)
-            .ok_or_else(|| Error::limit("topic ids", u64::from(u32::MAX) + 1, u64::from(u32::MAX)))?;
+        table.next_id = table.next_id.checked_add(1).ok_or_else(|| {
+            Error::limit("topic ids", u64::from(u32::MAX) + 1, u64::from(u32::MAX))
+        })?;
         let topic = Arc::new(Topic::new(name.to_owned(), id));
         table.by_name.insert(name.to_owned(), Arc::clone(&topic));
         Ok(topic)
@@ -127,11 +140,16 @@ impl Shared {
 
     /// Makes everything published so far durable; seals finished extents.
     fn flush(&self) -> Result<()> {
+        self.flush_inner(false)
+    }
+
+    /// `closing`: appends have stopped; active extents are marked `Clean` in the same write.
+    fn flush_inner(&self, closing: bool) -> Result<()> {
         let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         for topic in self.all_topics() {
             let mut sealed = Vec::new();
             for block in topic.unsynced() {
-                if block.sync(self.storage.as_ref(), &topic.name)? {
+                if block.sync(self.storage.as_ref(), &topic.name, closing)? {
                     sealed.push(block);
                 }
             }
@@ -145,12 +163,19 @@ impl Shared {
     fn validate_records(&self, records: &[Append<'_>]) -> Result<()> {
         let cfg = &self.config;
         if records.is_empty() {
-            return Err(Error::invalid("records", "a batch needs at least one record"));
+            return Err(Error::invalid(
+                "records",
+                "a batch needs at least one record",
+            ));
         }
         if records.len() as u64 > cfg.max_batch_records {
-            return Err(Error::limit("max_batch_records", records.len() as u64, cfg.max_batch_records));
+            return Err(Error::limit(
+                "max_batch_records",
+                records.len() as u64,
+                cfg.max_batch_records,
+            ));
         }
-        let record_max = cfg.record_bytes_max();
+        let record_max = self.record_bytes_max;
         let mut total = 0u64;
         for r in records {
             let len = r.payload_len();
@@ -159,7 +184,7 @@ impl Shared {
             }
             total += len;
         }
-        let batch_max = cfg.batch_bytes_max();
+        let batch_max = self.batch_bytes_max;
         if records.len() > 1 && total > batch_max {
             return Err(Error::limit("max_batch_bytes", total, batch_max));
         }
@@ -189,26 +214,39 @@ impl Shared {
                     std::thread::yield_now();
                 }
             }
-            result = self.flush();
-            if result.is_ok() {
-                for topic in &topics {
-                    let tail = topic.tail();
-                    if let Some(block) = &tail.block {
-                        if let Err(e) = block.mark_clean(self.storage.as_ref()) {
-                            result = Err(e);
-                            break;
-                        }
-                    }
-                }
-            }
+            result = self.flush_inner(true);
         }
         self.closed.store(true, Ordering::Release);
         // Release mappings held by the tables; records still alive keep theirs.
-        self.topics.write().unwrap_or_else(|p| p.into_inner()).by_name.clear();
-        self.files.write().unwrap_or_else(|p| p.into_inner()).clear();
+        self.topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_name
+            .clear();
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
         self.known.lock().unwrap_or_else(|p| p.into_inner()).clear();
-        *self.lock_file.lock().unwrap_or_else(|p| p.into_inner()) = None;
+        release_lock(
+            self.lock_file
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         result
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // Covers opens that fail after taking the lock; `close` has usually released it.
+        release_lock(
+            self.lock_file
+                .get_mut()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
     }
 }
 
@@ -252,7 +290,11 @@ impl Wal {
     }
 
     /// Opens `dir` for writing with `config`, doing all file I/O through `storage`.
-    pub fn open_with_storage(dir: impl AsRef<Path>, config: Config, storage: Arc<dyn Storage>) -> Result<Wal> {
+    pub fn open_with_storage(
+        dir: impl AsRef<Path>,
+        config: Config,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Wal> {
         Self::open_inner(dir.as_ref(), config, storage, false)
     }
 
@@ -267,7 +309,12 @@ impl Wal {
         Self::open_inner(dir.as_ref(), config, Arc::new(StdStorage), true)
     }
 
-    fn open_inner(dir: &Path, config: Config, storage: Arc<dyn Storage>, read_only: bool) -> Result<Wal> {
+    fn open_inner(
+        dir: &Path,
+        config: Config,
+        storage: Arc<dyn Storage>,
+        read_only: bool,
+    ) -> Result<Wal> {
         config.validate()?;
         let lock_file = if read_only {
             if !dir.is_dir() {
@@ -281,7 +328,20 @@ impl Wal {
         } else {
             Some(lock_dir(storage.as_ref(), dir)?)
         };
-        let recovered = recovery::recover(dir, &config, storage.as_ref(), !read_only, &BTreeMap::new(), &HashMap::new())?;
+        let recovered = match recovery::recover(
+            dir,
+            &config,
+            storage.as_ref(),
+            !read_only,
+            &BTreeMap::new(),
+            &HashMap::new(),
+        ) {
+            Ok(r) => r,
+            Err(e) => {
+                release_lock(lock_file);
+                return Err(e);
+            }
+        };
         let mut table = TopicTable::default();
         let mut known = Known::new();
         for t in recovered.topics {
@@ -303,6 +363,8 @@ impl Wal {
             recovered.alloc_current,
             recovered.spare,
         );
+        let (record_bytes_max, batch_bytes_max) =
+            (config.record_bytes_max(), config.batch_bytes_max());
         let shared = Arc::new(Shared {
             dir: dir.to_owned(),
             config,
@@ -315,6 +377,9 @@ impl Wal {
             closed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             cursors: CursorTable::default(),
+            clock: Clock::new(),
+            record_bytes_max,
+            batch_bytes_max,
             report: Mutex::new(recovered.report),
             known: Mutex::new(known),
             background: Mutex::new(Background::default()),
@@ -356,7 +421,11 @@ impl Wal {
 
     /// What recovery found when this handle opened (and at the last refresh).
     pub fn recovery_report(&self) -> RecoveryReport {
-        self.shared.report.lock().unwrap_or_else(|p| p.into_inner()).clone()
+        self.shared
+            .report
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
     }
 
     /// A writer for `topic`, creating the topic if needed.
@@ -398,7 +467,12 @@ impl Wal {
         let cursor = match &options.group {
             Some(group) => {
                 config::validate_name(group)?;
-                Some(self.shared.cursors.get(self.shared.storage.as_ref(), &self.shared.dir, topic, group)?)
+                Some(self.shared.cursors.get(
+                    self.shared.storage.as_ref(),
+                    &self.shared.dir,
+                    topic,
+                    group,
+                )?)
             }
             None => None,
         };
@@ -461,9 +535,20 @@ impl Wal {
             return Ok(());
         }
         let shared = &self.shared;
-        let files = shared.files.read().unwrap_or_else(|p| p.into_inner()).clone();
+        let files = shared
+            .files
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
         let mut known = shared.known.lock().unwrap_or_else(|p| p.into_inner());
-        let recovered = recovery::recover(&shared.dir, &shared.config, shared.storage.as_ref(), false, &files, &known)?;
+        let recovered = recovery::recover(
+            &shared.dir,
+            &shared.config,
+            shared.storage.as_ref(),
+            false,
+            &files,
+            &known,
+        )?;
         for t in recovered.topics {
             let topic = {
                 let mut table = shared.topics.write().unwrap_or_else(|p| p.into_inner());
@@ -515,7 +600,12 @@ impl Wal {
             .unwrap_or_else(|p| p.into_inner())
             .stop = true;
         self.shared.wake.notify_all();
-        if let Some(handle) = self.background.lock().unwrap_or_else(|p| p.into_inner()).take() {
+        if let Some(handle) = self
+            .background
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
             // A panic in the sync thread already lost its work; nothing more to report here.
             let _ = handle.join();
         }
@@ -545,7 +635,10 @@ impl Writer {
     /// Appends `value`; returns its offset.
     #[inline]
     pub fn append(&self, value: &[u8]) -> Result<u64> {
-        Ok(self.shared.append(&self.topic, &[Append::value(value)])?.start)
+        Ok(self
+            .shared
+            .append(&self.topic, &[Append::value(value)])?
+            .start)
     }
 
     /// Appends one record with an optional key and timestamp; returns its offset.
@@ -577,6 +670,16 @@ impl Writer {
     }
 }
 
+/// Releases the directory lock explicitly: a child process being spawned at this moment holds a
+/// copy of the descriptor until its exec, and a flock belongs to the shared open file, so only
+/// an explicit unlock frees it at once.
+fn release_lock(file: Option<File>) {
+    if let Some(file) = file {
+        // Closing the file below releases the lock anyway once every copy is gone.
+        let _ = file.unlock();
+    }
+}
+
 /// Takes the directory's advisory lock, creating the directory and lock file if needed.
 fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
     if !dir.exists() {
@@ -588,7 +691,10 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
         }
     }
     if !dir.is_dir() {
-        return Err(Error::invalid("path", format!("{} is not a directory", dir.display())));
+        return Err(Error::invalid(
+            "path",
+            format!("{} is not a directory", dir.display()),
+        ));
     }
     let path = dir.join(LOCK_FILE);
     let file = OpenOptions::new()
@@ -600,12 +706,17 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
         .map_err(|e| Error::io("open lock file", &path, e))?;
     match file.try_lock() {
         Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => return Err(Error::Locked { path: dir.to_owned() }),
+        Err(std::fs::TryLockError::WouldBlock) => {
+            return Err(Error::Locked {
+                path: dir.to_owned(),
+            });
+        }
         Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock directory", &path, e)),
     }
     let cursors = dir.join(CURSOR_DIR);
     if !cursors.exists() {
-        std::fs::create_dir_all(&cursors).map_err(|e| Error::io("create directory", &cursors, e))?;
+        std::fs::create_dir_all(&cursors)
+            .map_err(|e| Error::io("create directory", &cursors, e))?;
         storage
             .sync_dir(dir)
             .map_err(|e| Error::io("fsync directory", dir, e))?;
@@ -630,15 +741,19 @@ fn background_loop(shared: &Shared) {
             return;
         }
         drop(guard);
+        shared.clock.recalibrate();
         if shared.alloc.wants_spare() {
             // A failure here is retried by the allocating thread, which reports it.
             let _ = shared.alloc.prepare_spare(shared.storage.as_ref());
         }
-        if interval.is_some() {
-            if let Err(e) = shared.flush() {
-                let mut slot = shared.background_error.lock().unwrap_or_else(|p| p.into_inner());
-                slot.get_or_insert(e);
-            }
+        if interval.is_some()
+            && let Err(e) = shared.flush()
+        {
+            let mut slot = shared
+                .background_error
+                .lock()
+                .unwrap_or_else(|p| p.into_inner());
+            slot.get_or_insert(e);
         }
         guard = shared.background.lock().unwrap_or_else(|p| p.into_inner());
     }

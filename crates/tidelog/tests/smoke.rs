@@ -1,7 +1,12 @@
+#![allow(clippy::unwrap_used)]
+//! Smoke test: round trip across blocks and files, reopen after close and after drop.
 use tidelog::{Config, ReaderOptions, StartPosition, Wal};
 
 fn small() -> Config {
-    Config::default().file_size_bytes(4096 + 8 * 65536).block_size_bytes(65536).sync_interval_ms(None)
+    Config::default()
+        .file_size_bytes(4096 + 8 * 65536)
+        .block_size_bytes(65536)
+        .sync_interval_ms(None)
 }
 
 #[test]
@@ -13,7 +18,9 @@ fn smoke() {
         for i in 0..20000u64 {
             assert_eq!(w.append(&i.to_le_bytes()).unwrap(), i);
         }
-        let mut r = wal.reader_with("t", ReaderOptions::default().start(StartPosition::Earliest)).unwrap();
+        let mut r = wal
+            .reader_with("t", ReaderOptions::default().start(StartPosition::Earliest))
+            .unwrap();
         let mut n = 0u64;
         while let Some(rec) = r.next().unwrap() {
             assert_eq!(rec.offset, n);

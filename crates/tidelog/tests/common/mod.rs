@@ -1,0 +1,260 @@
+//! Helpers shared by the crash, recovery and durability tests: small geometries, temp dirs,
+//! directory copies (crash images), a raw frame walker over data files, deterministic payloads
+//! and the child-process re-exec used to crash without running destructors.
+
+// Each test binary uses a different subset of these helpers.
+#![allow(dead_code)]
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use tidelog::format::{self, BlockIdentity, Progress};
+use tidelog::{Config, ReaderOptions, StartPosition, Wal};
+
+/// Env var naming the data dir a child process works in; absent in normal runs.
+pub const CHILD_DIR: &str = "TIDELOG_CHILD_DIR";
+/// Env var selecting what the child does.
+pub const CHILD_MODE: &str = "TIDELOG_CHILD_MODE";
+
+pub const BLOCK: u64 = 64 * 1024;
+
+/// 8 blocks of 64 KiB per file, no background flush (tests decide when data is durable).
+pub fn small() -> Config {
+    geometry(8, BLOCK)
+}
+
+/// `blocks` blocks of `block` bytes per file, no background flush.
+pub fn geometry(blocks: u64, block: u64) -> Config {
+    Config::default()
+        .file_size_bytes(format::FILE_HEADER_BYTES + blocks * block)
+        .block_size_bytes(block)
+        .sync_interval_ms(None)
+}
+
+pub fn tempdir() -> tempfile::TempDir {
+    tempfile::tempdir().expect("create temp dir")
+}
+
+/// Copies `src` (data files, cursors, lock file) into `dst`: a crash image of `src`.
+pub fn copy_dir(src: &Path, dst: &Path) {
+    std::fs::create_dir_all(dst).unwrap();
+    for entry in std::fs::read_dir(src).unwrap() {
+        let entry = entry.unwrap();
+        let to = dst.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &to);
+        } else {
+            std::fs::copy(entry.path(), &to).unwrap();
+        }
+    }
+}
+
+/// Data files of `dir`, in sequence order.
+pub fn data_files(dir: &Path) -> Vec<PathBuf> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "tdl"))
+        .collect();
+    files.sort();
+    files
+}
+
+/// One extent found by walking a data file's block headers.
+#[derive(Debug, Clone)]
+pub struct ExtentLoc {
+    pub file: PathBuf,
+    /// Byte position of the extent in its file.
+    pub start: u64,
+    pub len: u64,
+    pub id: BlockIdentity,
+    pub progress: Option<Progress>,
+}
+
+/// One frame found by walking an extent's records (magic and length only; no checksum).
+#[derive(Debug, Clone)]
+pub struct FrameLoc {
+    pub file: PathBuf,
+    pub topic: String,
+    /// Byte position of the frame in its file.
+    pub pos: u64,
+    /// Header, key and value bytes (padding excluded).
+    pub frame_len: u64,
+    pub offset: u64,
+    pub key_len: u64,
+    pub batch_count: u32,
+}
+
+impl FrameLoc {
+    /// File position of the value's first byte.
+    pub fn value_pos(&self) -> u64 {
+        self.pos + format::FRAME_HEADER_BYTES + self.key_len
+    }
+    pub fn end(&self) -> u64 {
+        self.pos + self.frame_len
+    }
+}
+
+/// Every extent with a valid identity slot in `dir`, in file then block order.
+pub fn extents(dir: &Path) -> Vec<ExtentLoc> {
+    let mut out = Vec::new();
+    for path in data_files(dir) {
+        let bytes = std::fs::read(&path).unwrap();
+        let block = format::get_u64(&bytes, format::FH_BLOCK_SIZE);
+        let mut at = format::FILE_HEADER_BYTES;
+        while at + block <= bytes.len() as u64 {
+            let hdr = &bytes[at as usize..(at + format::BLOCK_HEADER_BYTES) as usize];
+            match BlockIdentity::decode(&hdr[format::ID_SLOT_AT..]) {
+                Some(id) => {
+                    let len = u64::from(id.block_count) * block;
+                    let progress = Progress::decode(&hdr[format::PG_SLOT_AT..]);
+                    out.push(ExtentLoc {
+                        file: path.clone(),
+                        start: at,
+                        len,
+                        id,
+                        progress,
+                    });
+                    at += len;
+                }
+                None => at += block,
+            }
+        }
+    }
+    out
+}
+
+/// Every frame in `dir` (walking each extent from its first record while the magic holds).
+pub fn frames(dir: &Path) -> Vec<FrameLoc> {
+    let mut out = Vec::new();
+    for ext in extents(dir) {
+        let bytes = std::fs::read(&ext.file).unwrap();
+        let mut pos = ext.start + format::BLOCK_HEADER_BYTES;
+        while pos + format::FRAME_HEADER_BYTES <= ext.start + ext.len {
+            let h = &bytes[pos as usize..pos as usize + format::FRAME_HEADER];
+            if u16::from_le_bytes([h[format::FR_MAGIC], h[format::FR_MAGIC + 1]])
+                != format::FRAME_MAGIC
+            {
+                break;
+            }
+            let frame_len = u64::from(format::get_u32(h, format::FR_LEN));
+            out.push(FrameLoc {
+                file: ext.file.clone(),
+                topic: ext.id.topic.clone(),
+                pos,
+                frame_len,
+                offset: format::get_u64(h, format::FR_OFFSET),
+                key_len: u64::from(format::get_u32(h, format::FR_KEY_LEN)),
+                batch_count: format::get_u32(h, format::FR_BATCH_COUNT),
+            });
+            pos += format::align_up(frame_len, format::FRAME_ALIGN);
+        }
+    }
+    out
+}
+
+/// The frame of `topic` at `offset` (the last one found, should an old copy exist).
+pub fn frame_of(dir: &Path, topic: &str, offset: u64) -> FrameLoc {
+    frames(dir)
+        .into_iter()
+        .rev()
+        .find(|f| f.topic == topic && f.offset == offset)
+        .unwrap_or_else(|| panic!("no frame for {topic}@{offset}"))
+}
+
+/// Overwrites `[from, to)` of `path` with zeros.
+pub fn zero_range(path: &Path, from: u64, to: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[from as usize..to as usize].fill(0);
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Flips every bit of the byte at `pos` of `path`.
+pub fn flip_byte(path: &Path, pos: u64) {
+    let mut bytes = std::fs::read(path).unwrap();
+    bytes[pos as usize] ^= 0xFF;
+    std::fs::write(path, bytes).unwrap();
+}
+
+/// Small deterministic PRNG (xorshift64*), so payloads and choices are reproducible.
+#[derive(Debug, Clone)]
+pub struct Rng(u64);
+
+impl Rng {
+    pub fn new(seed: u64) -> Rng {
+        Rng(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+    pub fn next_u64(&mut self) -> u64 {
+        let mut x = self.0;
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        self.0 = x;
+        x.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+    /// Uniform in `[lo, hi]`.
+    pub fn range(&mut self, lo: u64, hi: u64) -> u64 {
+        lo + self.next_u64() % (hi - lo + 1)
+    }
+}
+
+/// `len` pseudo-random bytes, none of them zero (so zeroing any byte changes the value),
+/// fully determined by `seed`.
+pub fn payload(seed: u64, len: usize) -> Vec<u8> {
+    let mut rng = Rng::new(seed);
+    let mut out = Vec::with_capacity(len);
+    while out.len() < len {
+        for b in rng.next_u64().to_le_bytes() {
+            if out.len() < len {
+                out.push(b | 1);
+            }
+        }
+    }
+    out
+}
+
+/// Every record of `topic` from the first stored one, as `(offset, key, value)`.
+pub fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> {
+    let mut reader = wal
+        .reader_with(
+            topic,
+            ReaderOptions::default().start(StartPosition::Earliest),
+        )
+        .unwrap();
+    let mut out = Vec::new();
+    while let Some(r) = reader.next().unwrap() {
+        out.push((r.offset, r.key.map(<[u8]>::to_vec), r.value.to_vec()));
+    }
+    out
+}
+
+/// True in the re-executed child: returns its data dir and mode.
+pub fn child_env() -> Option<(PathBuf, String)> {
+    let dir = std::env::var_os(CHILD_DIR)?;
+    let mode = std::env::var(CHILD_MODE).unwrap_or_default();
+    Some((PathBuf::from(dir), mode))
+}
+
+/// The command that re-runs this test binary's `entry` test in a child process.
+pub fn child_command(entry: &str, dir: &Path, mode: &str) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args(["--exact", entry, "--nocapture", "--test-threads=1"])
+        .env(CHILD_DIR, dir)
+        .env(CHILD_MODE, mode)
+        .stdin(Stdio::null());
+    cmd
+}
+
+/// Runs the child to completion and checks it exited with status 0.
+pub fn run_child(entry: &str, dir: &Path, mode: &str) -> Output {
+    let out = child_command(entry, dir, mode).output().unwrap();
+    assert!(
+        out.status.success(),
+        "child {mode} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}

@@ -1,0 +1,151 @@
+//! Goal: failed syscalls surface as errors that carry the OS errno, lose nothing already
+//! written, and leave the log usable once the fault is gone.
+//! Method: `FaultStorage` fails `msync` (explicit and background flush) and data file
+//! creation (the first file and a later one); each time the test checks the error, then
+//! disarms, keeps appending and checks everything after a reopen.
+
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use common::{data_files, payload, read_all, small, tempdir};
+use tidelog::io::{Fault, FaultStorage, points};
+use tidelog::{Config, Error, Wal};
+
+const TOPIC: &str = "faults";
+const VALUE: usize = 1000;
+
+fn value(i: u64) -> Vec<u8> {
+    payload(i * 3 + 1, VALUE)
+}
+
+fn assert_io(err: &Error, errno: i32, ctx: &str) {
+    assert!(
+        matches!(err, Error::Io { .. }),
+        "{ctx}: expected Io, got {err}"
+    );
+    assert_eq!(err.errno(), Some(errno), "{ctx}: {err}");
+}
+
+fn check_all(wal: &Wal, count: u64, ctx: &str) {
+    let got = read_all(wal, TOPIC);
+    assert_eq!(got.len() as u64, count, "{ctx}");
+    for (i, (offset, _, v)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "{ctx}: offsets must be dense");
+        assert!(*v == value(*offset), "{ctx}: record {offset} differs");
+    }
+}
+
+fn append_range(wal: &Wal, range: std::ops::Range<u64>) {
+    for i in range {
+        assert_eq!(wal.append(TOPIC, &value(i)).unwrap(), i);
+    }
+}
+
+fn reopen_and_check(dir: &std::path::Path, count: u64) {
+    let wal = Wal::open_with(dir, small()).unwrap();
+    check_all(&wal, count, "reopen");
+}
+
+#[test]
+fn failed_msync_fails_flush_with_eio() {
+    let dir = tempdir();
+    let fs = FaultStorage::new();
+    let wal = Wal::open_with_storage(dir.path(), small(), Arc::new(fs.clone())).unwrap();
+    append_range(&wal, 0..10);
+    fs.arm(points::SYNC_MAP, Fault::Once(libc::EIO));
+    assert_io(
+        &wal.flush().unwrap_err(),
+        libc::EIO,
+        "flush with failing msync",
+    );
+    // The records are still there, and the next flush retries and succeeds.
+    check_all(&wal, 10, "after failed flush");
+    wal.flush().unwrap();
+    append_range(&wal, 10..20);
+    wal.close().unwrap();
+    reopen_and_check(dir.path(), 20);
+}
+
+#[test]
+fn failed_background_msync_is_reported_by_next_flush() {
+    let dir = tempdir();
+    let fs = FaultStorage::new();
+    let cfg: Config = small().sync_interval_ms(Some(10));
+    let wal = Wal::open_with_storage(dir.path(), cfg, Arc::new(fs.clone())).unwrap();
+    append_range(&wal, 0..10);
+    fs.arm(points::SYNC_MAP, Fault::Once(libc::EIO));
+    append_range(&wal, 10..20);
+    // The background flush hits the fault; some later flush must return it.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let err = loop {
+        assert!(
+            Instant::now() < deadline,
+            "the background flush error was never reported"
+        );
+        match wal.flush() {
+            Err(e) => break e,
+            Ok(()) => std::thread::sleep(Duration::from_millis(10)),
+        }
+    };
+    assert_io(&err, libc::EIO, "background flush error");
+    wal.flush().unwrap();
+    check_all(&wal, 20, "after background failure");
+    wal.close().unwrap();
+    reopen_and_check(dir.path(), 20);
+}
+
+#[test]
+fn failed_first_file_creation_fails_append() {
+    let dir = tempdir();
+    let fs = FaultStorage::new();
+    let wal = Wal::open_with_storage(dir.path(), small(), Arc::new(fs.clone())).unwrap();
+    fs.arm(points::CREATE, Fault::Always(libc::EIO));
+    assert_io(
+        &wal.append(TOPIC, &value(0)).unwrap_err(),
+        libc::EIO,
+        "first append",
+    );
+    assert_io(
+        &wal.append(TOPIC, &value(0)).unwrap_err(),
+        libc::EIO,
+        "second try",
+    );
+    assert!(fs.hits(points::CREATE) >= 2);
+    assert!(data_files(dir.path()).is_empty());
+    fs.disarm_all();
+    append_range(&wal, 0..5);
+    wal.close().unwrap();
+    reopen_and_check(dir.path(), 5);
+}
+
+#[test]
+fn failed_next_file_creation_fails_append() {
+    let dir = tempdir();
+    let fs = FaultStorage::new();
+    let wal = Wal::open_with_storage(dir.path(), small(), Arc::new(fs.clone())).unwrap();
+    append_range(&wal, 0..1);
+    // Armed before the first file is half used, so no spare file exists yet.
+    fs.arm(points::CREATE, Fault::Always(libc::EIO));
+    let mut next = 1;
+    let err = loop {
+        match wal.append(TOPIC, &value(next)) {
+            Ok(o) => assert_eq!(o, next),
+            Err(e) => break e,
+        }
+        next += 1;
+        assert!(next < 10_000, "the first file never filled up");
+    };
+    assert_io(&err, libc::EIO, "append needing a new file");
+    assert_eq!(data_files(dir.path()).len(), 1);
+    assert_eq!(wal.topic_info(TOPIC).unwrap().next_offset, next);
+    check_all(&wal, next, "after failed creation");
+    fs.disarm_all();
+    append_range(&wal, next..next + 50);
+    assert!(data_files(dir.path()).len() >= 2);
+    wal.close().unwrap();
+    reopen_and_check(dir.path(), next + 50);
+}
