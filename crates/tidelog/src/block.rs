@@ -228,12 +228,18 @@ impl Block {
     pub fn bytes(&self, rel: usize, len: usize) -> &[u8] {
         let (_, end) = self.published();
         assert!((rel + len) as u64 <= end, "read past the published end");
+        &self.published_prefix(end)[rel..rel + len]
+    }
+
+    /// Borrows the extent's bytes below `end`, a publication end the caller loaded.
+    #[inline]
+    fn published_prefix(&self, end: u64) -> &[u8] {
         #[expect(unsafe_code, reason = "borrows the mapped file")]
         // SAFETY: bytes below the published end were written before the Release store that
-        // published them (we loaded it with Acquire) and are never written again; in a
+        // published them (the caller loaded it with Acquire) and are never written again; in a
         // read-only handle they are durable records the writer no longer touches.
         unsafe {
-            self.file.map.slice(self.abs(rel as u64), len)
+            self.file.map.slice(self.abs(0), end as usize)
         }
     }
 
@@ -278,7 +284,7 @@ impl Block {
         if position >= end {
             return Err(FrameError::End);
         }
-        let extent = self.bytes(0, end as usize);
+        let extent = self.published_prefix(end);
         match format::decode_frame(
             extent,
             position as usize,

@@ -37,16 +37,19 @@ fn ticks() -> Option<u64> {
 }
 
 fn tsc_usable() -> bool {
-    cfg!(target_arch = "x86_64")
-        && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
-            info.lines()
-                .find(|l| l.starts_with("flags"))
-                .is_some_and(|l| l.split_whitespace().any(|f| f == "constant_tsc"))
-                && info
-                    .lines()
+    // A fact of the CPU: read once per process, never changed.
+    static USABLE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *USABLE.get_or_init(|| {
+        cfg!(target_arch = "x86_64")
+            && std::fs::read_to_string("/proc/cpuinfo").is_ok_and(|info| {
+                info.lines()
                     .find(|l| l.starts_with("flags"))
-                    .is_some_and(|l| l.split_whitespace().any(|f| f == "nonstop_tsc"))
-        })
+                    .is_some_and(|l| {
+                        let has = |f: &str| l.split_whitespace().any(|x| x == f);
+                        has("constant_tsc") && has("nonstop_tsc")
+                    })
+            })
+    })
 }
 
 /// Shortest baseline trusted for the tick rate: with read jitter of ~50 ns, one second bounds

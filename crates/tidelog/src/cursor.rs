@@ -106,7 +106,7 @@ impl CursorFile {
     fn load(storage: &dyn Storage, dir: &Path, topic: &str, group: &str) -> Result<CursorFile> {
         let path = dir.join(cursor_file_name(topic, group));
         let mut newest = None;
-        let mut file = None;
+        // Read-only here; the first commit opens the file for writing.
         match storage.open(&path, false) {
             Ok(f) => {
                 let mut buf = vec![0u8; 2 * CURSOR_SLOT_BYTES];
@@ -119,19 +119,16 @@ impl CursorFile {
                     .filter_map(decode_slot)
                     .filter(|r| r.topic == topic && r.group == group)
                     .max_by_key(|r| r.generation);
-                file = Some(f);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open cursor", &path, e)),
         }
-        // The handle above is read-only; a commit reopens for writing.
-        drop(file.take());
         Ok(CursorFile {
             topic: topic.to_owned(),
             group: group.to_owned(),
             path,
             dir: dir.to_owned(),
-            inner: Mutex::new(CursorInner { file, newest }),
+            inner: Mutex::new(CursorInner { file: None, newest }),
         })
     }
 

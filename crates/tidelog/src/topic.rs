@@ -137,13 +137,13 @@ impl Topic {
         *self.tail() = tail;
     }
 
-    /// Adds a discovered extent (read-only refresh) and moves the published offset.
-    pub fn extend_read_only(&self, block: Option<Arc<Block>>, next_offset: u64) {
-        if let Some(block) = block {
+    /// Adds extents a read-only refresh discovered and moves the published offset.
+    pub fn extend_read_only(&self, blocks: Vec<Arc<Block>>, next_offset: u64) {
+        if !blocks.is_empty() {
             self.chain
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
-                .push(block);
+                .extend(blocks);
         }
         self.published_next.fetch_max(next_offset, Ordering::AcqRel);
     }

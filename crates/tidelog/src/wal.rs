@@ -562,13 +562,14 @@ impl Wal {
                 )
             };
             let existing = topic.chain();
+            let mut added = Vec::new();
             for b in &t.chain {
                 known.insert((b.file.seq, b.block_index), Arc::clone(b));
                 if !existing.iter().any(|e| Arc::ptr_eq(e, b)) {
-                    topic.extend_read_only(Some(Arc::clone(b)), 0);
+                    added.push(Arc::clone(b));
                 }
             }
-            topic.extend_read_only(None, t.tail.next_offset);
+            topic.extend_read_only(added, t.tail.next_offset);
         }
         *shared.files.write().unwrap_or_else(|p| p.into_inner()) = recovered.files;
         *shared.report.lock().unwrap_or_else(|p| p.into_inner()) = recovered.report;
