@@ -58,10 +58,13 @@ pub const RECORD_SIZES: [(usize, &str); 4] = [
 
 /// The bench geometry: default file and block size, background flush as given.
 pub fn config(sync_interval_ms: Option<u64>) -> Config {
-    Config::default()
+    let cfg = Config::default()
         .file_size_bytes(FILE_SIZE)
-        .block_size_bytes(BLOCK_SIZE)
-        .sync_interval_ms(sync_interval_ms)
+        .block_size_bytes(BLOCK_SIZE);
+    match sync_interval_ms {
+        Some(ms) => cfg.sync_interval_ms(ms),
+        None => cfg.durability(tidelog::Durability::Never),
+    }
 }
 
 /// True under `cargo bench` (`--bench` without `--test`); false under `cargo test --benches`,

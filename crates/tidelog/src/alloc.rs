@@ -4,14 +4,21 @@
 //! background thread ahead of need (the "spare") or, if none is ready, by the allocating
 //! thread before it retakes the lock. Disk space is reserved (fallocate) after the lock is
 //! released, before the extent is handed to a writer.
+//!
+//! The allocator also owns the end of a file's life: the disk-space account that the optional
+//! cap checks, and the queue of files whose counters say they may be deleted.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+use std::time::{Duration, Instant};
 
 use crate::block::Block;
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::file::DataFile;
+use crate::format;
 use crate::io::Storage;
 use crate::spin::SpinLock;
 
@@ -40,13 +47,24 @@ pub struct BlockAllocator {
     next_seq: AtomicU64,
     /// Serializes file creation, so two threads that both find no spare make one file.
     create: Mutex<()>,
+    /// Bytes the live data files occupy on disk (headers and reserved extents).
+    disk_bytes: AtomicU64,
+    disk_bytes_max: Option<u64>,
+    /// Appenders waiting for space wait here; deletions and close notify.
+    space: (Mutex<()>, Condvar),
+    /// Close started: space waiters give up.
+    shutting_down: std::sync::atomic::AtomicBool,
+    /// Files whose counters say they may go, for the deletion worker.
+    doomed: Mutex<Vec<Arc<DataFile>>>,
+    /// Every live data file by sequence number (the spare included).
+    files: RwLock<BTreeMap<u64, Arc<DataFile>>>,
 }
 
 impl BlockAllocator {
     pub fn new(
         dir: PathBuf,
-        file_size_bytes: u64,
-        block_size_bytes: u64,
+        config: &Config,
+        files: BTreeMap<u64, Arc<DataFile>>,
         next_seq: u64,
         current: Option<(Arc<DataFile>, u32)>,
         spare: Option<Arc<DataFile>>,
@@ -57,8 +75,8 @@ impl BlockAllocator {
         };
         BlockAllocator {
             dir,
-            file_size_bytes,
-            block_size_bytes,
+            file_size_bytes: config.file_size_bytes,
+            block_size_bytes: config.block_size_bytes,
             state: SpinLock::new(AllocState {
                 current,
                 next_block,
@@ -66,23 +84,165 @@ impl BlockAllocator {
             }),
             next_seq: AtomicU64::new(next_seq),
             create: Mutex::new(()),
+            disk_bytes: AtomicU64::new(0),
+            disk_bytes_max: config.disk_bytes_max,
+            space: (Mutex::new(()), Condvar::new()),
+            shutting_down: std::sync::atomic::AtomicBool::new(false),
+            doomed: Mutex::new(Vec::new()),
+            files: RwLock::new(files),
         }
     }
 
-    /// Reserves an extent with room for `frame_bytes` of records (disk space included).
+    /// Every live data file, by sequence number.
+    pub fn files(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Arc<DataFile>>> {
+        self.files.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Replaces the file table (a read-only refresh).
+    pub fn replace_files(&self, files: BTreeMap<u64, Arc<DataFile>>) {
+        *self.files.write().unwrap_or_else(|p| p.into_inner()) = files;
+    }
+
+    /// Close started: appenders waiting for space give up with `Closed`.
+    pub fn shut_down(&self) {
+        self.shutting_down.store(true, Ordering::Release);
+        let _guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.space.1.notify_all();
+    }
+
+    /// Drops every file reference the allocator holds (close).
+    pub fn clear(&self) {
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        let mut st = self.state.lock();
+        st.current = None;
+        st.spare = None;
+    }
+
+    /// Counts a recovered file's bytes towards the disk account.
+    pub fn account_file(&self, file: &DataFile) {
+        self.disk_bytes.fetch_add(
+            file.counters.disk_bytes.load(Ordering::Acquire),
+            Ordering::AcqRel,
+        );
+    }
+
+    /// Bytes the live data files occupy on disk.
+    pub fn disk_bytes(&self) -> u64 {
+        self.disk_bytes.load(Ordering::Acquire)
+    }
+
+    /// Queues `file` for deletion (its counters said so).
+    pub fn doom(&self, file: &Arc<DataFile>) {
+        self.doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push(Arc::clone(file));
+    }
+
+    /// Files waiting for the deletion worker.
+    pub fn take_doomed(&self) -> Vec<Arc<DataFile>> {
+        std::mem::take(&mut *self.doomed.lock().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// True when files wait for deletion.
+    pub fn has_doomed(&self) -> bool {
+        !self
+            .doomed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .is_empty()
+    }
+
+    /// A deleted file leaves the table and its bytes the account; space waiters retry.
+    pub fn forget_file(&self, file: &DataFile) {
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&file.seq);
+        let bytes = file.counters.disk_bytes.load(Ordering::Acquire);
+        // Saturating: an account rebuilt from st_blocks may differ by a page from what we add.
+        let _ = self
+            .disk_bytes
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                Some(b.saturating_sub(bytes))
+            });
+        let _guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        self.space.1.notify_all();
+    }
+
+    /// Reserves `bytes` in the disk account under the cap, waiting up to `wait` for
+    /// deletions to make room.
+    fn reserve_space(&self, bytes: u64, wait: Duration) -> Result<()> {
+        let Some(max) = self.disk_bytes_max else {
+            self.disk_bytes.fetch_add(bytes, Ordering::AcqRel);
+            return Ok(());
+        };
+        let deadline = Instant::now() + wait;
+        let mut guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        loop {
+            let reserved = self
+                .disk_bytes
+                .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
+                    (b + bytes <= max).then_some(b + bytes)
+                });
+            match reserved {
+                Ok(_) => return Ok(()),
+                Err(_) if self.shutting_down.load(Ordering::Acquire) => return Err(Error::Closed),
+                Err(used) => {
+                    let now = Instant::now();
+                    if now >= deadline {
+                        return Err(Error::limit("disk_bytes_max", used + bytes, max));
+                    }
+                    guard = self
+                        .space
+                        .1
+                        .wait_timeout(guard, deadline - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0;
+                }
+            }
+        }
+    }
+
+    /// Reserves an extent with room for `frame_bytes` of records (disk space included),
+    /// waiting up to `space_wait` when the disk cap is reached.
     pub fn allocate(
         &self,
         storage: &dyn Storage,
         frame_bytes: u64,
         index_interval_bytes: u64,
+        space_wait: Duration,
     ) -> Result<Extent> {
-        let (file, block_index, block_count) =
-            self.take(storage, frame_bytes, index_interval_bytes)?;
+        // Checked against the configured geometry; the extent's own file decides the rest.
+        let want = Block::blocks_needed(frame_bytes, self.block_size_bytes, index_interval_bytes)
+            * self.block_size_bytes;
+        self.reserve_space(want, space_wait)?;
+        let taken = self.take(storage, frame_bytes, index_interval_bytes);
+        let (file, block_index, block_count) = match taken {
+            Ok(t) => t,
+            Err(e) => {
+                self.disk_bytes.fetch_sub(want, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
         let start = file.block_position(block_index);
         let len = u64::from(block_count) * file.header.block_size_bytes;
+        // Settle the estimate against the real extent length.
+        if len >= want {
+            self.disk_bytes.fetch_add(len - want, Ordering::AcqRel);
+        } else {
+            self.disk_bytes.fetch_sub(want - len, Ordering::AcqRel);
+        }
+        file.counters.disk_bytes.fetch_add(len, Ordering::AcqRel);
         if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
-            // The blocks stay unused: their identity slot is never written, so recovery
-            // skips them.
+            // The blocks stay unused (never holding our identity slot, recovery skips them)
+            // and count as consumed, so the file can still be deleted.
+            if file.counters.release(block_count) | file.counters.consume(block_count) {
+                self.doom(&file);
+            }
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 return Err(Error::DiskFull {
                     path: file.path.clone(),
@@ -115,6 +275,7 @@ impl BlockAllocator {
                     if u64::from(st.next_block) + count <= u64::from(cur.block_count) {
                         let index = st.next_block;
                         st.next_block += count as u32;
+                        cur.counters.allocate(count as u32);
                         return Ok((cur, index, count as u32));
                     }
                 }
@@ -125,7 +286,11 @@ impl BlockAllocator {
                         st.spare = Some(spare);
                         return Err(Error::limit("blocks per extent", count, max));
                     }
-                    st.current = Some(spare);
+                    if let Some(old) = st.current.replace(spare)
+                        && old.counters.seal_allocation()
+                    {
+                        self.doom(&old);
+                    }
                     st.next_block = 0;
                     continue;
                 }
@@ -142,14 +307,28 @@ impl BlockAllocator {
             return Ok(());
         }
         let seq = self.next_seq.load(Ordering::Acquire);
-        let file = DataFile::create(
+        // The header page counts against the cap like any extent.
+        self.reserve_space(format::FILE_HEADER_BYTES, Duration::ZERO)?;
+        let created = DataFile::create(
             storage,
             &self.dir,
             seq,
             self.file_size_bytes,
             self.block_size_bytes,
-        )?;
+        );
+        let file = match created {
+            Ok(f) => f,
+            Err(e) => {
+                self.disk_bytes
+                    .fetch_sub(format::FILE_HEADER_BYTES, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
         self.next_seq.store(seq + 1, Ordering::Release);
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seq, Arc::clone(&file));
         self.state.lock().spare = Some(file);
         Ok(())
     }

@@ -5,7 +5,7 @@
 //! Publication is one atomic word packing `(records, end)`, so readers and the flusher always
 //! see a consistent pair.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 
 use crate::error::{Error, Result};
@@ -40,6 +40,11 @@ pub struct SyncState {
     pub sealed_on_disk: bool,
     /// The progress slot says `Clean` at `synced_end` and is durable.
     pub clean_on_disk: bool,
+    /// End the durable progress slot claims (it may lag `synced_end`: group commits sync
+    /// data only, the periodic flush catches the slot up).
+    pub progress_end: u64,
+    /// The progress slot says `Consumed` or `Deleted`: nothing more is written.
+    pub deleted: bool,
 }
 
 /// One extent of a topic.
@@ -67,6 +72,10 @@ pub struct Block {
     /// index lives only in their footer.
     index: RwLock<Option<Vec<IndexEntry>>>,
     sync: Mutex<SyncState>,
+    /// Counted in the file's `held_blocks` (a writer appends here).
+    writer_held: AtomicBool,
+    /// Counted in the file's `consumed_blocks`.
+    consumed: AtomicBool,
 }
 
 impl Block {
@@ -102,7 +111,32 @@ impl Block {
             max_timestamp_us: AtomicU64::new(0),
             index: RwLock::new(index),
             sync: Mutex::new(SyncState::default()),
+            writer_held: AtomicBool::new(false),
+            consumed: AtomicBool::new(false),
         }
+    }
+
+    /// Marks the extent as held by its writer (the file's counter already counts it).
+    pub fn hold(&self) {
+        self.writer_held.store(true, Ordering::Release);
+    }
+
+    /// The writer is done with this extent. True when its file became deletable.
+    pub fn release_writer(&self) -> bool {
+        self.writer_held.swap(false, Ordering::AcqRel)
+            && self.file.counters.release(self.block_count)
+    }
+
+    /// Every consumer is done with this extent (or retention dropped it). Counted once; true
+    /// when its file became deletable.
+    pub fn mark_consumed(&self) -> bool {
+        debug_assert!(!self.writer_held.load(Ordering::Acquire));
+        !self.consumed.swap(true, Ordering::AcqRel) && self.file.counters.consume(self.block_count)
+    }
+
+    /// Whether `mark_consumed` ran.
+    pub fn is_consumed(&self) -> bool {
+        self.consumed.load(Ordering::Acquire)
     }
 
     /// Extent length in blocks needed for one frame of `frame_bytes` (a record or a batch).
@@ -392,13 +426,13 @@ impl Block {
     /// follow until the next open).
     pub fn sync(&self, storage: &dyn Storage, topic: &str, closing: bool) -> Result<bool> {
         let mut st = self.sync_state();
-        if st.sealed_on_disk {
+        if st.sealed_on_disk || st.deleted {
             return Ok(true);
         }
         let final_state = self.final_state();
         let (count, end) = self.published();
         let sealing = final_state == Some((count, end));
-        if !sealing && end <= st.synced_end && (!closing || st.clean_on_disk) {
+        if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
         let map = &self.file.map;
@@ -420,12 +454,13 @@ impl Block {
             footer_crc = crc32fast::hash(&buf);
             data_end = end + buf.len() as u64;
         }
-        let from = if st.synced_end == 0 { 0 } else { st.synced_end };
+        let from = st.synced_end;
         if data_end > from {
             storage
                 .sync_map(map, path, self.abs(from), (data_end - from) as usize)
                 .map_err(|e| Error::io("msync", path, e))?;
         }
+        st.synced_end = end;
         let clean = !sealing && closing;
         let progress = Progress {
             state: if sealing {
@@ -442,10 +477,53 @@ impl Block {
             footer_crc,
         };
         self.write_progress(storage, &progress)?;
-        st.synced_end = end;
+        st.progress_end = end;
         st.sealed_on_disk = sealing;
         st.clean_on_disk = clean;
         Ok(sealing)
+    }
+
+    /// The published range not yet made durable, `(from, end)`; `None` when there is none.
+    /// On the first sync `from` is 0, so the identity slot is included.
+    pub fn unsynced_range(&self) -> Option<(u64, u64)> {
+        let st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return None;
+        }
+        let (_, end) = self.published();
+        (end > st.synced_end).then_some((st.synced_end, end))
+    }
+
+    /// Records that data up to `end` is durable (a group commit synced it).
+    pub fn mark_synced(&self, end: u64) {
+        let mut st = self.sync_state();
+        st.synced_end = st.synced_end.max(end);
+    }
+
+    /// Marks the extent `Consumed` (every consumer is done with it, or retention dropped it)
+    /// or `Deleted` (its topic was deleted) on disk; recovery skips it from then on and the
+    /// flusher no longer touches it.
+    pub fn retire(&self, storage: &dyn Storage, state: ProgressState) -> Result<()> {
+        debug_assert!(matches!(
+            state,
+            ProgressState::Consumed | ProgressState::Deleted
+        ));
+        let mut st = self.sync_state();
+        if st.deleted {
+            return Ok(());
+        }
+        let (count, end) = self.published();
+        let progress = Progress {
+            state,
+            durable_end: end,
+            record_count: count,
+            max_timestamp_us: self.max_timestamp_us(),
+            footer_count: 0,
+            footer_crc: 0,
+        };
+        self.write_progress(storage, &progress)?;
+        st.deleted = true;
+        Ok(())
     }
 
     /// Writes and msyncs the progress slot.
@@ -463,6 +541,7 @@ impl Block {
         self.max_timestamp_us.store(max_ts, Ordering::Release);
         let mut st = self.sync_state();
         st.synced_end = synced_end;
+        st.progress_end = synced_end;
         st.sealed_on_disk = disk == ProgressState::Sealed;
         st.clean_on_disk = disk == ProgressState::Clean && synced_end == end;
     }

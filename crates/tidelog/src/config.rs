@@ -1,7 +1,9 @@
-//! Configuration: file geometry, every limit, and the sync schedule.
+//! Configuration: file geometry, every limit, durability, retention and the disk cap.
 //!
 //! Every queue, batch, record size and count has an explicit maximum here; breaking one is an
 //! [`Error::LimitExceeded`] that names the field.
+
+use std::collections::BTreeMap;
 
 use crate::error::{Error, Result};
 use crate::format;
@@ -13,6 +15,64 @@ const GIB: u64 = 1024 * MIB;
 const DEFAULT_PAYLOAD_MAX: u64 = 64 * MIB;
 /// Largest data file: positions inside a file are 32-bit.
 pub const FILE_SIZE_MAX: u64 = 4 * GIB;
+/// Longest background flush period (one hour).
+const SYNC_INTERVAL_MAX_MS: u64 = 3_600_000;
+/// Longest group-commit wait (one second).
+const GROUP_WAIT_MAX_US: u64 = 1_000_000;
+/// Longest wait for disk space (one hour).
+const SPACE_WAIT_MAX_MS: u64 = 3_600_000;
+
+/// When an append counts as durable.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Durability {
+    /// Appends return once copied; a background flush makes them durable every
+    /// [`Config::sync_interval_ms`].
+    #[default]
+    Interval,
+    /// An append returns only once its record is durable. Concurrent appenders share one
+    /// sync (group commit).
+    Always,
+    /// No background flush: the OS writes back when it likes; [`crate::Wal::flush`] and close
+    /// still make everything durable.
+    Never,
+}
+
+/// How long a topic keeps records whatever its consumers did. Both limits are optional;
+/// a record goes when either says so. A topic's newest extent is always kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct Retention {
+    /// Drop extents whose newest record is older than this many milliseconds.
+    pub max_age_ms: Option<u64>,
+    /// Drop the oldest extents while the topic would still hold at least this many bytes
+    /// of records without them (Kafka's `retention.bytes`).
+    pub max_bytes: Option<u64>,
+}
+
+impl Retention {
+    /// Sets [`Retention::max_age_ms`].
+    pub fn max_age_ms(mut self, age_ms: u64) -> Self {
+        self.max_age_ms = Some(age_ms);
+        self
+    }
+    /// Sets [`Retention::max_bytes`].
+    pub fn max_bytes(mut self, bytes: u64) -> Self {
+        self.max_bytes = Some(bytes);
+        self
+    }
+    /// True when neither limit is set.
+    pub fn is_unlimited(&self) -> bool {
+        self.max_age_ms.is_none() && self.max_bytes.is_none()
+    }
+    fn validate(&self) -> Result<()> {
+        if self.max_age_ms == Some(0) {
+            return Err(Error::invalid("max_age_ms", "must be positive"));
+        }
+        if self.max_bytes == Some(0) {
+            return Err(Error::invalid("max_bytes", "must be positive"));
+        }
+        Ok(())
+    }
+}
 
 /// Settings for [`crate::Wal::open`]. Build with [`Config::default`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,9 +91,26 @@ pub struct Config {
     pub max_batch_bytes: Option<u64>,
     /// Most topics one directory may hold. Default 100,000.
     pub max_topics: u64,
-    /// Interval of the background flush in milliseconds; `None` turns it off
-    /// (then only [`crate::Wal::flush`] and close make data durable). Default 200.
-    pub sync_interval_ms: Option<u64>,
+    /// When an append is durable. Default [`Durability::Interval`]; a writer may override it.
+    pub durability: Durability,
+    /// Period of the background flush in milliseconds: data in `Interval` mode, progress slots
+    /// and seals in `Interval` and `Always` modes. Default 200.
+    pub sync_interval_ms: u64,
+    /// Longest time the sync thread holds a group open for appenders that are still copying
+    /// (`Always` mode), in microseconds. It never waits when no appender is in flight.
+    /// Default 1000.
+    pub group_wait_us: u64,
+    /// A group is synced at once when it holds this many bytes. Default 16 MiB.
+    pub group_bytes_max: u64,
+    /// Retention for every topic without its own entry in `topic_retention`.
+    pub retention: Retention,
+    /// Per-topic retention overrides.
+    pub topic_retention: BTreeMap<String, Retention>,
+    /// Most bytes the data files may occupy on disk; `None` (the default) means no cap.
+    pub disk_bytes_max: Option<u64>,
+    /// How long an append that needs space beyond `disk_bytes_max` waits for deletions
+    /// before failing, in milliseconds. Default 0 (fail at once).
+    pub space_wait_ms: u64,
     /// Data bytes between two entries of a topic's sparse offset/time index (Kafka's
     /// `index.interval.bytes`). Default 4096.
     pub index_interval_bytes: u64,
@@ -48,7 +125,14 @@ impl Default for Config {
             max_batch_records: 65_536,
             max_batch_bytes: None,
             max_topics: 100_000,
-            sync_interval_ms: Some(200),
+            durability: Durability::Interval,
+            sync_interval_ms: 200,
+            group_wait_us: 1000,
+            group_bytes_max: 16 * MIB,
+            retention: Retention::default(),
+            topic_retention: BTreeMap::new(),
+            disk_bytes_max: None,
+            space_wait_ms: 0,
             index_interval_bytes: 4 * KIB,
         }
     }
@@ -85,10 +169,53 @@ impl Config {
         self.max_topics = count;
         self
     }
+    /// Sets [`Config::durability`].
+    pub fn durability(mut self, durability: Durability) -> Self {
+        self.durability = durability;
+        self
+    }
     /// Sets [`Config::sync_interval_ms`].
-    pub fn sync_interval_ms(mut self, interval_ms: Option<u64>) -> Self {
+    pub fn sync_interval_ms(mut self, interval_ms: u64) -> Self {
         self.sync_interval_ms = interval_ms;
         self
+    }
+    /// Sets [`Config::group_wait_us`].
+    pub fn group_wait_us(mut self, wait_us: u64) -> Self {
+        self.group_wait_us = wait_us;
+        self
+    }
+    /// Sets [`Config::group_bytes_max`].
+    pub fn group_bytes_max(mut self, bytes: u64) -> Self {
+        self.group_bytes_max = bytes;
+        self
+    }
+    /// Sets [`Config::retention`], the policy of every topic without an override.
+    pub fn retention(mut self, retention: Retention) -> Self {
+        self.retention = retention;
+        self
+    }
+    /// Sets the retention of `topic`, overriding [`Config::retention`].
+    pub fn topic_retention(mut self, topic: &str, retention: Retention) -> Self {
+        self.topic_retention.insert(topic.to_owned(), retention);
+        self
+    }
+    /// Sets [`Config::disk_bytes_max`].
+    pub fn disk_bytes_max(mut self, bytes: u64) -> Self {
+        self.disk_bytes_max = Some(bytes);
+        self
+    }
+    /// Sets [`Config::space_wait_ms`].
+    pub fn space_wait_ms(mut self, wait_ms: u64) -> Self {
+        self.space_wait_ms = wait_ms;
+        self
+    }
+
+    /// The retention policy of `topic`.
+    pub fn retention_for(&self, topic: &str) -> Retention {
+        self.topic_retention
+            .get(topic)
+            .copied()
+            .unwrap_or(self.retention)
     }
     /// Sets [`Config::index_interval_bytes`].
     pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
@@ -191,10 +318,41 @@ impl Config {
         if self.max_topics == 0 || self.max_topics > u64::from(u32::MAX) {
             return Err(Error::invalid("max_topics", "must be between 1 and 2^32-1"));
         }
-        if self.sync_interval_ms == Some(0) {
+        if self.sync_interval_ms == 0 || self.sync_interval_ms > SYNC_INTERVAL_MAX_MS {
             return Err(Error::invalid(
                 "sync_interval_ms",
-                "use None to turn the background flush off",
+                format!(
+                    "must be between 1 and {SYNC_INTERVAL_MAX_MS} (use Durability::Never to turn the background flush off)"
+                ),
+            ));
+        }
+        if self.group_wait_us > GROUP_WAIT_MAX_US {
+            return Err(Error::invalid(
+                "group_wait_us",
+                format!("must be at most {GROUP_WAIT_MAX_US}"),
+            ));
+        }
+        if self.group_bytes_max == 0 {
+            return Err(Error::invalid("group_bytes_max", "must be positive"));
+        }
+        for (topic, r) in &self.topic_retention {
+            validate_name(topic)?;
+            r.validate()?;
+        }
+        self.retention.validate()?;
+        if let Some(max) = self.disk_bytes_max {
+            let floor = format::FILE_HEADER_BYTES + self.block_size_bytes;
+            if max < floor {
+                return Err(Error::invalid(
+                    "disk_bytes_max",
+                    format!("{max} cannot hold even one file header and one block ({floor})"),
+                ));
+            }
+        }
+        if self.space_wait_ms > SPACE_WAIT_MAX_MS {
+            return Err(Error::invalid(
+                "space_wait_ms",
+                format!("must be at most {SPACE_WAIT_MAX_MS}"),
             ));
         }
         Ok(())

@@ -90,6 +90,8 @@ pub fn cursor_file_name(topic: &str, group: &str) -> String {
 struct CursorInner {
     file: Option<File>,
     newest: Option<CursorRecord>,
+    /// The group was deleted: commits fail instead of recreating the file.
+    deleted: bool,
 }
 
 /// One persisted cursor, shared by every reader of its group in this process.
@@ -128,7 +130,11 @@ impl CursorFile {
             group: group.to_owned(),
             path,
             dir: dir.to_owned(),
-            inner: Mutex::new(CursorInner { file: None, newest }),
+            inner: Mutex::new(CursorInner {
+                file: None,
+                newest,
+                deleted: false,
+            }),
         })
     }
 
@@ -141,6 +147,12 @@ impl CursorFile {
     /// Durably records `offset` as the group's position.
     pub fn commit(&self, storage: &dyn Storage, offset: u64) -> Result<()> {
         let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        if inner.deleted {
+            return Err(Error::UnknownGroup {
+                topic: self.topic.clone(),
+                group: self.group.clone(),
+            });
+        }
         if inner.newest.as_ref().is_some_and(|r| r.offset == offset) {
             return Ok(());
         }
@@ -189,14 +201,19 @@ impl CursorFile {
     }
 }
 
-/// Every cursor opened by one `Wal`, so readers of one group share one file.
+/// Every registered cursor of one `Wal`, by topic and group, so readers of one group share
+/// one file and deletion knows the slowest group of each topic.
 #[derive(Debug, Default)]
 pub struct CursorTable {
-    open: Mutex<HashMap<(String, String), Arc<CursorFile>>>,
+    open: Mutex<HashMap<String, HashMap<String, Arc<CursorFile>>>>,
 }
 
 impl CursorTable {
-    /// The cursor of `group` on `topic`, loaded on first use.
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Arc<CursorFile>>>> {
+        self.open.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The cursor of `group` on `topic`, loaded (and registered) on first use.
     pub fn get(
         &self,
         storage: &dyn Storage,
@@ -204,15 +221,114 @@ impl CursorTable {
         topic: &str,
         group: &str,
     ) -> Result<Arc<CursorFile>> {
-        let mut open = self.open.lock().unwrap_or_else(|p| p.into_inner());
-        let key = (topic.to_owned(), group.to_owned());
-        if let Some(c) = open.get(&key) {
+        let mut open = self.lock();
+        if let Some(c) = open.get(topic).and_then(|groups| groups.get(group)) {
             return Ok(Arc::clone(c));
         }
         let dir = data_dir.join(CURSOR_DIR);
         let c = Arc::new(CursorFile::load(storage, &dir, topic, group)?);
-        open.insert(key, Arc::clone(&c));
+        open.entry(topic.to_owned())
+            .or_default()
+            .insert(group.to_owned(), Arc::clone(&c));
         Ok(c)
+    }
+
+    /// Registers every group that has committed at least once (a writable open).
+    pub fn load_all(&self, storage: &dyn Storage, data_dir: &Path) -> Result<()> {
+        let dir = data_dir.join(CURSOR_DIR);
+        let entries = match std::fs::read_dir(&dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("list cursors", &dir, e)),
+        };
+        let suffix = format!(".{CURSOR_SUFFIX}");
+        for entry in entries {
+            let entry = entry.map_err(|e| Error::io("list cursors", &dir, e))?;
+            let Ok(name) = entry.file_name().into_string() else {
+                continue;
+            };
+            if !name.ends_with(&suffix) {
+                continue;
+            }
+            let path = entry.path();
+            let bytes = std::fs::read(&path).map_err(|e| Error::io("read cursor", &path, e))?;
+            // A file with no valid slot (created, then a crash before its first commit)
+            // registers nothing.
+            let Some(r) = bytes
+                .chunks(CURSOR_SLOT_BYTES)
+                .filter_map(decode_slot)
+                .max_by_key(|r| r.generation)
+            else {
+                continue;
+            };
+            if cursor_file_name(&r.topic, &r.group) == name {
+                self.get(storage, data_dir, &r.topic, &r.group)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The lowest committed offset over the registered groups of `topic` (a group that has
+    /// not committed yet counts as 0); `None` when the topic has no group.
+    pub fn min_committed(&self, topic: &str) -> Option<u64> {
+        let open = self.lock();
+        open.get(topic)?
+            .values()
+            .map(|c| c.committed().unwrap_or(0))
+            .min()
+    }
+
+    /// Unregisters `group` on `topic` and deletes its file. False when it was neither
+    /// registered nor on disk.
+    pub fn remove(
+        &self,
+        storage: &dyn Storage,
+        data_dir: &Path,
+        topic: &str,
+        group: &str,
+    ) -> Result<bool> {
+        let removed = {
+            let mut open = self.lock();
+            let c = open.get_mut(topic).and_then(|groups| groups.remove(group));
+            if open.get(topic).is_some_and(HashMap::is_empty) {
+                open.remove(topic);
+            }
+            c
+        };
+        if let Some(c) = &removed {
+            let mut inner = c.inner.lock().unwrap_or_else(|p| p.into_inner());
+            inner.deleted = true;
+            inner.file = None;
+        }
+        let dir = data_dir.join(CURSOR_DIR);
+        let path = dir.join(cursor_file_name(topic, group));
+        let on_disk = match storage.remove_file(&path) {
+            Ok(()) => true,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+            Err(e) => return Err(Error::io("remove cursor", &path, e)),
+        };
+        if on_disk {
+            storage
+                .sync_dir(&dir)
+                .map_err(|e| Error::io("fsync directory", &dir, e))?;
+        }
+        Ok(removed.is_some() || on_disk)
+    }
+
+    /// Unregisters and deletes every group of `topic` (topic deletion).
+    pub fn remove_topic(&self, storage: &dyn Storage, data_dir: &Path, topic: &str) -> Result<()> {
+        let mut groups: Vec<String> = self
+            .lock()
+            .get(topic)
+            .map(|g| g.keys().cloned().collect())
+            .unwrap_or_default();
+        groups.extend(Self::list(data_dir, topic));
+        groups.sort();
+        groups.dedup();
+        for group in groups {
+            self.remove(storage, data_dir, topic, &group)?;
+        }
+        Ok(())
     }
 
     /// Groups with a cursor file for `topic`, sorted.

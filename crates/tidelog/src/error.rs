@@ -92,6 +92,23 @@ pub enum Error {
         /// The offset the next append will get.
         next: u64,
     },
+    /// An earlier sync failed, so this handle no longer knows what is durable: every append
+    /// and flush fails until the directory is reopened (recovery then finds what survived).
+    Poisoned {
+        /// The failed operation, e.g. `"msync"`.
+        op: &'static str,
+        /// The file it failed on.
+        path: PathBuf,
+        /// The errno of the original failure, if it had one.
+        errno: Option<i32>,
+    },
+    /// The consumer group has no cursor on the topic.
+    UnknownGroup {
+        /// The topic.
+        topic: String,
+        /// The group asked for.
+        group: String,
+    },
     /// A data file was written by a newer or unknown format version.
     UnsupportedVersion {
         /// The file.
@@ -128,6 +145,7 @@ impl Error {
         match self {
             Error::Io { source, .. } => source.raw_os_error(),
             Error::DiskFull { .. } => Some(libc::ENOSPC),
+            Error::Poisoned { errno, .. } => *errno,
             _ => None,
         }
     }
@@ -182,6 +200,20 @@ impl fmt::Display for Error {
                 f,
                 "offset {offset} is out of range for topic {topic:?} (stored offsets are {first}..{next})"
             ),
+            Error::Poisoned { op, path, errno } => {
+                write!(
+                    f,
+                    "an earlier {op} of {} failed ({}); nothing since is durable: reopen the directory",
+                    path.display(),
+                    match errno {
+                        Some(e) => io::Error::from_raw_os_error(*e).to_string(),
+                        None => "no errno".to_owned(),
+                    }
+                )
+            }
+            Error::UnknownGroup { topic, group } => {
+                write!(f, "group {group:?} has no cursor on topic {topic:?}")
+            }
             Error::UnsupportedVersion {
                 path,
                 found,

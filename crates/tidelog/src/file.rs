@@ -2,8 +2,10 @@
 //! shared mapping per file.
 
 use std::fs::File;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::clock;
 use crate::error::{Error, Result};
@@ -38,6 +40,118 @@ pub struct DataFile {
     pub header: FileHeader,
     /// Blocks in this file (from its own header, so files of an older geometry still work).
     pub block_count: u32,
+    /// When the file may be deleted.
+    pub counters: FileCounters,
+}
+
+/// The four counters that decide when a file may be deleted (walrus's design): blocks held by
+/// writers, blocks consumed, blocks handed out, and whether the allocator has moved past the
+/// file. Every change checks the rule; the one change that makes it true (and only that one)
+/// returns true, and its caller queues the deletion.
+///
+/// Early deletion is impossible by construction: `total` only grows while `fully_allocated` is
+/// false; once it is true every counter moves one way (held down, consumed up), each extent
+/// adds to `consumed` once (its own flag) and only after its writer released it.
+#[derive(Debug, Default)]
+pub struct FileCounters {
+    held_blocks: AtomicU32,
+    consumed_blocks: AtomicU32,
+    total_blocks: AtomicU32,
+    fully_allocated: AtomicBool,
+    /// Set by the change that satisfied the rule, so the deletion is queued once.
+    doomed: AtomicBool,
+    /// Bytes the file occupies on disk (header and reserved extents), for the disk cap.
+    pub disk_bytes: AtomicU64,
+}
+
+/// A snapshot of one file's counters (for `stat` tools and tests).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct FileState {
+    /// The file's sequence number.
+    pub seq: u64,
+    /// The file.
+    pub path: PathBuf,
+    /// Blocks of extents a writer still appends to.
+    pub held_blocks: u32,
+    /// Blocks of extents every consumer is done with (or outside retention, or of a
+    /// deleted topic).
+    pub consumed_blocks: u32,
+    /// Blocks handed out so far.
+    pub total_blocks: u32,
+    /// The allocator moved on: no more blocks will be handed out from this file.
+    pub fully_allocated: bool,
+    /// All four counters say the file may go (its deletion is queued or done).
+    pub deletable: bool,
+}
+
+impl FileCounters {
+    /// The allocator handed out `blocks` to a writer.
+    pub fn allocate(&self, blocks: u32) {
+        debug_assert!(!self.fully_allocated.load(Ordering::Acquire));
+        self.total_blocks.fetch_add(blocks, Ordering::AcqRel);
+        self.held_blocks.fetch_add(blocks, Ordering::AcqRel);
+    }
+
+    /// Recovery found an extent of `blocks`; `held` when a writer resumes it.
+    pub fn recovered(&self, blocks: u32, held: bool) {
+        self.total_blocks.fetch_add(blocks, Ordering::AcqRel);
+        if held {
+            self.held_blocks.fetch_add(blocks, Ordering::AcqRel);
+        }
+    }
+
+    /// A writer is done with an extent of `blocks`. True when the file became deletable.
+    pub fn release(&self, blocks: u32) -> bool {
+        let before = self.held_blocks.fetch_sub(blocks, Ordering::AcqRel);
+        assert!(
+            before >= blocks,
+            "file counters: released more blocks than held"
+        );
+        self.check()
+    }
+
+    /// An extent of `blocks` is consumed. True when the file became deletable.
+    pub fn consume(&self, blocks: u32) -> bool {
+        let after = self.consumed_blocks.fetch_add(blocks, Ordering::AcqRel) + blocks;
+        assert!(
+            after <= self.total_blocks.load(Ordering::Acquire),
+            "file counters: consumed more blocks than handed out"
+        );
+        self.check()
+    }
+
+    /// The allocator moved past this file. True when the file became deletable.
+    pub fn seal_allocation(&self) -> bool {
+        self.fully_allocated.store(true, Ordering::Release);
+        self.check()
+    }
+
+    fn rule_holds(&self) -> bool {
+        // `fully_allocated` first: after it, `total` no longer moves.
+        self.fully_allocated.load(Ordering::Acquire)
+            && self.held_blocks.load(Ordering::Acquire) == 0
+            && self.consumed_blocks.load(Ordering::Acquire)
+                == self.total_blocks.load(Ordering::Acquire)
+    }
+
+    /// Checks the rule; true only for the one caller that first sees it hold.
+    pub fn check(&self) -> bool {
+        self.rule_holds() && !self.doomed.swap(true, Ordering::AcqRel)
+    }
+
+    /// A snapshot for `file_states`.
+    pub fn state(&self, seq: u64, path: &Path) -> FileState {
+        FileState {
+            seq,
+            path: path.to_owned(),
+            held_blocks: self.held_blocks.load(Ordering::Acquire),
+            consumed_blocks: self.consumed_blocks.load(Ordering::Acquire),
+            total_blocks: self.total_blocks.load(Ordering::Acquire),
+            fully_allocated: self.fully_allocated.load(Ordering::Acquire),
+            deletable: self.doomed.load(Ordering::Acquire),
+        }
+    }
 }
 
 impl DataFile {
@@ -88,6 +202,10 @@ impl DataFile {
         let map =
             Mapping::map(&file, file_size_bytes, true).map_err(|e| Error::io("mmap", &path, e))?;
         let block_count = ((file_size_bytes - format::FILE_HEADER_BYTES) / block_size_bytes) as u32;
+        let counters = FileCounters::default();
+        counters
+            .disk_bytes
+            .store(format::FILE_HEADER_BYTES, Ordering::Release);
         Ok(Arc::new(DataFile {
             seq,
             path,
@@ -95,6 +213,7 @@ impl DataFile {
             map,
             header,
             block_count,
+            counters,
         }))
     }
 
@@ -105,9 +224,12 @@ impl DataFile {
         path: &Path,
         writable: bool,
     ) -> Result<Option<Arc<DataFile>>> {
-        let file = storage
-            .open(path, writable)
-            .map_err(|e| Error::io("open data file", path, e))?;
+        let file = match storage.open(path, writable) {
+            Ok(f) => f,
+            // Deleted since it was listed (the writer's retention, seen by a reader).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !writable => return Ok(None),
+            Err(e) => return Err(Error::io("open data file", path, e)),
+        };
         let mut buf = [0u8; format::FH_LEN];
         let n = storage
             .read_at(&file, path, &mut buf, 0)
@@ -141,10 +263,10 @@ impl DataFile {
                 ),
             });
         }
-        let len = file
+        let meta = file
             .metadata()
-            .map_err(|e| Error::io("stat data file", path, e))?
-            .len();
+            .map_err(|e| Error::io("stat data file", path, e))?;
+        let len = meta.len();
         if len < header.file_size_bytes {
             // Still being sized by its creator (another process), or damaged: not usable yet.
             return Ok(None);
@@ -160,6 +282,11 @@ impl DataFile {
             map,
             header,
             block_count,
+            counters: FileCounters {
+                // st_blocks counts 512-byte units whatever the filesystem block size.
+                disk_bytes: AtomicU64::new(meta.blocks() * 512),
+                ..FileCounters::default()
+            },
         })))
     }
 }

@@ -201,6 +201,13 @@ pub enum ProgressState {
     /// No more records; `durable_end` is the end of the records, and the index footer
     /// (`footer_count` entries) follows it.
     Sealed = 3,
+    /// The extent's topic was deleted: recovery ignores the extent. Written oldest extent
+    /// first, so a crash part way leaves a topic that lost a prefix, never a gap.
+    Deleted = 4,
+    /// Every consumer group committed past the extent, or retention dropped it: recovery
+    /// ignores it. Written front to back, before any file holding such extents is deleted,
+    /// so a topic's extents on disk never have a gap.
+    Consumed = 5,
 }
 
 /// Decoded progress slot.
@@ -246,6 +253,8 @@ impl Progress {
             1 => ProgressState::Open,
             2 => ProgressState::Clean,
             3 => ProgressState::Sealed,
+            4 => ProgressState::Deleted,
+            5 => ProgressState::Consumed,
             _ => return None,
         };
         Some(Progress {

@@ -170,6 +170,8 @@ struct Armed {
 #[derive(Debug, Default, Clone)]
 pub struct FaultStorage {
     armed: Arc<Mutex<Vec<Armed>>>,
+    /// Every call per point, failed or not (tests count syncs with it).
+    calls: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
 }
 
 impl FaultStorage {
@@ -209,7 +211,19 @@ impl FaultStorage {
             .sum()
     }
 
+    /// How many calls reached `point` so far, failed or not.
+    pub fn calls(&self, point: &str) -> u64 {
+        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        calls.get(point).copied().unwrap_or(0)
+    }
+
     fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(point)
+            .or_insert(0) += 1;
         let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
         let path = path.to_string_lossy();
         let idx = armed.iter().position(|a| {

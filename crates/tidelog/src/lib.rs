@@ -42,17 +42,21 @@ pub mod format;
 pub mod io;
 mod mmap;
 mod reader;
+mod reclaim;
 mod recovery;
 mod spin;
+mod sync;
 mod topic;
 mod wal;
 
-pub use config::{Config, FILE_SIZE_MAX, validate_name};
+pub use config::{Config, Durability, FILE_SIZE_MAX, Retention, validate_name};
 pub use error::{Error, Result};
+pub use file::FileState;
 pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
 pub use recovery::RecoveryReport;
+pub use sync::AppendHandle;
 pub use topic::Append;
-pub use wal::{LOCK_FILE, TopicInfo, Wal, Writer};
+pub use wal::{DiskUsage, LOCK_FILE, TopicInfo, Wal, Writer};
 
 /// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each
 /// `Wal`'s own clock, which tracks this one to within about a microsecond.

@@ -288,11 +288,18 @@ impl Reader {
         }
         cursor.commit(self.shared.storage.as_ref(), offset)?;
         self.uncommitted = 0;
+        // The slowest group may have moved: extents behind every group can go.
+        self.shared.reclaim_topic(&self.topic);
         Ok(())
     }
 
     /// Finds the extent holding `next_offset`; false when it is not published yet.
     fn resolve(&mut self) -> Result<bool> {
+        if self.topic.is_deleted() {
+            return Err(Error::UnknownTopic {
+                topic: self.topic.name.clone(),
+            });
+        }
         if self.next_offset >= self.topic.next_offset() {
             return Ok(false);
         }
@@ -319,6 +326,11 @@ impl Reader {
                 }
                 continue;
             };
+            if self.topic.is_deleted() {
+                return Err(Error::UnknownTopic {
+                    topic: self.topic.name.clone(),
+                });
+            }
             let (_, end) = block.published();
             if self.pos < end {
                 let view = block

@@ -188,6 +188,15 @@ fn read_slots(file: &Arc<DataFile>, index: u32) -> (Option<BlockIdentity>, Optio
     (BlockIdentity::decode(&id), Progress::decode(&pg))
 }
 
+/// Counts an extent that holds nothing to read (empty, dropped, or of a deleted topic) as
+/// handed out and consumed, so it never keeps its file alive.
+fn count_unused(file: &DataFile, blocks: u32) {
+    file.counters.recovered(blocks, false);
+    // The file is not fully allocated yet, so this cannot make it deletable here; the
+    // open checks every file once recovery is done.
+    let _ = file.counters.consume(blocks);
+}
+
 /// Lists data files in sequence order.
 fn list_files(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
@@ -290,10 +299,19 @@ pub fn recover(
         out.files.insert(file.seq, file);
     }
 
-    // Group by topic, checking that names and ids agree.
+    // Group by topic, checking that names and ids agree. Extents of deleted topics only
+    // count in their files' counters, as consumed.
     let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
     let mut id_names: HashMap<u32, String> = HashMap::new();
     for f in found {
+        if f.progress
+            .is_some_and(|p| matches!(p.state, ProgressState::Deleted | ProgressState::Consumed))
+        {
+            if writable {
+                count_unused(&f.file, f.id.block_count);
+            }
+            continue;
+        }
         if let Some(name) = id_names.get(&f.id.topic_id)
             && *name != f.id.topic
         {
@@ -358,6 +376,7 @@ pub fn recover(
                 dropping = true;
                 out.report.dropped_extents += 1;
                 if writable {
+                    count_unused(&f.file, f.id.block_count);
                     Block::clear_identity(&f.file, f.id.block_index);
                     let at = f.file.block_position(f.id.block_index) as usize;
                     storage
@@ -388,7 +407,13 @@ pub fn recover(
                     block.set_final(p.record_count, p.durable_end);
                     out.report.sealed_extents += 1;
                     if p.record_count == 0 {
+                        if writable {
+                            count_unused(&f.file, f.id.block_count);
+                        }
                         continue;
+                    }
+                    if writable {
+                        f.file.counters.recovered(f.id.block_count, false);
                     }
                     tail.max_ts = tail.max_ts.max(p.max_timestamp_us);
                     expected = Some(f.id.first_offset + p.record_count);
@@ -453,6 +478,9 @@ pub fn recover(
                             && !torn
                             && progress.is_some_and(|p| p.state == ProgressState::Clean))
                     {
+                        if writable {
+                            count_unused(&f.file, f.id.block_count);
+                        }
                         continue;
                     }
                     tail.max_ts = tail.max_ts.max(s.max_ts);
@@ -463,7 +491,11 @@ pub fn recover(
                         && progress.is_some_and(|p| {
                             p.state == ProgressState::Clean && p.durable_end == s.end
                         });
+                    if writable {
+                        f.file.counters.recovered(f.id.block_count, resumable);
+                    }
                     if resumable {
+                        block.hold();
                         tail.block = Some(Arc::clone(&block));
                         tail.pos = s.end;
                         tail.count = s.count;

@@ -3,8 +3,9 @@
 
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Range;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
 use crate::block::Block;
@@ -14,6 +15,12 @@ use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
 use crate::spin::{SpinGuard, SpinLock};
+
+/// Spins, then yields, before an appender waiting for its predecessors parks.
+const PUBLISH_SPINS: u32 = 128;
+const PUBLISH_YIELDS: u32 = 8;
+/// Bound on a missed wake-up of a parked appender.
+const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 
 /// One record to append: optional key, value, optional timestamp (default: now).
 #[derive(Debug, Clone, Copy, Default)]
@@ -50,6 +57,8 @@ pub struct Ctx<'a> {
     pub alloc: &'a BlockAllocator,
     pub config: &'a Config,
     pub clock: &'a Clock,
+    /// How long a roll waits for disk space under the cap.
+    pub space_wait: Duration,
 }
 
 /// Writer-side state, under the topic lock.
@@ -68,6 +77,8 @@ pub struct Tail {
     pub max_ts: u64,
     /// Set on close: no more appends.
     pub closed: bool,
+    /// Set when the topic is deleted: appends fail with `UnknownTopic`.
+    pub deleted: bool,
 }
 
 /// A topic and its extents.
@@ -83,6 +94,14 @@ pub struct Topic {
     chain: RwLock<Vec<Arc<Block>>>,
     /// Extents the flusher still has to make durable or seal.
     unsynced: Mutex<Vec<Arc<Block>>>,
+    /// Serializes passes that drop consumed extents from the chain's front.
+    reclaim: Mutex<()>,
+    /// The topic was deleted (readers report it as unknown).
+    deleted: AtomicBool,
+    /// Appenders parked until their predecessors publish: `(first offset, thread)`.
+    parking: Mutex<Vec<(u64, std::thread::Thread)>>,
+    /// `parking.len()`, read without the lock on every publish.
+    parked: AtomicU32,
 }
 
 impl Topic {
@@ -94,7 +113,55 @@ impl Topic {
             published_next: AtomicU64::new(0),
             chain: RwLock::new(Vec::new()),
             unsynced: Mutex::new(Vec::new()),
+            reclaim: Mutex::new(()),
+            deleted: AtomicBool::new(false),
+            parking: Mutex::new(Vec::new()),
+            parked: AtomicU32::new(0),
         }
+    }
+
+    /// Marks the topic deleted for its remaining readers.
+    pub fn mark_deleted(&self) {
+        self.deleted.store(true, Ordering::Release);
+    }
+
+    /// True once the topic was deleted.
+    pub fn is_deleted(&self) -> bool {
+        self.deleted.load(Ordering::Acquire)
+    }
+
+    /// Taken by a pass that drops consumed extents (one at a time per topic).
+    pub fn reclaim_lock(&self) -> MutexGuard<'_, ()> {
+        self.reclaim.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Runs `f` over the chain without copying it.
+    pub fn with_chain<R>(&self, f: impl FnOnce(&[Arc<Block>]) -> R) -> R {
+        f(&self.chain.read().unwrap_or_else(|p| p.into_inner()))
+    }
+
+    /// Removes the first `n` extents (consumed) from the chain and returns them.
+    pub fn drop_front(&self, n: usize) -> Vec<Arc<Block>> {
+        let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
+        let n = n.min(chain.len());
+        chain.drain(..n).collect()
+    }
+
+    /// Keeps only the chain's extents for which `keep` holds, from the first such one on
+    /// (a read-only refresh after the writer deleted files).
+    pub fn trim_front(&self, keep: impl Fn(&Block) -> bool) {
+        let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
+        let n = chain.iter().take_while(|b| !keep(b)).count();
+        chain.drain(..n);
+    }
+
+    /// Empties the chain and the flusher's list (topic deletion); returns the chain.
+    pub fn take_all(&self) -> Vec<Arc<Block>> {
+        self.unsynced
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clear();
+        std::mem::take(&mut *self.chain.write().unwrap_or_else(|p| p.into_inner()))
     }
 
     pub fn tail(&self) -> SpinGuard<'_, Tail> {
@@ -185,6 +252,11 @@ impl Topic {
         // Reserve: offsets, positions and index entries, under the topic lock.
         let mut tail = self.tail();
         if tail.closed {
+            if tail.deleted {
+                return Err(Error::UnknownTopic {
+                    topic: self.name.clone(),
+                });
+            }
             return Err(Error::Closed);
         }
         let fits = tail
@@ -257,21 +329,64 @@ impl Topic {
         let mut spins = 0u32;
         while self.published_next.load(Ordering::Acquire) != first {
             spins += 1;
-            if spins < 128 {
+            if spins < PUBLISH_SPINS {
                 std::hint::spin_loop();
-            } else {
+            } else if spins < PUBLISH_SPINS + PUBLISH_YIELDS {
                 // A predecessor is still copying, maybe descheduled on a busy core.
                 std::thread::yield_now();
+            } else {
+                // Many appenders on few cores: sleep until our predecessor wakes us, rather
+                // than all of them yielding to each other.
+                self.park_until_published(first);
             }
         }
         block.publish(count_after, end);
-        self.published_next.store(first + n, Ordering::Release);
+        let next = first + n;
+        self.published_next.store(next, Ordering::Release);
+        if self.parked.load(Ordering::Relaxed) > 0 {
+            self.unpark(next);
+        }
+    }
+
+    /// Parks the calling thread until the records before `first` are published.
+    #[cold]
+    fn park_until_published(&self, first: u64) {
+        let me = std::thread::current();
+        self.parking
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .push((first, me.clone()));
+        self.parked.fetch_add(1, Ordering::SeqCst);
+        // The publisher stores, then reads `parked` without a full fence: a wake-up it misses
+        // costs at most the park timeout.
+        while self.published_next.load(Ordering::SeqCst) != first {
+            std::thread::park_timeout(PARK_TIMEOUT);
+        }
+        let mut list = self.parking.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = list
+            .iter()
+            .position(|(f, t)| *f == first && t.id() == me.id())
+        {
+            list.swap_remove(i);
+        }
+        self.parked.fetch_sub(1, Ordering::SeqCst);
+    }
+
+    /// Wakes the appender waiting to publish at `next`.
+    #[cold]
+    fn unpark(&self, next: u64) {
+        let list = self.parking.lock().unwrap_or_else(|p| p.into_inner());
+        for (_, t) in list.iter().filter(|(f, _)| *f == next) {
+            t.unpark();
+        }
     }
 
     /// Moves the topic to a new extent with room for `need` bytes.
     fn roll(&self, ctx: &Ctx<'_>, tail: &mut Tail, need: u64) -> Result<()> {
         let interval = ctx.config.index_interval_bytes;
-        let extent = ctx.alloc.allocate(ctx.storage, need, interval)?;
+        let extent = ctx
+            .alloc
+            .allocate(ctx.storage, need, interval, ctx.space_wait)?;
         let block = Arc::new(Block::new(
             extent.file,
             extent.block_index,
@@ -283,8 +398,12 @@ impl Topic {
             Some(Vec::new()),
         ));
         block.write_identity(&self.name);
+        block.hold();
         if let Some(old) = tail.block.take() {
             old.set_final(tail.count, tail.pos);
+            if old.release_writer() {
+                ctx.alloc.doom(&old.file);
+            }
         }
         self.chain
             .write()

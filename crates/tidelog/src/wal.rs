@@ -1,25 +1,29 @@
-//! The `Wal` handle: open (lock, recover), topics, writers, readers, flush, close, and the
-//! background flush thread.
+//! The `Wal` handle: open (lock, recover), topics, writers, readers, flush, close, deletion,
+//! and its two threads: the sync thread (group commits, periodic flush) and the housekeeping
+//! thread (spare files, clock, retention, file deletion).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crate::alloc::BlockAllocator;
 use crate::block::Block;
 use crate::clock::Clock;
-use crate::config::{self, Config};
+use crate::config::{self, Config, Durability};
 use crate::cursor::{CURSOR_DIR, CursorTable};
 use crate::error::{Error, Result};
-use crate::file::DataFile;
+use crate::file::{DataFile, FileState};
+use crate::format::ProgressState;
 use crate::io::{StdStorage, Storage};
 use crate::reader::{self, Reader, ReaderOptions, Record};
+use crate::reclaim;
 use crate::recovery::{self, Known, RecoveryReport};
+use crate::sync::{AppendHandle, GroupLimits, SyncQueue, Wake};
 use crate::topic::{Append, Ctx, Topic};
 
 /// Name of the lock file in a data directory.
@@ -46,7 +50,6 @@ pub(crate) struct Shared {
     lock_file: Mutex<Option<File>>,
     topics: RwLock<TopicTable>,
     alloc: BlockAllocator,
-    files: RwLock<BTreeMap<u64, Arc<DataFile>>>,
     closed: AtomicBool,
     flush_lock: Mutex<()>,
     cursors: CursorTable,
@@ -59,8 +62,20 @@ pub(crate) struct Shared {
     known: Mutex<Known>,
     background: Mutex<Background>,
     wake: Condvar,
-    /// First error the background flush hit, returned by the next `flush`.
+    /// First error the housekeeping thread hit (deleting a file), returned by the next
+    /// `flush`. Sync errors poison `sync` instead.
     background_error: Mutex<Option<Error>>,
+    /// Tickets, group commit and poison.
+    sync: Arc<SyncQueue>,
+    /// A writer asked for `Interval` while the Wal default is `Never`: run the periodic flush.
+    interval_writers: AtomicBool,
+}
+
+/// How one append becomes durable and waits for space: the Wal's defaults or a writer's.
+#[derive(Debug, Clone, Copy)]
+struct WriteOpts {
+    durability: Durability,
+    space_wait: Duration,
 }
 
 impl Shared {
@@ -72,20 +87,29 @@ impl Shared {
         Ok(())
     }
 
+    #[inline]
     fn check_writable(&self) -> Result<()> {
         self.check_open()?;
         if self.read_only {
             return Err(Error::ReadOnly);
         }
-        Ok(())
+        self.sync.check()
     }
 
-    fn ctx(&self) -> Ctx<'_> {
+    fn ctx(&self, space_wait: Duration) -> Ctx<'_> {
         Ctx {
             storage: self.storage.as_ref(),
             alloc: &self.alloc,
             config: &self.config,
             clock: &self.clock,
+            space_wait,
+        }
+    }
+
+    fn default_opts(&self) -> WriteOpts {
+        WriteOpts {
+            durability: self.config.durability,
+            space_wait: Duration::from_millis(self.config.space_wait_ms),
         }
     }
 
@@ -138,18 +162,28 @@ impl Shared {
         table.by_name.values().cloned().collect()
     }
 
-    /// Makes everything published so far durable; seals finished extents.
+    /// Makes everything published so far durable and catches up progress slots; seals
+    /// finished extents. Completes the tickets it covers; a failure poisons the Wal.
     fn flush(&self) -> Result<()> {
-        self.flush_inner(false)
+        self.flush_pass(false)
     }
 
     /// `closing`: appends have stopped; active extents are marked `Clean` in the same write.
+    fn flush_pass(&self, closing: bool) -> Result<()> {
+        self.sync.check()?;
+        let upto = self.sync.begin_pass();
+        let result = self.flush_inner(closing);
+        self.sync.end_pass(upto, &result);
+        result
+    }
+
     fn flush_inner(&self, closing: bool) -> Result<()> {
         let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
         for topic in self.all_topics() {
             let mut sealed = Vec::new();
             for block in topic.unsynced() {
-                if block.sync(self.storage.as_ref(), &topic.name, closing)? {
+                // A consumed extent's file may already be gone: nothing left to make durable.
+                if block.is_consumed() || block.sync(self.storage.as_ref(), &topic.name, closing)? {
                     sealed.push(block);
                 }
             }
@@ -158,6 +192,137 @@ impl Shared {
             }
         }
         Ok(())
+    }
+
+    /// A group commit's I/O: makes the data published so far durable with one msync per
+    /// data file, over the span of its extents with new data (one journal commit per file,
+    /// however many topics wrote to it). Progress slots wait for the periodic flush.
+    fn sync_group_data(&self) -> Result<()> {
+        let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        // Per file: the span to sync and the extents (with their new end) it covers.
+        type Span = (usize, usize, Vec<(Arc<Block>, u64)>);
+        let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
+        for topic in self.all_topics() {
+            for block in topic.unsynced() {
+                let Some((from, end)) = block.unsynced_range() else {
+                    continue;
+                };
+                let (lo, hi) = (block.abs(from), block.abs(end));
+                let span = spans
+                    .entry(block.file.seq)
+                    .or_insert_with(|| (lo, hi, Vec::new()));
+                span.0 = span.0.min(lo);
+                span.1 = span.1.max(hi);
+                span.2.push((block, end));
+            }
+        }
+        for (lo, hi, blocks) in spans.into_values() {
+            let Some((first, _)) = blocks.first() else {
+                continue;
+            };
+            let file = &first.file;
+            self.storage
+                .sync_map(&file.map, &file.path, lo, hi - lo)
+                .map_err(|e| Error::io("msync", &file.path, e))?;
+            for (block, end) in &blocks {
+                block.mark_synced(*end);
+            }
+        }
+        Ok(())
+    }
+
+    fn group_limits(&self) -> GroupLimits {
+        GroupLimits {
+            wait: Duration::from_micros(self.config.group_wait_us),
+            bytes_max: self.config.group_bytes_max,
+        }
+    }
+
+    /// Whether the sync thread's periodic pass runs.
+    fn periodic_flush(&self) -> bool {
+        self.config.durability != Durability::Never || self.interval_writers.load(Ordering::Acquire)
+    }
+
+    /// Drops the consumed extents at the front of `topic` and queues the files that frees.
+    pub(crate) fn reclaim_topic(&self, topic: &Topic) {
+        if self.read_only {
+            return;
+        }
+        let _pass = topic.reclaim_lock();
+        let committed = self.cursors.min_committed(&topic.name);
+        let retention = self.config.retention_for(&topic.name);
+        if committed.is_none() && retention.is_unlimited() {
+            return;
+        }
+        let now = crate::clock::now_us();
+        let n =
+            topic.with_chain(|chain| reclaim::consumable_prefix(chain, committed, retention, now));
+        if n == 0 {
+            return;
+        }
+        let mut doomed = false;
+        let dropped = topic.drop_front(n);
+        // Consumed extents need no seal; releasing them here lets their mapping go with the
+        // file even when no periodic flush runs.
+        topic.forget_synced(&dropped);
+        for block in dropped {
+            // Marked on disk first, front to back: a file is only deleted after, so a topic's
+            // extents on disk never have a gap, and a restart does not bring them back.
+            if let Err(e) = block.retire(self.storage.as_ref(), ProgressState::Consumed) {
+                self.sync.poison(&e);
+                self.report_background(e);
+                return;
+            }
+            if block.mark_consumed() {
+                self.alloc.doom(&block.file);
+                doomed = true;
+            }
+        }
+        if doomed {
+            self.wake.notify_all();
+        }
+    }
+
+    /// Deletes the files whose counters said so: unlinked, then out of the table and the disk
+    /// account, our mapping and handle dropped (the space returns once no record still maps
+    /// the file). A file whose unlink fails stays known and counted; it is returned for a
+    /// retry, with the first error.
+    fn delete_doomed(&self) -> (Vec<Arc<DataFile>>, Result<()>) {
+        let doomed = self.alloc.take_doomed();
+        let mut failed = Vec::new();
+        let mut first_error = Ok(());
+        let mut removed = false;
+        for file in doomed {
+            match self.storage.remove_file(&file.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    if first_error.is_ok() {
+                        first_error = Err(Error::io("remove data file", &file.path, e));
+                    }
+                    failed.push(file);
+                    continue;
+                }
+            }
+            removed = true;
+            self.alloc.forget_file(&file);
+        }
+        if removed
+            && let Err(e) = self.storage.sync_dir(&self.dir)
+            && first_error.is_ok()
+        {
+            first_error = Err(Error::io("fsync directory", &self.dir, e));
+        }
+        (failed, first_error)
+    }
+
+    /// Keeps the first housekeeping error for the next `flush` to return.
+    fn report_background(&self, e: Error) {
+        let mut slot = self
+            .background_error
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
+        slot.get_or_insert(e);
     }
 
     fn validate_records(&self, records: &[Append<'_>]) -> Result<()> {
@@ -191,19 +356,100 @@ impl Shared {
         Ok(())
     }
 
-    fn append(&self, topic: &Topic, records: &[Append<'_>]) -> Result<Range<u64>> {
+    fn append(&self, topic: &Topic, records: &[Append<'_>], opts: WriteOpts) -> Result<Range<u64>> {
         self.check_writable()?;
         self.validate_records(records)?;
-        topic.append(&self.ctx(), records)
+        if opts.durability != Durability::Always {
+            return topic.append(&self.ctx(opts.space_wait), records);
+        }
+        let in_flight = self.sync.begin_write();
+        let offsets = topic.append(&self.ctx(opts.space_wait), records)?;
+        let bytes = records.iter().map(Append::payload_len).sum();
+        let ticket = self.sync.ticket(bytes, false, Some(in_flight));
+        self.sync
+            .wait_or_lead(ticket, &self.group_limits(), &|| self.sync_group_data())?;
+        Ok(offsets)
     }
 
-    /// Closes: stops appends, waits for in-flight ones, flushes, marks active extents clean.
+    fn append_async(
+        &self,
+        topic: &Topic,
+        records: &[Append<'_>],
+        opts: WriteOpts,
+    ) -> Result<AppendHandle> {
+        self.check_writable()?;
+        self.validate_records(records)?;
+        let in_flight = self.sync.begin_write();
+        let offsets = topic.append(&self.ctx(opts.space_wait), records)?;
+        let bytes = records.iter().map(Append::payload_len).sum();
+        let urgent = opts.durability == Durability::Always;
+        let ticket = self.sync.ticket(bytes, urgent, Some(in_flight));
+        Ok(AppendHandle::new(Arc::clone(&self.sync), offsets, ticket))
+    }
+
+    /// Deletes `name`: its cursors first, then its extents marked `Deleted` oldest first
+    /// (a crash part way leaves a topic that lost a prefix), then its files are freed.
+    fn delete_topic(&self, name: &str) -> Result<()> {
+        self.check_writable()?;
+        let topic = self.topic(name)?;
+        {
+            let mut tail = topic.tail();
+            if tail.deleted {
+                return Err(Error::UnknownTopic {
+                    topic: name.to_owned(),
+                });
+            }
+            tail.closed = true;
+            tail.deleted = true;
+            let reserved = tail.next_offset;
+            drop(tail);
+            while topic.next_offset() != reserved {
+                std::thread::yield_now();
+            }
+        }
+        topic.mark_deleted();
+        self.topics
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .by_name
+            .remove(name);
+        self.cursors
+            .remove_topic(self.storage.as_ref(), &self.dir, name)?;
+        let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _pass = topic.reclaim_lock();
+        let chain = topic.take_all();
+        let active = topic.tail().block.take();
+        for block in &chain {
+            if let Err(e) = block.retire(self.storage.as_ref(), ProgressState::Deleted) {
+                self.sync.poison(&e);
+                return Err(e);
+            }
+        }
+        if let Some(block) = active {
+            let (count, end) = block.published();
+            block.set_final(count, end);
+            if block.release_writer() {
+                self.alloc.doom(&block.file);
+            }
+        }
+        for block in &chain {
+            if block.mark_consumed() {
+                self.alloc.doom(&block.file);
+            }
+        }
+        self.wake.notify_all();
+        Ok(())
+    }
+
+    /// Closes: stops appends, waits for in-flight ones, flushes, marks active extents clean,
+    /// and fails waiters that no sync can cover any more.
     fn close(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Ok(());
         }
         let mut result = Ok(());
         if !self.read_only {
+            self.alloc.shut_down();
             let topics = self.all_topics();
             for topic in &topics {
                 let mut tail = topic.tail();
@@ -214,8 +460,10 @@ impl Shared {
                     std::thread::yield_now();
                 }
             }
-            result = self.flush_inner(true);
+            self.sync.wait_idle();
+            result = self.flush_pass(true);
         }
+        self.sync.close();
         self.closed.store(true, Ordering::Release);
         // Release mappings held by the tables; records still alive keep theirs.
         self.topics
@@ -223,10 +471,7 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .by_name
             .clear();
-        self.files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.alloc.clear();
         self.known.lock().unwrap_or_else(|p| p.into_inner()).clear();
         release_lock(
             self.lock_file
@@ -268,6 +513,16 @@ pub struct TopicInfo {
     pub groups: Vec<String>,
 }
 
+/// Disk space the data files of a directory occupy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskUsage {
+    /// Data files (including the spare prepared ahead of need).
+    pub files: u64,
+    /// Bytes reserved on disk: file headers and every extent handed out.
+    pub bytes: u64,
+}
+
 /// An open log directory.
 ///
 /// Cheap to share: wrap it in an `Arc`, or make [`Writer`]s and [`Reader`]s, which are
@@ -275,7 +530,8 @@ pub struct TopicInfo {
 #[derive(Debug)]
 pub struct Wal {
     shared: Arc<Shared>,
-    background: Mutex<Option<JoinHandle<()>>>,
+    /// The sync and housekeeping threads (none for a read-only handle).
+    threads: Mutex<Vec<JoinHandle<()>>>,
 }
 
 impl Wal {
@@ -355,14 +611,29 @@ impl Wal {
             table.next_id = table.next_id.max(t.id + 1);
             table.by_name.insert(t.name, topic);
         }
+        let current_seq = recovered.alloc_current.as_ref().map(|(f, _)| f.seq);
+        let spare_seq = recovered.spare.as_ref().map(|f| f.seq);
         let alloc = BlockAllocator::new(
             dir.to_owned(),
-            config.file_size_bytes,
-            config.block_size_bytes,
+            &config,
+            recovered.files,
             recovered.next_seq,
             recovered.alloc_current,
             recovered.spare,
         );
+        if !read_only {
+            // Every file but the one new extents continue in (and the spare) is fully
+            // allocated; one holding nothing but consumed extents can go at once.
+            for (seq, file) in alloc.files().iter() {
+                alloc.account_file(file);
+                if Some(*seq) != current_seq
+                    && Some(*seq) != spare_seq
+                    && file.counters.seal_allocation()
+                {
+                    alloc.doom(file);
+                }
+            }
+        }
         let (record_bytes_max, batch_bytes_max) =
             (config.record_bytes_max(), config.batch_bytes_max());
         let shared = Arc::new(Shared {
@@ -373,7 +644,6 @@ impl Wal {
             lock_file: Mutex::new(lock_file),
             topics: RwLock::new(table),
             alloc,
-            files: RwLock::new(recovered.files),
             closed: AtomicBool::new(false),
             flush_lock: Mutex::new(()),
             cursors: CursorTable::default(),
@@ -385,22 +655,53 @@ impl Wal {
             background: Mutex::new(Background::default()),
             wake: Condvar::new(),
             background_error: Mutex::new(None),
+            sync: Arc::new(SyncQueue::default()),
+            interval_writers: AtomicBool::new(false),
         });
-        let background = if read_only {
-            None
-        } else {
+        let mut threads = Vec::new();
+        if !read_only {
             // Seal what recovery cut, before new appends make more work.
             shared.flush()?;
-            let bg = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("tidelog-sync".to_owned())
-                .spawn(move || background_loop(&bg))
-                .map_err(|e| Error::io("spawn sync thread", dir, e))?;
-            Some(handle)
-        };
+            // Rebuild consumption from the persisted cursors and retention; delete what is
+            // done, so space from before the restart comes back now.
+            shared
+                .cursors
+                .load_all(shared.storage.as_ref(), &shared.dir)?;
+            for topic in shared.all_topics() {
+                shared.reclaim_topic(&topic);
+            }
+            // A file that cannot be unlinked now is retried by the housekeeping thread.
+            let (failed, result) = shared.delete_doomed();
+            for file in &failed {
+                shared.alloc.doom(file);
+            }
+            if let Err(e) = result {
+                shared.report_background(e);
+            }
+            for (name, work) in [
+                ("tidelog-sync", sync_loop as fn(&Shared)),
+                ("tidelog-housekeeping", housekeeping_loop),
+            ] {
+                let bg = Arc::clone(&shared);
+                let handle = std::thread::Builder::new()
+                    .name(name.to_owned())
+                    .spawn(move || work(&bg));
+                match handle {
+                    Ok(h) => threads.push(h),
+                    Err(e) => {
+                        let wal = Wal {
+                            shared,
+                            threads: Mutex::new(threads),
+                        };
+                        let _ = wal.close();
+                        return Err(Error::io("spawn thread", dir, e));
+                    }
+                }
+            }
+        }
         Ok(Wal {
             shared,
-            background: Mutex::new(background),
+            threads: Mutex::new(threads),
         })
     }
 
@@ -428,17 +729,21 @@ impl Wal {
             .clone()
     }
 
-    /// A writer for `topic`, creating the topic if needed.
+    /// A writer for `topic`, creating the topic if needed. It uses the Wal's durability
+    /// and space wait until told otherwise ([`Writer::with_durability`],
+    /// [`Writer::wait_for_space`]).
     pub fn writer(&self, topic: &str) -> Result<Writer> {
         self.shared.check_writable()?;
         let topic = self.shared.topic_or_create(topic)?;
         Ok(Writer {
+            opts: self.shared.default_opts(),
             shared: Arc::clone(&self.shared),
             topic,
         })
     }
 
-    /// Appends `value` to `topic` (created if needed); returns its offset.
+    /// Appends `value` to `topic` (created if needed); returns its offset. With
+    /// [`Durability::Always`] it returns once the record is durable.
     pub fn append(&self, topic: &str, value: &[u8]) -> Result<u64> {
         self.append_record(topic, Append::value(value))
     }
@@ -447,7 +752,16 @@ impl Wal {
     pub fn append_record(&self, topic: &str, record: Append<'_>) -> Result<u64> {
         self.shared.check_writable()?;
         let t = self.shared.topic_or_create(topic)?;
-        Ok(self.shared.append(&t, &[record])?.start)
+        Ok(self
+            .shared
+            .append(&t, &[record], self.shared.default_opts())?
+            .start)
+    }
+
+    /// Appends `value` and returns at once with its offset and a handle to wait on for
+    /// durability.
+    pub fn append_async(&self, topic: &str, value: &[u8]) -> Result<AppendHandle> {
+        self.writer(topic)?.append_async(value)
     }
 
     /// Appends `values` as one crash-atomic batch; returns their offsets.
@@ -487,7 +801,8 @@ impl Wal {
     }
 
     /// Makes every record appended so far durable (msync of the dirty ranges of each
-    /// extent, then its progress slot). Returns the background flush's error, if it hit one.
+    /// extent, then its progress slot). Fails with [`Error::Poisoned`] once any sync failed,
+    /// and returns the housekeeping thread's error, if it hit one.
     pub fn flush(&self) -> Result<()> {
         self.shared.check_open()?;
         if self.shared.read_only {
@@ -527,6 +842,61 @@ impl Wal {
         })
     }
 
+    /// Deletes `topic`: its records, its cursors, and (once no other topic needs them) its
+    /// files. Its writers and readers fail with [`Error::UnknownTopic`] from now on; a later
+    /// append creates a new, empty topic of that name.
+    pub fn delete_topic(&self, topic: &str) -> Result<()> {
+        self.shared.delete_topic(topic)
+    }
+
+    /// Deletes the cursor of `group` on `topic`: the group no longer holds records back.
+    /// Its open readers fail with [`Error::UnknownGroup`] on their next commit.
+    pub fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
+        let shared = &self.shared;
+        shared.check_writable()?;
+        config::validate_name(topic)?;
+        config::validate_name(group)?;
+        if !shared
+            .cursors
+            .remove(shared.storage.as_ref(), &shared.dir, topic, group)?
+        {
+            return Err(Error::UnknownGroup {
+                topic: topic.to_owned(),
+                group: group.to_owned(),
+            });
+        }
+        if let Ok(t) = shared.topic(topic) {
+            shared.reclaim_topic(&t);
+        }
+        Ok(())
+    }
+
+    /// Disk space held by the data files.
+    pub fn disk_usage(&self) -> DiskUsage {
+        let files = self.shared.alloc.files();
+        let bytes = if self.shared.read_only {
+            files
+                .values()
+                .map(|f| f.counters.disk_bytes.load(Ordering::Acquire))
+                .sum()
+        } else {
+            self.shared.alloc.disk_bytes()
+        };
+        DiskUsage {
+            files: files.len() as u64,
+            bytes,
+        }
+    }
+
+    /// The deletion counters of every data file, oldest first.
+    pub fn file_states(&self) -> Vec<FileState> {
+        let files = self.shared.alloc.files();
+        files
+            .values()
+            .map(|f| f.counters.state(f.seq, &f.path))
+            .collect()
+    }
+
     /// Picks up records made durable by the writing process since the last refresh
     /// (read-only handles; a no-op for the writer, which sees its own records at once).
     pub fn refresh(&self) -> Result<()> {
@@ -535,11 +905,7 @@ impl Wal {
             return Ok(());
         }
         let shared = &self.shared;
-        let files = shared
-            .files
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone();
+        let files = shared.alloc.files().clone();
         let mut known = shared.known.lock().unwrap_or_else(|p| p.into_inner());
         let recovered = recovery::recover(
             &shared.dir,
@@ -549,6 +915,8 @@ impl Wal {
             &files,
             &known,
         )?;
+        let mut seen = HashSet::new();
+        let mut all_present = HashSet::new();
         for t in recovered.topics {
             let topic = {
                 let mut table = shared.topics.write().unwrap_or_else(|p| p.into_inner());
@@ -570,13 +938,29 @@ impl Wal {
                 }
             }
             topic.extend_read_only(added, t.tail.next_offset);
+            // Extents the writer deleted (consumed, retention) leave from the front.
+            let present: HashSet<(u64, u32)> = t
+                .chain
+                .iter()
+                .map(|b| (b.file.seq, b.block_index))
+                .collect();
+            topic.trim_front(|b| present.contains(&(b.file.seq, b.block_index)));
+            all_present.extend(present);
+            seen.insert(t.name);
         }
-        *shared.files.write().unwrap_or_else(|p| p.into_inner()) = recovered.files;
+        // Topics the writer deleted: nothing of theirs is left to read.
+        for topic in shared.all_topics() {
+            if !seen.contains(&topic.name) {
+                topic.trim_front(|_| false);
+            }
+        }
+        known.retain(|key, _| all_present.contains(key));
+        shared.alloc.replace_files(recovered.files);
         *shared.report.lock().unwrap_or_else(|p| p.into_inner()) = recovered.report;
         Ok(())
     }
 
-    /// Stops the background thread, flushes, marks active extents clean and releases the
+    /// Stops the background threads, flushes, marks active extents clean and releases the
     /// directory. Later calls on this handle (and its writers and readers) fail with
     /// [`Error::Closed`]; records already read stay valid.
     pub fn close(&self) -> Result<()> {
@@ -601,13 +985,10 @@ impl Wal {
             .unwrap_or_else(|p| p.into_inner())
             .stop = true;
         self.shared.wake.notify_all();
-        if let Some(handle) = self
-            .background
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            // A panic in the sync thread already lost its work; nothing more to report here.
+        self.shared.sync.stop_thread();
+        let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
+        for handle in threads {
+            // A panicked thread already lost its work; close's own flush reports the state.
             let _ = handle.join();
         }
     }
@@ -625,6 +1006,7 @@ impl Drop for Wal {
 pub struct Writer {
     shared: Arc<Shared>,
     topic: Arc<Topic>,
+    opts: WriteOpts,
 }
 
 impl Writer {
@@ -633,30 +1015,65 @@ impl Writer {
         &self.topic.name
     }
 
-    /// Appends `value`; returns its offset.
+    /// This writer with its own durability instead of the Wal's.
+    pub fn with_durability(mut self, durability: Durability) -> Writer {
+        if durability == Durability::Interval {
+            self.shared.interval_writers.store(true, Ordering::Release);
+        }
+        self.opts.durability = durability;
+        self
+    }
+
+    /// The durability this writer's appends get.
+    pub fn durability(&self) -> Durability {
+        self.opts.durability
+    }
+
+    /// This writer waiting up to `wait` for space when the disk cap is reached, instead of
+    /// the Wal's `space_wait_ms`.
+    pub fn wait_for_space(mut self, wait: Duration) -> Writer {
+        self.opts.space_wait = wait;
+        self
+    }
+
+    /// Appends `value`; returns its offset. With [`Durability::Always`] it returns once the
+    /// record is durable.
     #[inline]
     pub fn append(&self, value: &[u8]) -> Result<u64> {
         Ok(self
             .shared
-            .append(&self.topic, &[Append::value(value)])?
+            .append(&self.topic, &[Append::value(value)], self.opts)?
             .start)
     }
 
     /// Appends one record with an optional key and timestamp; returns its offset.
     #[inline]
     pub fn append_record(&self, record: Append<'_>) -> Result<u64> {
-        Ok(self.shared.append(&self.topic, &[record])?.start)
+        Ok(self.shared.append(&self.topic, &[record], self.opts)?.start)
     }
 
     /// Appends `values` as one batch: after a crash either all of them are there or none.
     pub fn append_batch<V: AsRef<[u8]>>(&self, values: &[V]) -> Result<Range<u64>> {
         let records: Vec<Append<'_>> = values.iter().map(|v| Append::value(v.as_ref())).collect();
-        self.shared.append(&self.topic, &records)
+        self.shared.append(&self.topic, &records, self.opts)
     }
 
     /// Appends `records` (keys, values, timestamps) as one crash-atomic batch.
     pub fn append_batch_records(&self, records: &[Append<'_>]) -> Result<Range<u64>> {
-        self.shared.append(&self.topic, records)
+        self.shared.append(&self.topic, records, self.opts)
+    }
+
+    /// Appends `value` and returns at once with its offset and a handle that completes when
+    /// it is durable: at once requested with [`Durability::Always`], else at the next
+    /// periodic flush or [`Wal::flush`].
+    pub fn append_async(&self, value: &[u8]) -> Result<AppendHandle> {
+        self.shared
+            .append_async(&self.topic, &[Append::value(value)], self.opts)
+    }
+
+    /// [`Writer::append_async`] for a crash-atomic batch.
+    pub fn append_batch_async(&self, records: &[Append<'_>]) -> Result<AppendHandle> {
+        self.shared.append_async(&self.topic, records, self.opts)
     }
 
     /// The offset the next append gets.
@@ -725,21 +1142,45 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
     Ok(file)
 }
 
-fn background_loop(shared: &Shared) {
-    let interval = shared.config.sync_interval_ms;
-    let tick = Duration::from_millis(interval.unwrap_or(200));
+/// The sync thread: group commits for `Always` appenders, and the periodic flush (data in
+/// `Interval` mode, progress slots and seals in both).
+fn sync_loop(shared: &Shared) {
+    let interval = Duration::from_millis(shared.config.sync_interval_ms);
+    let limits = shared.group_limits();
+    let mut tick = Instant::now() + interval;
+    loop {
+        match shared.sync.next_wake(tick) {
+            Wake::Stop => return,
+            // Failures poison the queue and reach every caller through it.
+            Wake::Group => shared.sync.run_group(&limits, &|| shared.sync_group_data()),
+            Wake::Tick => {
+                tick = Instant::now() + interval;
+                if shared.periodic_flush() {
+                    let _ = shared.flush();
+                }
+            }
+        }
+    }
+}
+
+/// The housekeeping thread: spare files, the clock, retention, and file deletion.
+fn housekeeping_loop(shared: &Shared) {
+    let tick = Duration::from_millis(shared.config.sync_interval_ms);
+    let mut retry: Vec<Arc<DataFile>> = Vec::new();
     let mut guard = shared.background.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if guard.stop {
             return;
         }
-        let (g, _) = shared
-            .wake
-            .wait_timeout(guard, tick)
-            .unwrap_or_else(|p| p.into_inner());
-        guard = g;
-        if guard.stop {
-            return;
+        if !shared.alloc.has_doomed() {
+            guard = shared
+                .wake
+                .wait_timeout(guard, tick)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+            if guard.stop {
+                return;
+            }
         }
         drop(guard);
         shared.clock.recalibrate();
@@ -747,14 +1188,19 @@ fn background_loop(shared: &Shared) {
             // A failure here is retried by the allocating thread, which reports it.
             let _ = shared.alloc.prepare_spare(shared.storage.as_ref());
         }
-        if interval.is_some()
-            && let Err(e) = shared.flush()
-        {
-            let mut slot = shared
-                .background_error
-                .lock()
-                .unwrap_or_else(|p| p.into_inner());
-            slot.get_or_insert(e);
+        for topic in shared.all_topics() {
+            if !shared.config.retention_for(&topic.name).is_unlimited() {
+                shared.reclaim_topic(&topic);
+            }
+        }
+        // Failed unlinks wait for the next tick, so a persistent failure does not spin.
+        for file in retry.drain(..) {
+            shared.alloc.doom(&file);
+        }
+        let (failed, result) = shared.delete_doomed();
+        retry = failed;
+        if let Err(e) = result {
+            shared.report_background(e);
         }
         guard = shared.background.lock().unwrap_or_else(|p| p.into_inner());
     }

@@ -10,7 +10,8 @@ mod api_common;
 
 use api_common::{small, tempdir};
 use tidelog::{
-    Append, CommitMode, Config, Error, ReaderOptions, StartPosition, Wal, validate_name,
+    Append, CommitMode, Config, Durability, Error, ReaderOptions, Retention, StartPosition, Wal,
+    validate_name,
 };
 
 fn open(dir: &std::path::Path) -> Wal {
@@ -216,7 +217,7 @@ fn oversized_records_and_batches_are_refused() {
 
 #[test]
 fn invalid_configs_are_refused_at_open() {
-    let base = || Config::default().sync_interval_ms(None);
+    let base = || Config::default().durability(Durability::Never);
     let cases: Vec<(Config, &str)> = vec![
         (base().block_size_bytes(65_536 + 1), "block_size_bytes"),
         (base().block_size_bytes(65_536 + 512), "block_size_bytes"),
@@ -240,13 +241,26 @@ fn invalid_configs_are_refused_at_open() {
         ),
         (base().file_size_bytes(8 << 30), "file_size_bytes"),
         (base().file_size_bytes((4 << 30) + 4_096), "file_size_bytes"),
-        (base().sync_interval_ms(Some(0)), "sync_interval_ms"),
+        (base().sync_interval_ms(0), "sync_interval_ms"),
         (base().index_interval_bytes(0), "index_interval_bytes"),
         (base().max_record_bytes(0), "max_record_bytes"),
         (base().max_record_bytes(2 << 30), "max_record_bytes"),
         (base().max_batch_records(0), "max_batch_records"),
         (base().max_batch_bytes(0), "max_batch_bytes"),
         (base().max_topics(0), "max_topics"),
+        (base().sync_interval_ms(3_600_001), "sync_interval_ms"),
+        (base().group_wait_us(1_000_001), "group_wait_us"),
+        (base().group_bytes_max(0), "group_bytes_max"),
+        (
+            base().retention(Retention::default().max_age_ms(0)),
+            "max_age_ms",
+        ),
+        (
+            base().topic_retention("t", Retention::default().max_bytes(0)),
+            "max_bytes",
+        ),
+        (base().disk_bytes_max(4_096), "disk_bytes_max"),
+        (base().space_wait_ms(3_600_001), "space_wait_ms"),
     ];
     let parent = tempdir();
     for (i, (cfg, field)) in cases.into_iter().enumerate() {
@@ -388,7 +402,7 @@ fn errors_render_and_carry_errno_only_for_io() {
         Wal::open_with(dir.path(), small())
             .map(drop)
             .expect_err("locked"),
-        Wal::open_with(dir.path(), small().sync_interval_ms(Some(0)))
+        Wal::open_with(dir.path(), small().sync_interval_ms(0))
             .map(drop)
             .expect_err("cfg"),
     ];

@@ -1,8 +1,10 @@
-//! Goal: failed syscalls surface as errors that carry the OS errno, lose nothing already
-//! written, and leave the log usable once the fault is gone.
+//! Goal: failed syscalls surface as errors that carry the OS errno and lose nothing already
+//! written. A failed sync poisons the Wal (fsyncgate: a retried sync proves nothing) until
+//! it is reopened; a failed file creation does not (nothing was acknowledged), so the log is
+//! usable again once the fault is gone.
 //! Method: `FaultStorage` fails `msync` (explicit and background flush) and data file
-//! creation (the first file and a later one); each time the test checks the error, then
-//! disarms, keeps appending and checks everything after a reopen.
+//! creation (the first file and a later one); each time the test checks the error and what
+//! later calls get, then disarms and checks everything after a reopen.
 
 #![allow(clippy::unwrap_used)]
 
@@ -13,7 +15,7 @@ use std::time::{Duration, Instant};
 
 use common::{data_files, payload, read_all, small, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
-use tidelog::{Config, Error, Wal};
+use tidelog::{Config, Durability, Error, Wal};
 
 const TOPIC: &str = "faults";
 const VALUE: usize = 1000;
@@ -50,8 +52,16 @@ fn reopen_and_check(dir: &std::path::Path, count: u64) {
     check_all(&wal, count, "reopen");
 }
 
+fn assert_poisoned(err: &Error, errno: i32, ctx: &str) {
+    assert!(
+        matches!(err, Error::Poisoned { .. }),
+        "{ctx}: expected Poisoned, got {err}"
+    );
+    assert_eq!(err.errno(), Some(errno), "{ctx}: {err}");
+}
+
 #[test]
-fn failed_msync_fails_flush_with_eio() {
+fn failed_msync_fails_flush_with_eio_and_poisons() {
     let dir = tempdir();
     let fs = FaultStorage::new();
     let wal = Wal::open_with_storage(dir.path(), small(), Arc::new(fs.clone())).unwrap();
@@ -62,24 +72,41 @@ fn failed_msync_fails_flush_with_eio() {
         libc::EIO,
         "flush with failing msync",
     );
-    // The records are still there, and the next flush retries and succeeds.
+    // Never retried: the fault is gone, yet every later flush and append is refused.
+    assert_poisoned(&wal.flush().unwrap_err(), libc::EIO, "second flush");
+    assert_poisoned(
+        &wal.append(TOPIC, &value(10)).unwrap_err(),
+        libc::EIO,
+        "append after the failure",
+    );
+    assert_poisoned(
+        &wal.writer(TOPIC).unwrap_err(),
+        libc::EIO,
+        "new writer after the failure",
+    );
+    // What was written is still readable, and close reports the poison.
     check_all(&wal, 10, "after failed flush");
-    wal.flush().unwrap();
+    assert_poisoned(&wal.close().unwrap_err(), libc::EIO, "close");
+    // A reopen recovers from disk and takes appends again.
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    check_all(&wal, 10, "reopen");
     append_range(&wal, 10..20);
     wal.close().unwrap();
     reopen_and_check(dir.path(), 20);
 }
 
 #[test]
-fn failed_background_msync_is_reported_by_next_flush() {
+fn failed_background_msync_poisons_the_next_flush() {
     let dir = tempdir();
     let fs = FaultStorage::new();
-    let cfg: Config = small().sync_interval_ms(Some(10));
+    let cfg: Config = small()
+        .durability(Durability::Interval)
+        .sync_interval_ms(10);
     let wal = Wal::open_with_storage(dir.path(), cfg, Arc::new(fs.clone())).unwrap();
     append_range(&wal, 0..10);
     fs.arm(points::SYNC_MAP, Fault::Once(libc::EIO));
     append_range(&wal, 10..20);
-    // The background flush hits the fault; some later flush must return it.
+    // The background flush hits the fault; a later flush must report it.
     let deadline = Instant::now() + Duration::from_secs(20);
     let err = loop {
         assert!(
@@ -91,10 +118,15 @@ fn failed_background_msync_is_reported_by_next_flush() {
             Ok(()) => std::thread::sleep(Duration::from_millis(10)),
         }
     };
-    assert_io(&err, libc::EIO, "background flush error");
-    wal.flush().unwrap();
+    // Whichever flush hit the fault (ours or the background's), the errno is the original.
+    assert_eq!(
+        err.errno(),
+        Some(libc::EIO),
+        "background flush error: {err}"
+    );
+    assert_poisoned(&wal.flush().unwrap_err(), libc::EIO, "again");
     check_all(&wal, 20, "after background failure");
-    wal.close().unwrap();
+    drop(wal);
     reopen_and_check(dir.path(), 20);
 }
 

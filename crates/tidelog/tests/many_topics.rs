@@ -9,7 +9,7 @@
 mod api_common;
 
 use api_common::{payload, tempdir};
-use tidelog::{Config, Error, ReaderOptions, StartPosition, Wal};
+use tidelog::{Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
 const TOPICS: u64 = 5_000;
 const BLOCK: u64 = 16 * 1024;
@@ -18,7 +18,7 @@ fn config() -> Config {
     Config::default()
         .file_size_bytes(4096 + 64 * BLOCK)
         .block_size_bytes(BLOCK)
-        .sync_interval_ms(None)
+        .durability(Durability::Never)
 }
 
 fn name(i: u64) -> String {

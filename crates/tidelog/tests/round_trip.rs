@@ -399,7 +399,7 @@ fn next_batch_respects_byte_limit() {
 #[test]
 fn stamped_timestamps_lie_within_the_append_call() {
     let dir = tempdir();
-    let cfg = config().sync_interval_ms(Some(5));
+    let cfg = config().sync_interval_ms(5);
     let wal = Wal::open_with(dir.path(), cfg).expect("open");
     let w = wal.writer("stamps").expect("writer");
     let mut windows = Vec::new();

@@ -21,7 +21,7 @@ const PER_TOPIC_PER_THREAD: u64 = 400;
 const PER_TOPIC: u64 = THREADS as u64 * PER_TOPIC_PER_THREAD;
 
 fn config() -> Config {
-    small().sync_interval_ms(Some(5))
+    small().sync_interval_ms(5)
 }
 
 fn topic_name(t: u32) -> String {

@@ -24,7 +24,7 @@ const MAX_PAD: u64 = 120;
 
 fn config() -> Config {
     // Background flush on: sealing runs while writers and the reader work.
-    small().sync_interval_ms(Some(5))
+    small().sync_interval_ms(5)
 }
 
 /// Returns each thread's offsets in the order its appends returned them.

@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver};
 use std::time::Duration;
 
-use tidelog::Config;
+use tidelog::{Config, Durability};
 
 /// Block size of the small test geometry.
 pub const BLOCK: u64 = 64 * 1024;
@@ -23,7 +23,7 @@ pub fn geometry(blocks: u64) -> Config {
     Config::default()
         .file_size_bytes(4096 + blocks * BLOCK)
         .block_size_bytes(BLOCK)
-        .sync_interval_ms(None)
+        .durability(Durability::Never)
 }
 
 /// The default small geometry: 8 blocks of 64 KiB per file.

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
 use tidelog::format::{self, BlockIdentity, Progress};
-use tidelog::{Config, ReaderOptions, StartPosition, Wal};
+use tidelog::{Config, Durability, ReaderOptions, StartPosition, Wal};
 
 /// Env var naming the data dir a child process works in; absent in normal runs.
 pub const CHILD_DIR: &str = "TIDELOG_CHILD_DIR";
@@ -29,7 +29,7 @@ pub fn geometry(blocks: u64, block: u64) -> Config {
     Config::default()
         .file_size_bytes(format::FILE_HEADER_BYTES + blocks * block)
         .block_size_bytes(block)
-        .sync_interval_ms(None)
+        .durability(Durability::Never)
 }
 
 pub fn tempdir() -> tempfile::TempDir {

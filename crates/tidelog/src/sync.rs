@@ -1,0 +1,530 @@
+//! Durability bookkeeping: tickets for appends that wait on a sync, the group-commit queue the
+//! sync thread drains, and the poison a failed sync leaves behind.
+//!
+//! An append that wants to know when it is durable takes a ticket *after* its record is
+//! published. A sync pass snapshots the newest ticket *before* it starts and syncs everything
+//! published by then, so on success every ticket up to the snapshot is durable. On failure
+//! those tickets get the original error and the queue is poisoned: later tickets can never
+//! complete (fsyncgate: a retried sync may "succeed" over lost pages), so they fail at once.
+
+use std::io;
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::time::{Duration, Instant};
+
+use crate::error::{Error, Result};
+
+/// The first failed sync, kept to fail every later caller with the same errno.
+#[derive(Debug)]
+struct Poison {
+    op: &'static str,
+    path: PathBuf,
+    errno: Option<i32>,
+    kind: io::ErrorKind,
+    message: String,
+}
+
+impl Poison {
+    fn from_error(e: &Error) -> Poison {
+        match e {
+            Error::Io { op, path, source } => Poison {
+                op,
+                path: path.clone(),
+                errno: source.raw_os_error(),
+                kind: source.kind(),
+                message: source.to_string(),
+            },
+            Error::Poisoned { op, path, errno } => Poison {
+                op,
+                path: path.clone(),
+                errno: *errno,
+                kind: io::ErrorKind::Other,
+                message: "poisoned".to_owned(),
+            },
+            other => Poison {
+                op: "sync",
+                path: PathBuf::new(),
+                errno: other.errno(),
+                kind: io::ErrorKind::Other,
+                message: other.to_string(),
+            },
+        }
+    }
+
+    /// The failure itself, for the callers whose records the failed sync covered.
+    fn original(&self) -> Error {
+        let source = match self.errno {
+            Some(errno) => io::Error::from_raw_os_error(errno),
+            None => io::Error::new(self.kind, self.message.clone()),
+        };
+        Error::Io {
+            op: self.op,
+            path: self.path.clone(),
+            source,
+        }
+    }
+
+    /// What every later append and flush gets.
+    fn poisoned(&self) -> Error {
+        Error::Poisoned {
+            op: self.op,
+            path: self.path.clone(),
+            errno: self.errno,
+        }
+    }
+}
+
+#[derive(Debug, Default)]
+struct State {
+    /// Newest ticket handed out (tickets start at 1).
+    issued: u64,
+    /// Every ticket up to this one is durable.
+    completed: u64,
+    /// Tickets in `(completed, failed]` were covered by a failed sync.
+    failed: u64,
+    /// Appenders between `begin_write` and their ticket: the sync thread holds a group open
+    /// for them (up to the group wait) instead of syncing without them.
+    in_flight: u64,
+    /// Bytes appended by the tickets of the open group.
+    group_bytes: u64,
+    /// An async `Always` ticket waits: the sync thread should start a group now.
+    urgent: bool,
+    /// A group pass is running (led by an appender or by the sync thread).
+    syncing: bool,
+    /// The sync thread should exit (the Wal is closing; close runs the final pass).
+    stop: bool,
+    /// The Wal is closed: no pass will run again.
+    closed: bool,
+}
+
+/// Why the sync thread woke.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Wake {
+    /// `Always` appenders wait: sync their data now.
+    Group,
+    /// The periodic flush is due.
+    Tick,
+    /// The Wal is closing.
+    Stop,
+}
+
+/// Group-commit queue and poison flag, shared by a `Wal`, its writers and its handles.
+#[derive(Debug, Default)]
+pub(crate) struct SyncQueue {
+    state: Mutex<State>,
+    /// The sync thread waits here for urgent tickets and for in-flight appenders.
+    sync_cv: Condvar,
+    /// Waiting appenders and handles wait here for passes to end.
+    done_cv: Condvar,
+    poisoned: AtomicBool,
+    poison: OnceLock<Poison>,
+}
+
+impl SyncQueue {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Fails with [`Error::Poisoned`] once a sync has failed.
+    #[inline]
+    pub fn check(&self) -> Result<()> {
+        if self.poisoned.load(Ordering::Acquire) {
+            return Err(self.poisoned_error());
+        }
+        Ok(())
+    }
+
+    fn poisoned_error(&self) -> Error {
+        match self.poison.get() {
+            Some(p) => p.poisoned(),
+            None => Error::Closed,
+        }
+    }
+
+    /// Records a failed sync (the first one wins); the caller holds the lock and notifies.
+    fn set_poison(&self, e: &Error) {
+        let _ = self.poison.set(Poison::from_error(e));
+        self.poisoned.store(true, Ordering::Release);
+    }
+
+    /// Records a failed sync (the first one wins) and wakes every waiter: no ticket issued
+    /// after this can complete.
+    pub fn poison(&self, e: &Error) {
+        self.set_poison(e);
+        // Under the lock, so a waiter between its check and its wait cannot miss this.
+        let _st = self.lock();
+        self.done_cv.notify_all();
+        self.sync_cv.notify_all();
+    }
+
+    /// An appender that will take a ticket starts copying; the returned guard ends that on
+    /// drop, so an append that fails does not hold a group open.
+    pub fn begin_write(&self) -> InFlight<'_> {
+        self.lock().in_flight += 1;
+        InFlight {
+            queue: self,
+            done: false,
+        }
+    }
+
+    /// Waits until no appender is between `begin_write` and its ticket (close: their
+    /// tickets must exist before the final pass snapshots them).
+    pub fn wait_idle(&self) {
+        while self.lock().in_flight > 0 {
+            std::thread::yield_now();
+        }
+    }
+
+    /// A ticket for records published before this call. `urgent` asks the sync thread to
+    /// sync now (`Always`); otherwise the next periodic pass or flush completes it.
+    pub fn ticket(&self, bytes: u64, urgent: bool, in_flight: Option<InFlight<'_>>) -> u64 {
+        let mut st = self.lock();
+        let mut wake = false;
+        if let Some(mut guard) = in_flight {
+            guard.done = true;
+            st.in_flight -= 1;
+            // A group held open for appenders still copying may go now.
+            wake = st.in_flight == 0 && st.syncing;
+        }
+        st.issued += 1;
+        let ticket = st.issued;
+        st.group_bytes += bytes;
+        if urgent && !st.urgent {
+            st.urgent = true;
+            wake = true;
+        }
+        drop(st);
+        if wake {
+            self.sync_cv.notify_all();
+        }
+        ticket
+    }
+
+    /// Waits until `ticket` is durable, leading a group pass (running `pass` on this thread)
+    /// whenever none is running: a lone appender pays one sync and no hand-off to another
+    /// thread; concurrent ones share the leader's sync.
+    pub fn wait_or_lead(
+        &self,
+        ticket: u64,
+        group: &GroupLimits,
+        pass: &dyn Fn() -> Result<()>,
+    ) -> Result<()> {
+        let mut st = self.lock();
+        loop {
+            if let Some(done) = self.outcome(&st, ticket) {
+                return done;
+            }
+            if st.syncing {
+                st = self.done_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+            } else {
+                st = self.lead(st, group, pass);
+            }
+        }
+    }
+
+    /// Runs one group pass if none is running (the sync thread, for async tickets).
+    pub fn run_group(&self, group: &GroupLimits, pass: &dyn Fn() -> Result<()>) {
+        let st = self.lock();
+        if !st.syncing && !st.closed {
+            drop(self.lead(st, group, pass));
+        }
+    }
+
+    /// One group pass: holds the group open while appenders are still copying (up to the
+    /// limits), snapshots the tickets, runs `pass` unlocked, then completes or fails them.
+    fn lead<'a>(
+        &'a self,
+        mut st: MutexGuard<'a, State>,
+        group: &GroupLimits,
+        pass: &dyn Fn() -> Result<()>,
+    ) -> MutexGuard<'a, State> {
+        st.syncing = true;
+        let until = Instant::now() + group.wait;
+        while st.in_flight > 0 && st.group_bytes < group.bytes_max && !st.closed {
+            let now = Instant::now();
+            if now >= until {
+                break;
+            }
+            st = self
+                .sync_cv
+                .wait_timeout(st, until - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+        st.urgent = false;
+        st.group_bytes = 0;
+        let upto = st.issued;
+        drop(st);
+        let result = self.check().and_then(|()| pass());
+        let mut st = self.lock();
+        st.syncing = false;
+        match &result {
+            Ok(()) => st.completed = st.completed.max(upto),
+            Err(e) => {
+                self.set_poison(e);
+                st.failed = st.failed.max(upto);
+            }
+        }
+        self.done_cv.notify_all();
+        self.sync_cv.notify_all();
+        st
+    }
+
+    /// What a waiter on `ticket` gets now, if it is decided.
+    fn outcome(&self, st: &State, ticket: u64) -> Option<Result<()>> {
+        if st.completed >= ticket {
+            return Some(Ok(()));
+        }
+        if st.failed >= ticket {
+            return Some(Err(match self.poison.get() {
+                Some(p) => p.original(),
+                None => Error::Closed,
+            }));
+        }
+        if self.poisoned.load(Ordering::Acquire) {
+            return Some(Err(self.poisoned_error()));
+        }
+        if st.closed {
+            return Some(Err(Error::Closed));
+        }
+        None
+    }
+
+    /// The newest ticket so far: a pass starting now covers all of them.
+    pub fn begin_pass(&self) -> u64 {
+        self.lock().issued
+    }
+
+    /// Ends a pass that covered tickets up to `upto`.
+    pub fn end_pass(&self, upto: u64, result: &Result<()>) {
+        let mut st = self.lock();
+        match result {
+            Ok(()) => st.completed = st.completed.max(upto),
+            Err(e) => {
+                self.set_poison(e);
+                st.failed = st.failed.max(upto);
+            }
+        }
+        drop(st);
+        self.done_cv.notify_all();
+    }
+
+    /// True when `ticket` is durable.
+    pub fn is_done(&self, ticket: u64) -> bool {
+        self.lock().completed >= ticket
+    }
+
+    /// Waits until `ticket` is durable (`Ok(true)`), the deadline passes (`Ok(false)`), or
+    /// the sync covering it failed (the original error) or can never run (poisoned, closed).
+    pub fn wait(&self, ticket: u64, deadline: Option<Instant>) -> Result<bool> {
+        let mut st = self.lock();
+        loop {
+            if let Some(done) = self.outcome(&st, ticket) {
+                return done.map(|()| true);
+            }
+            st = match deadline {
+                None => self.done_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return Ok(false);
+                    }
+                    self.done_cv
+                        .wait_timeout(st, d - now)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+            };
+        }
+    }
+
+    /// The sync thread's wait: returns when an async ticket wants a group and none is
+    /// running, when `tick` has passed, or on stop.
+    pub fn next_wake(&self, tick: Instant) -> Wake {
+        let mut st = self.lock();
+        loop {
+            if st.stop {
+                return Wake::Stop;
+            }
+            if st.urgent && !st.syncing {
+                return Wake::Group;
+            }
+            let now = Instant::now();
+            if now >= tick {
+                return Wake::Tick;
+            }
+            st = self
+                .sync_cv
+                .wait_timeout(st, tick - now)
+                .unwrap_or_else(|p| p.into_inner())
+                .0;
+        }
+    }
+
+    /// Asks the sync thread to exit.
+    pub fn stop_thread(&self) {
+        self.lock().stop = true;
+        self.sync_cv.notify_all();
+    }
+
+    /// After the final pass: waiters whose tickets it did not complete get
+    /// [`Error::Closed`].
+    pub fn close(&self) {
+        let mut st = self.lock();
+        st.stop = true;
+        st.closed = true;
+        drop(st);
+        self.sync_cv.notify_all();
+        self.done_cv.notify_all();
+    }
+}
+
+/// An `Always` appender between `begin_write` and its ticket.
+#[derive(Debug)]
+pub(crate) struct InFlight<'a> {
+    queue: &'a SyncQueue,
+    done: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.queue.lock().in_flight -= 1;
+            self.queue.sync_cv.notify_all();
+        }
+    }
+}
+
+/// How long and how big a group may grow before its sync starts.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct GroupLimits {
+    pub wait: Duration,
+    pub bytes_max: u64,
+}
+
+/// The result of [`crate::Writer::append_async`]: the offsets at once, and durability to
+/// wait on (as AutoMQ's `append` returns a future).
+#[derive(Debug, Clone)]
+pub struct AppendHandle {
+    queue: Arc<SyncQueue>,
+    offsets: Range<u64>,
+    ticket: u64,
+}
+
+impl AppendHandle {
+    pub(crate) fn new(queue: Arc<SyncQueue>, offsets: Range<u64>, ticket: u64) -> Self {
+        AppendHandle {
+            queue,
+            offsets,
+            ticket,
+        }
+    }
+
+    /// The offset of the (first) record.
+    pub fn offset(&self) -> u64 {
+        self.offsets.start
+    }
+
+    /// The offsets of every record of the append.
+    pub fn offsets(&self) -> Range<u64> {
+        self.offsets.clone()
+    }
+
+    /// True once the records are durable.
+    pub fn is_durable(&self) -> bool {
+        self.queue.is_done(self.ticket)
+    }
+
+    /// Waits until the records are durable. Fails with the sync's error if the sync that
+    /// covered them failed, and with [`Error::Poisoned`] or [`Error::Closed`] if no sync
+    /// can cover them any more.
+    pub fn wait(&self) -> Result<()> {
+        self.queue.wait(self.ticket, None).map(|_| ())
+    }
+
+    /// As [`AppendHandle::wait`], for at most `timeout`; `Ok(false)` when time ran out.
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
+        self.queue.wait(self.ticket, Some(Instant::now() + timeout))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tickets_complete_only_when_a_later_pass_ends() {
+        let q = SyncQueue::default();
+        let t1 = q.ticket(10, false, None);
+        let pass = q.begin_pass();
+        let t2 = q.ticket(10, false, None);
+        q.end_pass(pass, &Ok(()));
+        assert!(q.is_done(t1));
+        assert!(!q.is_done(t2));
+        assert!(!q.wait(t2, Some(Instant::now())).expect("no failure"));
+    }
+
+    #[test]
+    fn a_failed_pass_fails_its_tickets_and_poisons_later_ones() {
+        let q = SyncQueue::default();
+        let t1 = q.ticket(1, true, None);
+        let pass = q.begin_pass();
+        let err = Error::Io {
+            op: "msync",
+            path: PathBuf::from("f"),
+            source: io::Error::from_raw_os_error(libc::EIO),
+        };
+        q.end_pass(pass, &Err(err));
+        let e = q.wait(t1, None).expect_err("covered by the failed sync");
+        assert!(matches!(e, Error::Io { op: "msync", .. }));
+        assert_eq!(e.errno(), Some(libc::EIO));
+        let t2 = q.ticket(1, true, None);
+        let e = q.wait(t2, None).expect_err("poisoned");
+        assert!(matches!(
+            e,
+            Error::Poisoned {
+                errno: Some(libc::EIO),
+                ..
+            }
+        ));
+        assert!(q.check().is_err());
+    }
+
+    #[test]
+    fn a_failed_append_releases_its_in_flight_slot() {
+        let q = SyncQueue::default();
+        {
+            let _g = q.begin_write();
+            assert_eq!(q.lock().in_flight, 1);
+        }
+        assert_eq!(q.lock().in_flight, 0);
+        let g = q.begin_write();
+        q.ticket(1, true, Some(g));
+        assert_eq!(q.lock().in_flight, 0);
+        assert_eq!(
+            q.next_wake(Instant::now() + Duration::from_secs(5)),
+            Wake::Group
+        );
+    }
+
+    #[test]
+    fn a_lone_waiter_leads_its_own_pass() {
+        let q = SyncQueue::default();
+        let g = q.begin_write();
+        let t = q.ticket(1, false, Some(g));
+        let limits = GroupLimits {
+            wait: Duration::from_secs(5),
+            bytes_max: 1 << 20,
+        };
+        let passes = std::cell::Cell::new(0);
+        q.wait_or_lead(t, &limits, &|| {
+            passes.set(passes.get() + 1);
+            Ok(())
+        })
+        .expect("led and succeeded");
+        assert_eq!(passes.get(), 1);
+        assert!(q.is_done(t));
+    }
+}
