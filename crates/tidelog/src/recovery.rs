@@ -458,7 +458,11 @@ pub fn recover(
                             },
                         ));
                     }
-                    let torn = s.stop != FrameError::End || s.cut_records > 0;
+                    // After a clean close nothing was written past `durable_end`: bytes there are
+                    // stale (reused blocks), not a torn write.
+                    let clean_end = progress
+                        .is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
+                    let torn = !clean_end && (s.stop != FrameError::End || s.cut_records > 0);
                     if torn && writable {
                         out.report.torn_tails += 1;
                         out.report.torn_records += s.cut_records;
@@ -480,6 +484,13 @@ pub fn recover(
                     {
                         if writable {
                             count_unused(&f.file, f.id.block_count);
+                            // Nothing to keep: forget the extent, so a torn first record is
+                            // cut (and counted) once, not at every later open.
+                            Block::clear_identity(&f.file, f.id.block_index);
+                            let at = f.file.block_position(f.id.block_index) as usize;
+                            storage
+                                .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
+                                .map_err(|e| Error::io("msync", &f.file.path, e))?;
                         }
                         continue;
                     }

@@ -97,6 +97,9 @@ struct State {
     stop: bool,
     /// The Wal is closed: no pass will run again.
     closed: bool,
+    /// `Always` appenders asleep until a pass covers their ticket, woken one by one (no herd
+    /// on this lock when a group of many completes).
+    parked: Vec<(u64, std::thread::Thread)>,
 }
 
 /// Why the sync thread woke.
@@ -120,6 +123,8 @@ pub(crate) struct SyncQueue {
     done_cv: Condvar,
     poisoned: AtomicBool,
     poison: OnceLock<Poison>,
+    /// `State::completed`, readable without the lock by woken appenders.
+    completed_fast: std::sync::atomic::AtomicU64,
 }
 
 impl SyncQueue {
@@ -154,7 +159,8 @@ impl SyncQueue {
     pub fn poison(&self, e: &Error) {
         self.set_poison(e);
         // Under the lock, so a waiter between its check and its wait cannot miss this.
-        let _st = self.lock();
+        let mut st = self.lock();
+        Self::wake_parked(&mut st, None);
         self.done_cv.notify_all();
         self.sync_cv.notify_all();
     }
@@ -211,17 +217,68 @@ impl SyncQueue {
         group: &GroupLimits,
         pass: &dyn Fn() -> Result<()>,
     ) -> Result<()> {
+        let me = std::thread::current();
         let mut st = self.lock();
         loop {
             if let Some(done) = self.outcome(&st, ticket) {
                 return done;
             }
-            if st.syncing {
-                st = self.done_cv.wait(st).unwrap_or_else(|p| p.into_inner());
-            } else {
+            if !st.syncing {
                 st = self.lead(st, group, pass);
+                continue;
+            }
+            st.parked.push((ticket, me.clone()));
+            drop(st);
+            loop {
+                std::thread::park_timeout(PARK_MAX);
+                if self.completed_fast.load(Ordering::Acquire) >= ticket {
+                    return Ok(());
+                }
+                st = self.lock();
+                // Still listed while a pass runs: a spurious wake-up, sleep on. Otherwise
+                // decide now (or lead the next group, should its chosen leader be gone).
+                let listed = st.parked.iter().position(|(_, t)| t.id() == me.id());
+                match listed {
+                    Some(_) if st.syncing => drop(st),
+                    Some(i) => {
+                        st.parked.swap_remove(i);
+                        break;
+                    }
+                    None => break,
+                }
             }
         }
+    }
+
+    /// Wakes parked appenders: those whose tickets `upto` covers, plus one more to lead the
+    /// next group; everyone when `upto` is `None` (a failure or close decides them all).
+    fn wake_parked(st: &mut State, upto: Option<u64>) {
+        match upto {
+            Some(upto) => {
+                st.parked.retain(|(t, thread)| {
+                    let covered = *t <= upto;
+                    if covered {
+                        thread.unpark();
+                    }
+                    !covered
+                });
+                if let Some((_, next)) = st.parked.pop() {
+                    next.unpark();
+                }
+            }
+            None => {
+                for (_, thread) in st.parked.drain(..) {
+                    thread.unpark();
+                }
+            }
+        }
+    }
+
+    /// Records a completed pass: tickets up to `upto` are durable.
+    fn complete(&self, st: &mut State, upto: u64) {
+        st.completed = st.completed.max(upto);
+        self.completed_fast.store(st.completed, Ordering::Release);
+        Self::wake_parked(st, Some(upto));
     }
 
     /// Runs one group pass if none is running (the sync thread, for async tickets).
@@ -261,10 +318,11 @@ impl SyncQueue {
         let mut st = self.lock();
         st.syncing = false;
         match &result {
-            Ok(()) => st.completed = st.completed.max(upto),
+            Ok(()) => self.complete(&mut st, upto),
             Err(e) => {
                 self.set_poison(e);
                 st.failed = st.failed.max(upto);
+                Self::wake_parked(&mut st, None);
             }
         }
         self.done_cv.notify_all();
@@ -301,10 +359,11 @@ impl SyncQueue {
     pub fn end_pass(&self, upto: u64, result: &Result<()>) {
         let mut st = self.lock();
         match result {
-            Ok(()) => st.completed = st.completed.max(upto),
+            Ok(()) => self.complete(&mut st, upto),
             Err(e) => {
                 self.set_poison(e);
                 st.failed = st.failed.max(upto);
+                Self::wake_parked(&mut st, None);
             }
         }
         drop(st);
@@ -375,11 +434,15 @@ impl SyncQueue {
         let mut st = self.lock();
         st.stop = true;
         st.closed = true;
+        Self::wake_parked(&mut st, None);
         drop(st);
         self.sync_cv.notify_all();
         self.done_cv.notify_all();
     }
 }
+
+/// Longest sleep of a parked appender between checks (a safety net: passes wake them).
+const PARK_MAX: Duration = Duration::from_millis(50);
 
 /// An `Always` appender between `begin_write` and its ticket.
 #[derive(Debug)]

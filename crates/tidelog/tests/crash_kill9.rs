@@ -546,7 +546,7 @@ fn kill_nine_keeps_every_acknowledged_record() {
             .unwrap_or_else(|e| panic!("{ctx}: close: {e:?}"));
     }
     eprintln!(
-        "{cycles} cycles in {:?}: {total_acks} acks, {} records, {torn_tails} torn tails \
+        "{cycles} cycles in {:?}: {total_acks} acks, {} records in the last directory, {torn_tails} torn tails \
          ({torn_records} records), {dropped_extents} dropped extents",
         started.elapsed(),
         model.iter().map(Vec::len).sum::<usize>()
