@@ -15,6 +15,7 @@ use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
 use crate::spin::{SpinGuard, SpinLock};
+use crate::sync::SyncQueue;
 
 /// Spins, then yields, before an appender waiting for its predecessors parks.
 const PUBLISH_SPINS: u32 = 128;
@@ -59,6 +60,11 @@ pub struct Ctx<'a> {
     pub clock: &'a Clock,
     /// How long a roll waits for disk space under the cap.
     pub space_wait: Duration,
+    /// Copy frames into the file with `pwrite` instead of through the mapping (`Always`
+    /// appends: see `Topic::write_through`).
+    pub write_through: bool,
+    /// Poisoned when a `pwrite` fails.
+    pub sync: &'a SyncQueue,
 }
 
 /// Writer-side state, under the topic lock.
@@ -296,6 +302,11 @@ impl Topic {
         drop(tail);
 
         // Checksum and copy, no lock held.
+        if ctx.write_through {
+            let result = self.write_through(ctx, &block, records, first, n, now, start_pos);
+            self.publish(&block, first, n, count_after, start_pos + total);
+            return result.map(|()| first..first + n);
+        }
         let mut pos = start_pos;
         let mut small = [0u8; format::SMALL_FRAME_MAX];
         for (i, r) in records.iter().enumerate() {
@@ -321,6 +332,60 @@ impl Topic {
 
         self.publish(&block, first, n, count_after, pos);
         Ok(first..first + n)
+    }
+
+    /// Encodes the frames of `records` into one buffer and writes it at `start_pos` with one
+    /// `pwrite`. Used for `Always` appends: the page cache is shared with the mapping, so
+    /// readers see the bytes as if copied through it, but a `pwrite` takes no page fault and
+    /// does not re-dirty a write-protected page after every sync (each msync cleans the pages
+    /// it wrote and the next store into them would fault again, with a TLB shootdown).
+    /// A failed `pwrite` falls back to the mapping (so the offsets can still be published),
+    /// poisons the Wal and returns the error: nothing after it is acknowledged.
+    #[expect(clippy::too_many_arguments, reason = "the append's reserved state")]
+    fn write_through(
+        &self,
+        ctx: &Ctx<'_>,
+        block: &Block,
+        records: &[Append<'_>],
+        first: u64,
+        n: u64,
+        now: u64,
+        start_pos: u64,
+    ) -> Result<()> {
+        let total: u64 = records
+            .iter()
+            .map(|r| format::frame_padded_len(r.payload_len()))
+            .sum();
+        let mut buf = Vec::with_capacity(total as usize);
+        for (i, r) in records.iter().enumerate() {
+            let key = r.key.unwrap_or(&[]);
+            let fields = FrameFields {
+                topic_id: self.id,
+                offset: first + i as u64,
+                timestamp_us: r.timestamp_us.unwrap_or(now),
+                key_len: r.key.map(|k| k.len() as u32),
+                value_len: r.value.len() as u32,
+                batch_count: if i == 0 { n as u32 } else { 0 },
+            };
+            let header = format::encode_frame_header(&fields, block.salt, key, r.value);
+            let end = buf.len() + format::frame_padded_len(r.payload_len()) as usize;
+            buf.extend_from_slice(&header);
+            buf.extend_from_slice(key);
+            buf.extend_from_slice(r.value);
+            buf.resize(end, 0);
+        }
+        debug_assert_eq!(buf.len() as u64, total);
+        let file = &block.file;
+        let at = block.start + start_pos;
+        match ctx.storage.write_at(&file.file, &file.path, &buf, at) {
+            Ok(()) => Ok(()),
+            Err(e) => {
+                block.write_encoded(start_pos, &buf);
+                let err = Error::io("pwrite", &file.path, e);
+                ctx.sync.poison(&err);
+                Err(err)
+            }
+        }
     }
 
     /// Publishes `[first, first + n)` once every earlier offset is published.

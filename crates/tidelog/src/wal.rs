@@ -96,13 +96,15 @@ impl Shared {
         self.sync.check()
     }
 
-    fn ctx(&self, space_wait: Duration) -> Ctx<'_> {
+    fn ctx(&self, opts: WriteOpts) -> Ctx<'_> {
         Ctx {
             storage: self.storage.as_ref(),
             alloc: &self.alloc,
             config: &self.config,
             clock: &self.clock,
-            space_wait,
+            space_wait: opts.space_wait,
+            write_through: opts.durability == Durability::Always,
+            sync: &self.sync,
         }
     }
 
@@ -360,10 +362,10 @@ impl Shared {
         self.check_writable()?;
         self.validate_records(records)?;
         if opts.durability != Durability::Always {
-            return topic.append(&self.ctx(opts.space_wait), records);
+            return topic.append(&self.ctx(opts), records);
         }
         let in_flight = self.sync.begin_write();
-        let offsets = topic.append(&self.ctx(opts.space_wait), records)?;
+        let offsets = topic.append(&self.ctx(opts), records)?;
         let bytes = records.iter().map(Append::payload_len).sum();
         let ticket = self.sync.ticket(bytes, false, Some(in_flight));
         self.sync
@@ -380,7 +382,7 @@ impl Shared {
         self.check_writable()?;
         self.validate_records(records)?;
         let in_flight = self.sync.begin_write();
-        let offsets = topic.append(&self.ctx(opts.space_wait), records)?;
+        let offsets = topic.append(&self.ctx(opts), records)?;
         let bytes = records.iter().map(Append::payload_len).sum();
         let urgent = opts.durability == Durability::Always;
         let ticket = self.sync.ticket(bytes, urgent, Some(in_flight));

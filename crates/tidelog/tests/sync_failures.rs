@@ -529,3 +529,39 @@ fn poison_from_delete_topic_wakes_waiting_handles() {
     let result = got.expect("a handle waiting when the Wal was poisoned was never woken");
     assert_poisoned(&result.expect_err("poisoned"), "waiting handle");
 }
+
+/// `Always` appends copy with `pwrite`: a failed one is returned to its appender and poisons
+/// the Wal like a failed sync, yet its offsets are still published (the frame goes in through
+/// the mapping instead), so later appenders never wait on a hole.
+#[test]
+fn failed_pwrite_of_an_always_append_poisons() {
+    let dir = tempdir();
+    let (wal, fs) = open_faulty(dir.path(), always());
+    let w = wal.writer(TOPIC).expect("writer");
+    for i in 0..5 {
+        assert_eq!(w.append(&value(i)).expect("append"), i);
+    }
+    fs.arm_for(points::WRITE, Some(".tdl"), Fault::Once(libc::EIO));
+    let err = w.append(&value(5)).expect_err("the pwrite fails");
+    assert!(
+        matches!(err, Error::Io { op: "pwrite", .. }),
+        "expected the pwrite error, got {err}"
+    );
+    assert_eq!(err.errno(), Some(libc::EIO));
+    let later = w.append(&value(6)).expect_err("poisoned");
+    assert!(
+        matches!(
+            later,
+            Error::Poisoned {
+                op: "pwrite",
+                errno: Some(libc::EIO),
+                ..
+            }
+        ),
+        "expected Poisoned by pwrite, got {later}"
+    );
+    // The failed record's offset was published with its bytes, so reads see no hole.
+    check_prefix(&wal, 5, 1, "after the failed pwrite");
+    drop(wal);
+    reopen_and_continue(dir.path(), 5, 1, "reopen after the failed pwrite");
+}
