@@ -587,3 +587,65 @@ fn reopen_after_deleting_files_behind_a_pinned_one() {
     assert_eq!(wal.topic_info("pin").expect("info").first_offset, 0);
     wal.close().expect("close");
 }
+
+/// A read-only handle (as a Spark executor holds) follows the writer's deletions: after a
+/// refresh its topics start where the writer's do, records it already holds stay readable
+/// (their mapping outlives the unlink), and a reader positioned in deleted data gets
+/// `OffsetOutOfRange` rather than stale bytes.
+#[test]
+fn a_read_only_handle_follows_deletions_after_refresh() {
+    let dir = tempdir();
+    let wal = open(dir.path());
+    fill(&wal);
+    wal.flush().expect("flush");
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("open read-only");
+    let held = ro.read("alpha", 0).expect("read before deletion");
+    let mut stale = ro
+        .reader_with(
+            "alpha",
+            ReaderOptions::default().start(StartPosition::Offset(0)),
+        )
+        .expect("reader");
+    for topic in TOPICS {
+        let mut r = wal.reader(topic, "all").expect("reader");
+        while r.next().expect("next").is_some() {}
+        r.commit().expect("commit");
+    }
+    let deadline = Instant::now() + DEADLINE;
+    while wal.file_states().iter().any(|s| s.deletable)
+        || wal.topic_info("alpha").expect("info").first_offset == 0
+    {
+        assert!(Instant::now() < deadline, "nothing was deleted");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    ro.refresh().expect("refresh");
+    for topic in TOPICS {
+        let w = wal.topic_info(topic).expect("writer info");
+        let r = ro.topic_info(topic).expect("read-only info");
+        assert!(w.first_offset > 0, "{topic}: nothing deleted");
+        assert_eq!(r.first_offset, w.first_offset, "{topic}");
+        assert_eq!(r.next_offset, w.next_offset, "{topic}");
+        let first = ro.read(topic, r.first_offset).expect("first kept record");
+        assert_eq!(first.value(), value(topic, r.first_offset).as_slice());
+        assert!(matches!(
+            ro.read(topic, 0),
+            Err(Error::OffsetOutOfRange { .. })
+        ));
+    }
+    // Held before the deletion: still mapped, still the same bytes.
+    assert_eq!(held.value(), value("alpha", 0).as_slice());
+    // The reader still holds its first extent and reads it; past it, deleted data is an error.
+    let mut read = 0u64;
+    let err = loop {
+        match stale.next() {
+            Ok(Some(rec)) => {
+                assert_eq!(rec.value, value("alpha", rec.offset).as_slice());
+                read += 1;
+            }
+            Ok(None) => panic!("the reader reached the end through deleted data"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::OffsetOutOfRange { .. }), "{err}");
+    assert!(read < wal.topic_info("alpha").expect("info").first_offset);
+}
