@@ -302,7 +302,14 @@ fn two_groups_consume_everything_and_files_go_while_running_and_after_reopen() {
     let after = wal.disk_usage();
     assert_eq!(after.files, before.files - gone.len() as u64);
     assert_eq!(after.bytes, before.bytes - gone.len() as u64 * FILE_BYTES);
-    assert_eq!(real_bytes(&kept), before_real - gone_real);
+    // The filesystem may add a page of its own metadata (an extent tree block) to a kept
+    // file as its unwritten extents are converted, so allow one per kept file.
+    let kept_real = real_bytes(&kept);
+    let expect_real = before_real - gone_real;
+    assert!(
+        kept_real >= expect_real && kept_real <= expect_real + 4096 * kept.len() as u64,
+        "kept files occupy {kept_real} bytes, expected {expect_real} (+1 page per file)"
+    );
     check_counters(&wal, &lay, &floors(RECORDS));
     check_read_back(&wal, &lay, &floors(RECORDS));
     let firsts: Vec<u64> = TOPICS

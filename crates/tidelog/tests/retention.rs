@@ -356,7 +356,14 @@ fn retention_by_bytes_and_age_deletes_exactly_the_old_extents_and_their_files() 
     let usage = wal.disk_usage();
     assert_eq!(usage.files, kept_files.len() as u64);
     assert_eq!(usage.bytes, real_bytes(&kept_files));
-    assert_eq!(usage.bytes, before_real - gone_real);
+    // Up to a page per kept file of the filesystem's own metadata may come and go.
+    let expect_real = before_real - gone_real;
+    let slack = 4096 * kept_files.len() as u64;
+    assert!(
+        usage.bytes + slack >= expect_real && usage.bytes <= expect_real + slack,
+        "usage {} bytes, expected {expect_real} (within a page per file)",
+        usage.bytes
+    );
     check_counters(&wal, &lay, &dropped);
     let mut firsts = BTreeMap::new();
     for (t, &n) in &next {
