@@ -50,6 +50,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         bytes += record.value.len() as u64;
     }
     let read_secs = started.elapsed().as_secs_f64();
+    // The commit also frees disk: 'billing' is the topic's only group, so every extent it
+    // has read (all but the newest) is consumed and its data files are deleted.
+    let files_before = wal.disk_usage().files;
     reader.commit()?;
 
     let info = wal.topic_info("orders")?;
@@ -66,15 +69,17 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "topic 'orders': offsets {}..{}, {} bytes in {} extents",
         info.first_offset, info.next_offset, info.bytes, info.extents
     );
+    println!("data files before the commit: {files_before}");
     wal.close()?;
 
     // Reopen: offsets continue, and the group resumes where it committed.
     let wal = Wal::open_with(&dir, config)?;
     let mut reader = wal.reader("orders", "billing")?;
     println!(
-        "after reopen: next offset {}, group resumes at {}",
+        "after reopen: next offset {}, group resumes at {}, {} data files",
         wal.topic_info("orders")?.next_offset,
-        reader.position()
+        reader.position(),
+        wal.disk_usage().files
     );
     assert!(reader.next()?.is_none());
     Ok(())
