@@ -295,11 +295,6 @@ impl Reader {
 
     /// Finds the extent holding `next_offset`; false when it is not published yet.
     fn resolve(&mut self) -> Result<bool> {
-        if self.topic.is_deleted() {
-            return Err(Error::UnknownTopic {
-                topic: self.topic.name.clone(),
-            });
-        }
         if self.next_offset >= self.topic.next_offset() {
             return Ok(false);
         }
@@ -320,17 +315,17 @@ impl Reader {
     /// frame (checksum verified when `verify`), `None` at the end.
     fn peek(&mut self, verify: bool) -> Result<Option<FrameView>> {
         loop {
+            if self.topic.is_deleted() {
+                return Err(Error::UnknownTopic {
+                    topic: self.topic.name.clone(),
+                });
+            }
             let Some(block) = &self.block else {
                 if !self.resolve()? {
                     return Ok(None);
                 }
                 continue;
             };
-            if self.topic.is_deleted() {
-                return Err(Error::UnknownTopic {
-                    topic: self.topic.name.clone(),
-                });
-            }
             let (_, end) = block.published();
             if self.pos < end {
                 let view = block

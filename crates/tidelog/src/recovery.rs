@@ -197,6 +197,17 @@ fn count_unused(file: &DataFile, blocks: u32) {
     let _ = file.counters.consume(blocks);
 }
 
+/// Drops an extent for good (a writable open): its identity slot is zeroed and synced, so
+/// later opens never see it, and its blocks count as consumed.
+fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
+    count_unused(&f.file, f.id.block_count);
+    Block::clear_identity(&f.file, f.id.block_index);
+    let at = f.file.block_position(f.id.block_index) as usize;
+    storage
+        .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
+        .map_err(|e| Error::io("msync", &f.file.path, e))
+}
+
 /// Lists data files in sequence order.
 fn list_files(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
@@ -376,12 +387,7 @@ pub fn recover(
                 dropping = true;
                 out.report.dropped_extents += 1;
                 if writable {
-                    count_unused(&f.file, f.id.block_count);
-                    Block::clear_identity(&f.file, f.id.block_index);
-                    let at = f.file.block_position(f.id.block_index) as usize;
-                    storage
-                        .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
-                        .map_err(|e| Error::io("msync", &f.file.path, e))?;
+                    forget_extent(storage, &f)?;
                 }
                 continue;
             }
@@ -483,14 +489,9 @@ pub fn recover(
                             && progress.is_some_and(|p| p.state == ProgressState::Clean))
                     {
                         if writable {
-                            count_unused(&f.file, f.id.block_count);
                             // Nothing to keep: forget the extent, so a torn first record is
                             // cut (and counted) once, not at every later open.
-                            Block::clear_identity(&f.file, f.id.block_index);
-                            let at = f.file.block_position(f.id.block_index) as usize;
-                            storage
-                                .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
-                                .map_err(|e| Error::io("msync", &f.file.path, e))?;
+                            forget_extent(storage, &f)?;
                         }
                         continue;
                     }

@@ -81,10 +81,8 @@ pub struct Tail {
     pub last_index_pos: Option<u64>,
     /// Largest timestamp reserved in the topic so far.
     pub max_ts: u64,
-    /// Set on close: no more appends.
+    /// Set on close and on deletion: no more appends.
     pub closed: bool,
-    /// Set when the topic is deleted: appends fail with `UnknownTopic`.
-    pub deleted: bool,
 }
 
 /// A topic and its extents.
@@ -126,9 +124,20 @@ impl Topic {
         }
     }
 
-    /// Marks the topic deleted for its remaining readers.
-    pub fn mark_deleted(&self) {
-        self.deleted.store(true, Ordering::Release);
+    /// Refuses further appends (close, or deletion when `deleting`) and waits until every
+    /// append already reserved is published. False when the topic was already deleted.
+    pub fn stop_appends(&self, deleting: bool) -> bool {
+        let mut tail = self.tail();
+        if deleting && self.deleted.swap(true, Ordering::AcqRel) {
+            return false;
+        }
+        tail.closed = true;
+        let reserved = tail.next_offset;
+        drop(tail);
+        while self.next_offset() != reserved {
+            std::thread::yield_now();
+        }
+        true
     }
 
     /// True once the topic was deleted.
@@ -258,7 +267,7 @@ impl Topic {
         // Reserve: offsets, positions and index entries, under the topic lock.
         let mut tail = self.tail();
         if tail.closed {
-            if tail.deleted {
+            if self.is_deleted() {
                 return Err(Error::UnknownTopic {
                     topic: self.name.clone(),
                 });
@@ -303,7 +312,7 @@ impl Topic {
 
         // Checksum and copy, no lock held.
         if ctx.write_through {
-            let result = self.write_through(ctx, &block, records, first, n, now, start_pos);
+            let result = self.write_through(ctx, &block, records, first, now, start_pos, total);
             self.publish(&block, first, n, count_after, start_pos + total);
             return result.map(|()| first..first + n);
         }
@@ -311,14 +320,7 @@ impl Topic {
         let mut small = [0u8; format::SMALL_FRAME_MAX];
         for (i, r) in records.iter().enumerate() {
             let key = r.key.unwrap_or(&[]);
-            let fields = FrameFields {
-                topic_id: self.id,
-                offset: first + i as u64,
-                timestamp_us: r.timestamp_us.unwrap_or(now),
-                key_len: r.key.map(|k| k.len() as u32),
-                value_len: r.value.len() as u32,
-                batch_count: if i == 0 { n as u32 } else { 0 },
-            };
+            let fields = self.frame_fields(records, i, first, now);
             if r.payload_len() as usize <= format::SMALL_PAYLOAD_MAX {
                 // One checksum pass and one copy for the whole frame.
                 let len = format::encode_small_frame(&fields, block.salt, key, r.value, &mut small);
@@ -348,25 +350,14 @@ impl Topic {
         block: &Block,
         records: &[Append<'_>],
         first: u64,
-        n: u64,
         now: u64,
         start_pos: u64,
+        total: u64,
     ) -> Result<()> {
-        let total: u64 = records
-            .iter()
-            .map(|r| format::frame_padded_len(r.payload_len()))
-            .sum();
         let mut buf = Vec::with_capacity(total as usize);
         for (i, r) in records.iter().enumerate() {
             let key = r.key.unwrap_or(&[]);
-            let fields = FrameFields {
-                topic_id: self.id,
-                offset: first + i as u64,
-                timestamp_us: r.timestamp_us.unwrap_or(now),
-                key_len: r.key.map(|k| k.len() as u32),
-                value_len: r.value.len() as u32,
-                batch_count: if i == 0 { n as u32 } else { 0 },
-            };
+            let fields = self.frame_fields(records, i, first, now);
             let header = format::encode_frame_header(&fields, block.salt, key, r.value);
             let end = buf.len() + format::frame_padded_len(r.payload_len()) as usize;
             buf.extend_from_slice(&header);
@@ -385,6 +376,21 @@ impl Topic {
                 ctx.sync.poison(&err);
                 Err(err)
             }
+        }
+    }
+
+    /// Header fields of record `i` of a batch starting at offset `first` (its head record
+    /// carries the batch size).
+    #[inline]
+    fn frame_fields(&self, records: &[Append<'_>], i: usize, first: u64, now: u64) -> FrameFields {
+        let r = &records[i];
+        FrameFields {
+            topic_id: self.id,
+            offset: first + i as u64,
+            timestamp_us: r.timestamp_us.unwrap_or(now),
+            key_len: r.key.map(|k| k.len() as u32),
+            value_len: r.value.len() as u32,
+            batch_count: if i == 0 { records.len() as u32 } else { 0 },
         }
     }
 

@@ -394,22 +394,11 @@ impl Shared {
     fn delete_topic(&self, name: &str) -> Result<()> {
         self.check_writable()?;
         let topic = self.topic(name)?;
-        {
-            let mut tail = topic.tail();
-            if tail.deleted {
-                return Err(Error::UnknownTopic {
-                    topic: name.to_owned(),
-                });
-            }
-            tail.closed = true;
-            tail.deleted = true;
-            let reserved = tail.next_offset;
-            drop(tail);
-            while topic.next_offset() != reserved {
-                std::thread::yield_now();
-            }
+        if !topic.stop_appends(true) {
+            return Err(Error::UnknownTopic {
+                topic: name.to_owned(),
+            });
         }
-        topic.mark_deleted();
         self.topics
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -452,15 +441,8 @@ impl Shared {
         let mut result = Ok(());
         if !self.read_only {
             self.alloc.shut_down();
-            let topics = self.all_topics();
-            for topic in &topics {
-                let mut tail = topic.tail();
-                tail.closed = true;
-                let reserved = tail.next_offset;
-                drop(tail);
-                while topic.next_offset() != reserved {
-                    std::thread::yield_now();
-                }
+            for topic in self.all_topics() {
+                topic.stop_appends(false);
             }
             self.sync.wait_idle();
             result = self.flush_pass(true);

@@ -22,7 +22,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
-use common::{data_files, payload, small, tempdir};
+use common::{data_files, small, tempdir, topic_value};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{Config, Error, ReaderOptions, StartPosition, Wal, Writer};
 
@@ -33,17 +33,7 @@ const FILE_BYTES: u64 = 4096 + 8 * 64 * 1024;
 const CAP: u64 = 3 * FILE_BYTES;
 /// Generous bound on the appends that fit under the cap (about 24 blocks of ~60 records).
 const MAX_APPENDS: u64 = 10_000;
-const DEADLINE: Duration = Duration::from_secs(10);
-
-fn value(topic: &str, offset: u64) -> Vec<u8> {
-    let seed = topic
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b));
-    payload(
-        seed.wrapping_mul(1_000_003) ^ offset,
-        700 + (offset * 37 % 600) as usize,
-    )
-}
+use common::DELETE_DEADLINE as DEADLINE;
 
 fn capped() -> Config {
     small().disk_bytes_max(CAP)
@@ -55,16 +45,7 @@ fn is_cap_error(e: &Error) -> bool {
 
 /// Bytes the data files occupy on disk.
 fn real_bytes(wal: &Wal) -> u64 {
-    use std::os::unix::fs::MetadataExt;
-    data_files(wal.path())
-        .iter()
-        .map(|p| match std::fs::metadata(p) {
-            Ok(m) => m.blocks() * 512,
-            // Deleted since it was listed.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
-            Err(e) => panic!("stat {p:?}: {e}"),
-        })
-        .sum()
+    common::real_bytes(&data_files(wal.path()))
 }
 
 /// Usage is within the cap by the engine's account and on disk. The
@@ -113,7 +94,7 @@ fn fill_to_cap(writers: &[Writer]) -> Vec<u64> {
             if full[i] {
                 continue;
             }
-            match w.append(&value(w.topic(), next[i])) {
+            match w.append(&topic_value(w.topic(), next[i])) {
                 Ok(offset) => {
                     assert_eq!(offset, next[i]);
                     next[i] += 1;
@@ -128,7 +109,9 @@ fn fill_to_cap(writers: &[Writer]) -> Vec<u64> {
     assert!(full.iter().all(|&f| f), "the cap was never reached");
     for (w, &n) in writers.iter().zip(&next) {
         // Still full, and a failed append took no offset.
-        let e = w.append(&value(w.topic(), n)).expect_err("at the cap");
+        let e = w
+            .append(&topic_value(w.topic(), n))
+            .expect_err("at the cap");
         assert!(is_cap_error(&e), "{e:?}");
         assert_eq!(w.next_offset(), n);
     }
@@ -146,7 +129,7 @@ fn read_back(wal: &Wal, topic: &str, next: u64) {
     let mut expect = first;
     while let Some(rec) = reader.next().expect("next") {
         assert_eq!(rec.offset, expect);
-        assert_eq!(rec.value, value(topic, expect), "{topic}@{expect}");
+        assert_eq!(rec.value, topic_value(topic, expect), "{topic}@{expect}");
         expect += 1;
     }
     assert_eq!(expect, next, "{topic} reads to its end");
@@ -158,7 +141,7 @@ fn consume_all(wal: &Wal, next: &[u64]) {
         let mut reader = wal.reader(t, GROUP).expect("reader");
         while reader.position() < n {
             let rec = reader.next().expect("next").expect("a record");
-            assert_eq!(rec.value, value(t, rec.offset));
+            assert_eq!(rec.value, topic_value(t, rec.offset));
         }
         reader.commit().expect("commit");
     }
@@ -218,7 +201,7 @@ fn appends_fail_at_the_cap_and_work_again_once_files_are_deleted() {
     let mut more = next.clone();
     for (w, n) in writers.iter().zip(&mut more) {
         assert_eq!(
-            w.append(&value(w.topic(), *n))
+            w.append(&topic_value(w.topic(), *n))
                 .expect("append after deletion"),
             *n
         );
@@ -233,7 +216,7 @@ fn appends_fail_at_the_cap_and_work_again_once_files_are_deleted() {
             if again[i] {
                 continue;
             }
-            match w.append(&value(w.topic(), more[i])) {
+            match w.append(&topic_value(w.topic(), more[i])) {
                 Ok(o) => {
                     assert_eq!(o, more[i]);
                     more[i] += 1;
@@ -269,7 +252,7 @@ fn an_append_waits_for_space_until_a_commit_frees_it() {
     let flag = Arc::clone(&returned);
     let handle = std::thread::spawn(move || {
         started_tx.send(()).expect("signal the start");
-        let r = waiter.append(&value("left", expected));
+        let r = waiter.append(&topic_value("left", expected));
         flag.store(true, Ordering::SeqCst);
         result_tx.send(r).expect("send the result");
     });

@@ -15,27 +15,14 @@ mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
 
-use common::{data_files, extents, payload, small, tempdir};
+use common::{extents, on_disk, settle_spare, small, tempdir, topic_value, wait_gone};
 use tidelog::{Error, FileState, ReaderOptions, StartPosition, Wal};
 
 const ALONE: u64 = 1000;
 const SHARED: u64 = 450;
 const REUSED: u64 = 100;
 const BLOCKS_PER_FILE: u32 = 8;
-const DEADLINE: Duration = Duration::from_secs(10);
-
-/// Record `offset` of `stream` (`doomed`, `other`, or `doomed-again` for the reused name).
-fn value(stream: &str, offset: u64) -> Vec<u8> {
-    let seed = stream
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b));
-    payload(
-        seed.wrapping_mul(1_000_003) ^ offset,
-        700 + (offset * 37 % 600) as usize,
-    )
-}
 
 fn open(dir: &Path) -> Wal {
     Wal::open_with(dir, small()).expect("open")
@@ -100,35 +87,6 @@ fn check_counters(
     }
 }
 
-fn wait_gone(gone: &BTreeSet<PathBuf>) {
-    let deadline = Instant::now() + DEADLINE;
-    while gone.iter().any(|p| p.exists()) {
-        assert!(
-            Instant::now() < deadline,
-            "files still on disk: {:?}",
-            gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn settle_spare(wal: &Wal) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let states = wal.file_states();
-        let open: Vec<&FileState> = states.iter().filter(|s| !s.fully_allocated).collect();
-        if !(open.len() == 1 && open[0].total_blocks * 2 >= BLOCKS_PER_FILE) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no spare file appeared");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn on_disk(dir: &Path) -> BTreeSet<PathBuf> {
-    data_files(dir).into_iter().collect()
-}
-
 /// `topic` holds exactly the records `first..next` of `stream`.
 fn read_back(wal: &Wal, topic: &str, stream: &str, first: u64, next: u64) {
     let info = wal.topic_info(topic).expect("topic info");
@@ -146,7 +104,7 @@ fn read_back(wal: &Wal, topic: &str, stream: &str, first: u64, next: u64) {
     let mut expect = first;
     while let Some(rec) = reader.next().expect("next") {
         assert_eq!(rec.offset, expect);
-        assert_eq!(rec.value, value(stream, expect), "{topic}@{expect}");
+        assert_eq!(rec.value, topic_value(stream, expect), "{topic}@{expect}");
         expect += 1;
     }
     assert_eq!(expect, next, "{topic} reads to its end");
@@ -173,14 +131,16 @@ fn a_deleted_topic_goes_with_its_cursors_and_files_and_its_name_can_be_reused() 
     let other = wal.writer("other").expect("writer");
     let mut other_group = wal.reader("other", "keeper").expect("reader");
     for i in 0..ALONE {
-        assert_eq!(doomed.append(&value("doomed", i)).expect("append"), i);
+        assert_eq!(doomed.append(&topic_value("doomed", i)).expect("append"), i);
     }
     for i in 0..SHARED {
         assert_eq!(
-            doomed.append(&value("doomed", ALONE + i)).expect("append"),
+            doomed
+                .append(&topic_value("doomed", ALONE + i))
+                .expect("append"),
             ALONE + i
         );
-        assert_eq!(other.append(&value("other", i)).expect("append"), i);
+        assert_eq!(other.append(&topic_value("other", i)).expect("append"), i);
     }
     // A group of `doomed` with a commit (a cursor file), a reader part way through an
     // extent, and one that has not read yet.
@@ -199,7 +159,7 @@ fn a_deleted_topic_goes_with_its_cursors_and_files_and_its_name_can_be_reused() 
     let mut unread = wal
         .reader_with("doomed", ReaderOptions::default())
         .expect("reader");
-    settle_spare(&wal);
+    settle_spare(&wal, BLOCKS_PER_FILE);
     assert_eq!(wal.topics(), ["doomed", "other"]);
     assert_eq!(cursor_files(dir.path()), ["doomed@auditor.cur"]);
 
@@ -264,7 +224,12 @@ fn a_deleted_topic_goes_with_its_cursors_and_files_and_its_name_can_be_reused() 
     // The name again: a new, empty topic without the old cursors.
     let again = wal.writer("doomed").expect("writer");
     for i in 0..REUSED {
-        assert_eq!(again.append(&value("doomed-again", i)).expect("append"), i);
+        assert_eq!(
+            again
+                .append(&topic_value("doomed-again", i))
+                .expect("append"),
+            i
+        );
     }
     assert!(
         unknown_topic(doomed.append(b"still too late")),

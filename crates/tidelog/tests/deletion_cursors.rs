@@ -19,11 +19,13 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{copy_dir, data_files, extents, payload, small, tempdir};
+use common::{
+    copy_dir, extents, listed, on_disk, real_bytes, settle_spare, small, tempdir, topic_value,
+    wait_gone,
+};
 use tidelog::{Error, FileState, Reader, ReaderOptions, StartPosition, Wal};
 
 const TOPICS: [&str; 3] = ["alpha", "beta", "gamma"];
@@ -33,17 +35,7 @@ const BLOCKS_PER_FILE: u32 = 8;
 /// One data file with every block handed out: header page plus 8 blocks of 64 KiB.
 const FILE_BYTES: u64 = 4096 + 8 * 64 * 1024;
 /// How long deletion (a background thread) may take before the test fails.
-const DEADLINE: Duration = Duration::from_secs(10);
-
-fn value(topic: &str, offset: u64) -> Vec<u8> {
-    let seed = topic
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b));
-    payload(
-        seed.wrapping_mul(1_000_003) ^ offset,
-        700 + (offset * 37 % 600) as usize,
-    )
-}
+use common::DELETE_DEADLINE as DEADLINE;
 
 fn open(dir: &Path) -> Wal {
     Wal::open_with(dir, small()).expect("open")
@@ -57,7 +49,7 @@ fn fill(wal: &Wal) {
         .collect();
     for i in 0..RECORDS {
         for (t, w) in TOPICS.iter().zip(&writers) {
-            assert_eq!(w.append(&value(t, i)).expect("append"), i);
+            assert_eq!(w.append(&topic_value(t, i)).expect("append"), i);
         }
     }
 }
@@ -152,51 +144,6 @@ fn check_counters(wal: &Wal, layout: &[Ext], floors: &Floors) {
     }
 }
 
-/// Waits until the housekeeping thread prepared the spare it wants (the current file is at
-/// least half used), so no file appears while the test measures.
-fn settle_spare(wal: &Wal) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let states = wal.file_states();
-        let open: Vec<&FileState> = states.iter().filter(|s| !s.fully_allocated).collect();
-        let wants = open.len() == 1 && open[0].total_blocks * 2 >= BLOCKS_PER_FILE;
-        if !wants {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no spare file appeared");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-/// Polls until none of `gone` exists.
-fn wait_gone(gone: &BTreeSet<PathBuf>) {
-    let deadline = Instant::now() + DEADLINE;
-    while gone.iter().any(|p| p.exists()) {
-        assert!(
-            Instant::now() < deadline,
-            "files still on disk after {DEADLINE:?}: {:?}",
-            gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
-fn on_disk(dir: &Path) -> BTreeSet<PathBuf> {
-    data_files(dir).into_iter().collect()
-}
-
-/// Bytes the files occupy on disk (allocated blocks, not their length).
-fn real_bytes<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> u64 {
-    paths
-        .into_iter()
-        .map(|p| std::fs::metadata(p).expect("stat data file").blocks() * 512)
-        .sum()
-}
-
-fn listed(wal: &Wal) -> BTreeSet<PathBuf> {
-    wal.file_states().into_iter().map(|s| s.path).collect()
-}
-
 /// Reads `topic` of `group` up to `upto` (checking every value) and commits there.
 fn consume(reader: &mut Reader, upto: u64) {
     let topic = reader.topic().to_owned();
@@ -204,7 +151,7 @@ fn consume(reader: &mut Reader, upto: u64) {
         let rec = reader.next().expect("next").expect("a record");
         assert_eq!(
             rec.value,
-            value(&topic, rec.offset),
+            topic_value(&topic, rec.offset),
             "{topic}@{}",
             rec.offset
         );
@@ -232,7 +179,7 @@ fn check_read_back(wal: &Wal, layout: &[Ext], floors: &Floors) {
         let mut expect = first;
         while let Some(rec) = reader.next().expect("next") {
             assert_eq!(rec.offset, expect);
-            assert_eq!(rec.value, value(t, expect), "{t}@{expect}");
+            assert_eq!(rec.value, topic_value(t, expect), "{t}@{expect}");
             expect += 1;
         }
         assert_eq!(expect, RECORDS, "{t} reads to its end");
@@ -247,7 +194,7 @@ fn check_read_back(wal: &Wal, layout: &[Ext], floors: &Floors) {
             ));
         }
         let rec = wal.read(t, first).expect("the first stored offset reads");
-        assert_eq!(rec.value(), value(t, first).as_slice());
+        assert_eq!(rec.value(), topic_value(t, first).as_slice());
     }
 }
 
@@ -263,7 +210,7 @@ fn two_groups_consume_everything_and_files_go_while_running_and_after_reopen() {
         }
     }
     fill(&wal);
-    settle_spare(&wal);
+    settle_spare(&wal, BLOCKS_PER_FILE);
 
     let lay = layout(dir.path());
     let states = wal.file_states();
@@ -349,7 +296,7 @@ fn slow_setup(dir: &Path, slow_at: u64) -> (Wal, Reader, Vec<Ext>, Vec<FileState
     }
     let mut slow = wal.reader("alpha", "slow").expect("reader");
     fill(&wal);
-    settle_spare(&wal);
+    settle_spare(&wal, BLOCKS_PER_FILE);
     let lay = layout(dir);
     let states = wal.file_states();
     for r in &mut fast {
@@ -552,16 +499,22 @@ fn reopen_after_deleting_files_behind_a_pinned_one() {
     let mut group = wal.reader("busy", "g").expect("reader");
     let mut next = 0;
     for i in 0..20 {
-        pin.append(&value("pin", i)).expect("append");
-        assert_eq!(busy.append(&value("busy", next)).expect("append"), next);
+        pin.append(&topic_value("pin", i)).expect("append");
+        assert_eq!(
+            busy.append(&topic_value("busy", next)).expect("append"),
+            next
+        );
         next += 1;
     }
     // About four files of `busy` alone.
     while wal.file_states().len() < 5 {
-        assert_eq!(busy.append(&value("busy", next)).expect("append"), next);
+        assert_eq!(
+            busy.append(&topic_value("busy", next)).expect("append"),
+            next
+        );
         next += 1;
     }
-    settle_spare(&wal);
+    settle_spare(&wal, BLOCKS_PER_FILE);
     let lay = layout(dir.path());
     let states = wal.file_states();
     let mut f = Floors::new();
@@ -590,7 +543,7 @@ fn reopen_after_deleting_files_behind_a_pinned_one() {
     assert_eq!(after.first_offset, info.first_offset);
     assert_eq!(after.next_offset, next);
     let rec = wal.read("busy", next - 1).expect("the newest record reads");
-    assert_eq!(rec.value(), value("busy", next - 1).as_slice());
+    assert_eq!(rec.value(), topic_value("busy", next - 1).as_slice());
     assert_eq!(wal.topic_info("pin").expect("info").first_offset, 0);
     wal.close().expect("close");
 }
@@ -633,20 +586,20 @@ fn a_read_only_handle_follows_deletions_after_refresh() {
         assert_eq!(r.first_offset, w.first_offset, "{topic}");
         assert_eq!(r.next_offset, w.next_offset, "{topic}");
         let first = ro.read(topic, r.first_offset).expect("first kept record");
-        assert_eq!(first.value(), value(topic, r.first_offset).as_slice());
+        assert_eq!(first.value(), topic_value(topic, r.first_offset).as_slice());
         assert!(matches!(
             ro.read(topic, 0),
             Err(Error::OffsetOutOfRange { .. })
         ));
     }
     // Held before the deletion: still mapped, still the same bytes.
-    assert_eq!(held.value(), value("alpha", 0).as_slice());
+    assert_eq!(held.value(), topic_value("alpha", 0).as_slice());
     // The reader still holds its first extent and reads it; past it, deleted data is an error.
     let mut read = 0u64;
     let err = loop {
         match stale.next() {
             Ok(Some(rec)) => {
-                assert_eq!(rec.value, value("alpha", rec.offset).as_slice());
+                assert_eq!(rec.value, topic_value("alpha", rec.offset).as_slice());
                 read += 1;
             }
             Ok(None) => panic!("the reader reached the end through deleted data"),

@@ -20,11 +20,10 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use common::{data_files, payload, small, tempdir};
+use common::{data_files, listed, on_disk, real_bytes, settle_spare, small, tempdir, topic_value};
 use tidelog::format::{self, BlockIdentity};
 use tidelog::{Append, Config, Error, FileState, ReaderOptions, Retention, StartPosition, Wal};
 
@@ -40,20 +39,10 @@ const AGED_FRESH: u64 = 30;
 const BLOCKS_PER_FILE: u32 = 8;
 /// One data file with every block handed out.
 const FILE_BYTES: u64 = 4096 + 8 * 64 * 1024;
-const DEADLINE: Duration = Duration::from_secs(10);
-
-fn value(topic: &str, offset: u64) -> Vec<u8> {
-    let seed = topic
-        .bytes()
-        .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b));
-    payload(
-        seed.wrapping_mul(1_000_003) ^ offset,
-        700 + (offset * 37 % 600) as usize,
-    )
-}
+use common::DELETE_DEADLINE as DEADLINE;
 
 fn padded(topic: &str, offset: u64) -> u64 {
-    format::frame_padded_len(value(topic, offset).len() as u64)
+    format::frame_padded_len(topic_value(topic, offset).len() as u64)
 }
 
 fn retained() -> Config {
@@ -65,7 +54,7 @@ fn retained() -> Config {
 }
 
 fn append_old(wal: &Wal, topic: &str, offset: u64) {
-    let v = value(topic, offset);
+    let v = topic_value(topic, offset);
     let at = wal
         .append_record(
             topic,
@@ -81,7 +70,8 @@ fn append_old(wal: &Wal, topic: &str, offset: u64) {
 
 fn append(wal: &Wal, topic: &str, offset: u64) {
     assert_eq!(
-        wal.append(topic, &value(topic, offset)).expect("append"),
+        wal.append(topic, &topic_value(topic, offset))
+            .expect("append"),
         offset
     );
 }
@@ -207,35 +197,6 @@ fn check_counters(wal: &Wal, lay: &BTreeMap<String, Vec<Ext>>, dropped: &Dropped
     }
 }
 
-fn on_disk(dir: &Path) -> BTreeSet<PathBuf> {
-    data_files(dir).into_iter().collect()
-}
-
-fn listed(wal: &Wal) -> BTreeSet<PathBuf> {
-    wal.file_states().into_iter().map(|s| s.path).collect()
-}
-
-fn real_bytes<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> u64 {
-    paths
-        .into_iter()
-        .map(|p| std::fs::metadata(p).expect("stat data file").blocks() * 512)
-        .sum()
-}
-
-/// Waits until the spare file the housekeeping thread wants exists.
-fn settle_spare(wal: &Wal) {
-    let deadline = Instant::now() + DEADLINE;
-    loop {
-        let states = wal.file_states();
-        let open: Vec<&FileState> = states.iter().filter(|s| !s.fully_allocated).collect();
-        if !(open.len() == 1 && open[0].total_blocks * 2 >= BLOCKS_PER_FILE) {
-            return;
-        }
-        assert!(Instant::now() < deadline, "no spare file appeared");
-        std::thread::sleep(Duration::from_millis(10));
-    }
-}
-
 /// `topic` reads back byte-equal from its first stored offset to `next`; `first` itself is
 /// returned for the caller's checks.
 fn read_back(wal: &Wal, topic: &str, next: u64) -> u64 {
@@ -250,7 +211,7 @@ fn read_back(wal: &Wal, topic: &str, next: u64) -> u64 {
     let mut expect = info.first_offset;
     while let Some(rec) = reader.next().expect("next") {
         assert_eq!(rec.offset, expect);
-        assert_eq!(rec.value, value(topic, expect), "{topic}@{expect}");
+        assert_eq!(rec.value, topic_value(topic, expect), "{topic}@{expect}");
         expect += 1;
     }
     assert_eq!(expect, next, "{topic} reads to its end");
@@ -309,7 +270,7 @@ fn retention_by_bytes_and_age_deletes_exactly_the_old_extents_and_their_files() 
                 append(&wal, "aged", i);
             }
         }
-        settle_spare(&wal);
+        settle_spare(&wal, BLOCKS_PER_FILE);
         let out = (layout(dir.path()), wal.file_states());
         wal.close().expect("close");
         out

@@ -258,3 +258,73 @@ pub fn run_child(entry: &str, dir: &Path, mode: &str) -> Output {
     );
     out
 }
+
+// Deletion tests (cursors, retention, topic deletion, the disk cap).
+
+/// How long the deletion tests wait for the housekeeping thread.
+pub const DELETE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A value that depends on its topic (or stream) and offset, 700 to 1299 bytes.
+pub fn topic_value(topic: &str, offset: u64) -> Vec<u8> {
+    let seed = topic
+        .bytes()
+        .fold(7u64, |h, b| h.wrapping_mul(31) + u64::from(b));
+    payload(
+        seed.wrapping_mul(1_000_003) ^ offset,
+        700 + (offset * 37 % 600) as usize,
+    )
+}
+
+/// The data files on disk.
+pub fn on_disk(dir: &Path) -> std::collections::BTreeSet<PathBuf> {
+    data_files(dir).into_iter().collect()
+}
+
+/// The data files the Wal knows.
+pub fn listed(wal: &Wal) -> std::collections::BTreeSet<PathBuf> {
+    wal.file_states().into_iter().map(|s| s.path).collect()
+}
+
+/// Bytes `paths` occupy on disk (allocated blocks); a file deleted meanwhile counts 0.
+pub fn real_bytes<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    paths
+        .into_iter()
+        .map(|p| match std::fs::metadata(p) {
+            Ok(m) => m.blocks() * 512,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => 0,
+            Err(e) => panic!("stat {p:?}: {e}"),
+        })
+        .sum()
+}
+
+/// Waits until every file of `gone` has left the disk.
+pub fn wait_gone(gone: &std::collections::BTreeSet<PathBuf>) {
+    let deadline = std::time::Instant::now() + DELETE_DEADLINE;
+    while gone.iter().any(|p| p.exists()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "files still on disk after {DELETE_DEADLINE:?}: {:?}",
+            gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+/// Waits until the housekeeping thread has made the spare file it wants (the current file is
+/// half used), so file counts do not change under a test.
+pub fn settle_spare(wal: &Wal, blocks_per_file: u32) {
+    let deadline = std::time::Instant::now() + DELETE_DEADLINE;
+    loop {
+        let states = wal.file_states();
+        let open: Vec<_> = states.iter().filter(|s| !s.fully_allocated).collect();
+        if !(open.len() == 1 && open[0].total_blocks * 2 >= blocks_per_file) {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no spare file appeared"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
