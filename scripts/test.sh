@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The whole test suite: formatting, lints, and every Rust test (unit, integration, doctests).
+# The whole test suite: formatting, lints, every Rust test (unit, integration, doctests), then
+# the Python package built from this checkout and its pytest suite (with the stub check).
 # The README's test command and .ci/run both run exactly this script.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -27,5 +28,21 @@ echo "== cargo test"
 log=$(mktemp)
 trap 'rm -f "$log"' EXIT
 cargo test --workspace --locked 2>&1 | tee "$log"
-# One closing line with the totals over every test binary.
-awk '/^test result:/ { p += $4; f += $6 } END { printf "tests: %d passed, %d failed\n", p, f; exit (p == 0 || f != 0) }' "$log"
+rust_totals=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f; exit (p == 0 || f != 0) }' "$log")
+
+if ! command -v python3 >/dev/null 2>&1; then
+    echo "error: python3 (3.11 or newer, with pip) is required for the Python tests" >&2
+    exit 1
+fi
+echo "== python: build and install the package, with its test dependencies"
+# Builds the abi3 wheel with maturin (fetched into an isolated build environment).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ".[test]"
+echo "== ruff"
+python3 -m ruff check python tests/python benches/python examples/python
+python3 -m ruff format --check python tests/python benches/python examples/python
+echo "== pytest"
+python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$log"
+py_totals=$(awk '/ passed| failed/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p = $(i-1); if ($(i) ~ /^failed/) f = $(i-1) } } END { printf "%d passed, %d failed", p, f; exit (p == 0 || f != 0) }' "$log")
+
+# One closing line with the totals over every test binary and the Python suite.
+echo "tests: rust $rust_totals; python $py_totals"

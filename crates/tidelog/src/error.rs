@@ -109,6 +109,12 @@ pub enum Error {
         /// The group asked for.
         group: String,
     },
+    /// The handle was opened in another process, which then forked this one. Open the
+    /// directory again in this process (after the parent closed it, or read-only).
+    Forked {
+        /// The process that opened the handle.
+        opener_pid: u32,
+    },
     /// A data file was written by a newer or unknown format version.
     UnsupportedVersion {
         /// The file.
@@ -214,6 +220,12 @@ impl fmt::Display for Error {
             Error::UnknownGroup { topic, group } => {
                 write!(f, "group {group:?} has no cursor on topic {topic:?}")
             }
+            Error::Forked { opener_pid } => write!(
+                f,
+                "this handle was opened by process {opener_pid} before it forked this one \
+                 ({}); open the directory again in this process",
+                std::process::id()
+            ),
             Error::UnsupportedVersion {
                 path,
                 found,

@@ -41,6 +41,7 @@ mod file;
 pub mod format;
 pub mod io;
 mod mmap;
+mod process;
 mod reader;
 mod reclaim;
 mod recovery;

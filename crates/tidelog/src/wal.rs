@@ -20,6 +20,7 @@ use crate::error::{Error, Result};
 use crate::file::{DataFile, FileState};
 use crate::format::ProgressState;
 use crate::io::{StdStorage, Storage};
+use crate::process;
 use crate::reader::{self, Reader, ReaderOptions, Record};
 use crate::reclaim;
 use crate::recovery::{self, Known, RecoveryReport};
@@ -69,6 +70,9 @@ pub(crate) struct Shared {
     sync: Arc<SyncQueue>,
     /// A writer asked for `Interval` while the Wal default is `Never`: run the periodic flush.
     interval_writers: AtomicBool,
+    /// The process that opened the handle and its fork generation (see `process`).
+    opener_pid: u32,
+    fork_generation: u64,
 }
 
 /// How one append becomes durable and waits for space: the Wal's defaults or a writer's.
@@ -83,6 +87,16 @@ impl Shared {
     pub fn check_open(&self) -> Result<()> {
         if self.closed.load(Ordering::Acquire) {
             return Err(Error::Closed);
+        }
+        self.check_not_forked()
+    }
+
+    #[inline]
+    fn check_not_forked(&self) -> Result<()> {
+        if process::is_forked(self.fork_generation) {
+            return Err(Error::Forked {
+                opener_pid: self.opener_pid,
+            });
         }
         Ok(())
     }
@@ -469,13 +483,19 @@ impl Shared {
 
 impl Drop for Shared {
     fn drop(&mut self) {
+        let lock_file = self
+            .lock_file
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if process::is_forked(self.fork_generation) {
+            // The lock is the parent's too (flock belongs to the shared open file
+            // description): closing our descriptor leaves it held, unlocking would not.
+            drop(lock_file);
+            return;
+        }
         // Covers opens that fail after taking the lock; `close` has usually released it.
-        release_lock(
-            self.lock_file
-                .get_mut()
-                .unwrap_or_else(|p| p.into_inner())
-                .take(),
-        );
+        release_lock(lock_file);
     }
 }
 
@@ -558,10 +578,15 @@ impl Wal {
         config.validate()?;
         let lock_file = if read_only {
             if !dir.is_dir() {
+                let errno = if dir.exists() {
+                    libc::ENOTDIR
+                } else {
+                    libc::ENOENT
+                };
                 return Err(Error::io(
                     "open directory",
                     dir,
-                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                    std::io::Error::from_raw_os_error(errno),
                 ));
             }
             None
@@ -629,6 +654,8 @@ impl Wal {
             topics: RwLock::new(table),
             alloc,
             closed: AtomicBool::new(false),
+            opener_pid: std::process::id(),
+            fork_generation: process::generation(),
             flush_lock: Mutex::new(()),
             cursors: CursorTable::default(),
             clock: Clock::new(),
@@ -699,6 +726,17 @@ impl Wal {
         &self.shared.config
     }
 
+    /// True once [`Wal::close`] has run.
+    pub fn is_closed(&self) -> bool {
+        self.shared.closed.load(Ordering::Acquire)
+    }
+
+    /// `Ok` while this handle may be used: [`Error::Closed`] after close,
+    /// [`Error::Forked`] in a process forked after it was opened.
+    pub fn ensure_open(&self) -> Result<()> {
+        self.shared.check_open()
+    }
+
     /// True for a handle from [`Wal::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.shared.read_only
@@ -734,23 +772,46 @@ impl Wal {
 
     /// Appends one record with optional key and timestamp; returns its offset.
     pub fn append_record(&self, topic: &str, record: Append<'_>) -> Result<u64> {
-        self.shared.check_writable()?;
-        let t = self.shared.topic_or_create(topic)?;
+        let records = [record];
+        let t = self.topic_for(topic, &records)?;
         Ok(self
             .shared
-            .append(&t, &[record], self.shared.default_opts())?
+            .append(&t, &records, self.shared.default_opts())?
             .start)
     }
 
     /// Appends `value` and returns at once with its offset and a handle to wait on for
     /// durability.
     pub fn append_async(&self, topic: &str, value: &[u8]) -> Result<AppendHandle> {
-        self.writer(topic)?.append_async(value)
+        self.append_batch_async(topic, &[Append::value(value)])
+    }
+
+    /// Appends `records` as one crash-atomic batch and returns at once with their offsets
+    /// and a handle to wait on for durability.
+    pub fn append_batch_async(&self, topic: &str, records: &[Append<'_>]) -> Result<AppendHandle> {
+        let t = self.topic_for(topic, records)?;
+        self.shared
+            .append_async(&t, records, self.shared.default_opts())
     }
 
     /// Appends `values` as one crash-atomic batch; returns their offsets.
     pub fn append_batch<V: AsRef<[u8]>>(&self, topic: &str, values: &[V]) -> Result<Range<u64>> {
-        self.writer(topic)?.append_batch(values)
+        let records: Vec<Append<'_>> = values.iter().map(|v| Append::value(v.as_ref())).collect();
+        self.append_batch_records(topic, &records)
+    }
+
+    /// Appends `records` (keys, values, timestamps) as one crash-atomic batch.
+    pub fn append_batch_records(&self, topic: &str, records: &[Append<'_>]) -> Result<Range<u64>> {
+        let t = self.topic_for(topic, records)?;
+        self.shared.append(&t, records, self.shared.default_opts())
+    }
+
+    /// The topic `records` go to, created if needed, but only once they passed validation:
+    /// a rejected append leaves no empty topic behind.
+    fn topic_for(&self, topic: &str, records: &[Append<'_>]) -> Result<Arc<Topic>> {
+        self.shared.check_writable()?;
+        self.shared.validate_records(records)?;
+        self.shared.topic_or_create(topic)
     }
 
     /// A reader of `topic` for consumer `group`, starting at its committed offset.
@@ -948,6 +1009,9 @@ impl Wal {
     /// directory. Later calls on this handle (and its writers and readers) fail with
     /// [`Error::Closed`]; records already read stay valid.
     pub fn close(&self) -> Result<()> {
+        // In a forked child the background threads do not exist and the parent still
+        // owns the files: there is nothing this handle may flush or release.
+        self.shared.check_not_forked()?;
         self.stop_background();
         let result = self.shared.close();
         let background_error = self
@@ -980,6 +1044,13 @@ impl Wal {
 
 impl Drop for Wal {
     fn drop(&mut self) {
+        if process::is_forked(self.shared.fork_generation) {
+            // The thread handles name threads of the parent: neither join nor detach them.
+            std::mem::forget(std::mem::take(
+                &mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()),
+            ));
+            return;
+        }
         // Errors cannot be returned from drop; `close()` reports them.
         let _ = self.close();
     }
@@ -1093,9 +1164,10 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
         }
     }
     if !dir.is_dir() {
-        return Err(Error::invalid(
-            "path",
-            format!("{} is not a directory", dir.display()),
+        return Err(Error::io(
+            "open directory",
+            dir,
+            std::io::Error::from_raw_os_error(libc::ENOTDIR),
         ));
     }
     let path = dir.join(LOCK_FILE);

@@ -416,3 +416,26 @@ fn errors_render_and_carry_errno_only_for_io() {
     assert!(matches!(missing, Error::Io { .. }), "{missing:?}");
     assert!(std::error::Error::source(&missing).is_some());
 }
+
+#[test]
+fn rejected_appends_create_no_topic() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), small().max_record_bytes(100)).expect("open");
+    let big = vec![1u8; 101];
+    assert!(matches!(
+        wal.append("too-big", &big),
+        Err(Error::LimitExceeded { .. })
+    ));
+    assert!(matches!(
+        wal.append_batch::<&[u8]>("empty", &[]),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert!(matches!(
+        wal.append_async("async-too-big", &big),
+        Err(Error::LimitExceeded { .. })
+    ));
+    assert!(wal.topics().is_empty(), "{:?}", wal.topics());
+    // A valid append still creates its topic.
+    assert_eq!(wal.append("ok", b"fine").expect("append"), 0);
+    assert_eq!(wal.topics(), vec!["ok".to_owned()]);
+}

@@ -1,0 +1,42 @@
+//! Running engine calls from Python: with or without the GIL, panics caught at the boundary.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+
+use pyo3::prelude::*;
+
+use crate::error::{from_panic, to_py};
+
+/// Runs `f` with the GIL released (it may touch the disk or wait). Engine errors become
+/// tidelog exceptions and a panic becomes `InternalError`, never a crash of the interpreter.
+pub fn detached<T: Send>(
+    py: Python<'_>,
+    f: impl FnOnce() -> tidelog::Result<T> + Send,
+) -> PyResult<T> {
+    match py.detach(|| catch_unwind(AssertUnwindSafe(f))) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(to_py(e)),
+        Err(panic) => Err(from_panic(panic)),
+    }
+}
+
+/// Runs `f` holding the GIL: for calls that cannot block (or are cheaper than a release).
+pub fn attached<T>(f: impl FnOnce() -> tidelog::Result<T>) -> PyResult<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(to_py(e)),
+        Err(panic) => Err(from_panic(panic)),
+    }
+}
+
+/// Runs `f` with or without the GIL.
+pub fn run<T: Send>(
+    py: Python<'_>,
+    release_gil: bool,
+    f: impl FnOnce() -> tidelog::Result<T> + Send,
+) -> PyResult<T> {
+    if release_gil {
+        detached(py, f)
+    } else {
+        attached(f)
+    }
+}

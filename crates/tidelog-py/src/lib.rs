@@ -1,0 +1,113 @@
+//! `tidelog._native`: the Python binding of the tidelog engine.
+//!
+//! A thin layer: argument conversion, the GIL, the buffer protocol and error mapping. Every
+//! storage decision is the engine's (`crates/tidelog`).
+
+mod arrow;
+mod buffer;
+mod call;
+mod error;
+mod options;
+mod reader;
+mod record;
+mod wal;
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+
+use pyo3::prelude::*;
+
+use crate::call::detached;
+use crate::options::OpenOptions;
+
+/// Opens (creating if needed) the log directory at `path`. See the stubs for the options.
+#[pyfunction]
+#[pyo3(signature = (
+    path,
+    *,
+    fsync = None,
+    fsync_interval_ms = None,
+    readonly = false,
+    block_size = None,
+    file_size = None,
+    max_record_bytes = None,
+    max_batch_records = None,
+    max_batch_bytes = None,
+    max_topics = None,
+    retention_ms = None,
+    retention_bytes = None,
+    topic_retention = None,
+    disk_bytes_max = None,
+    space_wait_ms = None,
+    group_wait_us = None,
+    group_bytes_max = None,
+),
+text_signature = "(path, *, fsync='interval', fsync_interval_ms=200, readonly=False, \
+    block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
+    max_batch_bytes=None, max_topics=None, retention_ms=None, retention_bytes=None, \
+    topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
+    group_bytes_max=None)")]
+#[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
+fn open(
+    py: Python<'_>,
+    path: PathBuf,
+    fsync: Option<String>,
+    fsync_interval_ms: Option<u64>,
+    readonly: bool,
+    block_size: Option<u64>,
+    file_size: Option<u64>,
+    max_record_bytes: Option<u64>,
+    max_batch_records: Option<u64>,
+    max_batch_bytes: Option<u64>,
+    max_topics: Option<u64>,
+    retention_ms: Option<u64>,
+    retention_bytes: Option<u64>,
+    topic_retention: Option<HashMap<String, HashMap<String, u64>>>,
+    disk_bytes_max: Option<u64>,
+    space_wait_ms: Option<u64>,
+    group_wait_us: Option<u64>,
+    group_bytes_max: Option<u64>,
+) -> PyResult<wal::PyWal> {
+    let config = OpenOptions {
+        fsync,
+        fsync_interval_ms,
+        block_size,
+        file_size,
+        max_record_bytes,
+        max_batch_records,
+        max_batch_bytes,
+        max_topics,
+        retention_ms,
+        retention_bytes,
+        topic_retention,
+        disk_bytes_max,
+        space_wait_ms,
+        group_wait_us,
+        group_bytes_max,
+    }
+    .config()?;
+    let shown = path.display().to_string();
+    let wal = detached(py, || {
+        if readonly {
+            tidelog::Wal::open_read_only_with(&path, config)
+        } else {
+            tidelog::Wal::open_with(&path, config)
+        }
+    })?;
+    Ok(wal::PyWal::new(wal, shown))
+}
+
+#[pymodule]
+#[pyo3(name = "_native")]
+fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_class::<wal::PyWal>()?;
+    m.add_class::<wal::PyWriter>()?;
+    m.add_class::<wal::PyAppendHandle>()?;
+    m.add_class::<wal::PyTopicInfo>()?;
+    m.add_class::<reader::PyReader>()?;
+    m.add_class::<record::PyRecord>()?;
+    m.add_class::<buffer::OwnedBuffer>()?;
+    Ok(())
+}

@@ -1,0 +1,243 @@
+//! `Reader`: one topic in offset order, as zero-copy `Record`s.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use pyo3::types::PyType;
+use tidelog::Wal;
+
+use crate::call::{attached, detached};
+use crate::error::to_py;
+use crate::record::PyRecord;
+
+/// How long one wait slice runs without the GIL before signals (Ctrl-C) are checked.
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+/// Polling back-off while waiting for an append: starts short, grows to this.
+const POLL_SLEEP_MAX: Duration = Duration::from_millis(5);
+const POLL_SLEEP_MIN: Duration = Duration::from_micros(50);
+/// Longest `next_batch` in records.
+const BATCH_RECORDS_MAX: usize = 1 << 20;
+
+/// Reads one topic. Calls on one reader from several threads are serialised.
+#[pyclass(module = "tidelog._native", name = "Reader", frozen)]
+#[derive(Debug)]
+pub struct PyReader {
+    wal: Arc<Wal>,
+    /// `None` once closed.
+    reader: Mutex<Option<tidelog::Reader>>,
+    topic: String,
+    group: Option<String>,
+}
+
+impl PyReader {
+    pub fn new(
+        wal: Arc<Wal>,
+        reader: tidelog::Reader,
+        topic: String,
+        group: Option<String>,
+    ) -> PyReader {
+        PyReader {
+            wal,
+            reader: Mutex::new(Some(reader)),
+            topic,
+            group,
+        }
+    }
+
+    /// Locks the reader. If another thread holds it (maybe waiting without the GIL), waits
+    /// for it without the GIL, so that thread can take the GIL back and finish.
+    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Option<tidelog::Reader>> {
+        self.reader
+            .lock_py_attached(py)
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn with<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut tidelog::Reader) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let mut guard = self.lock(py);
+        match guard.as_mut() {
+            Some(reader) => f(reader),
+            None => Err(to_py(tidelog::Error::Closed)),
+        }
+    }
+}
+
+/// Polls `reader` until a record arrives or `until` passes (no GIL held).
+fn poll_until(
+    wal: &Wal,
+    reader: &mut tidelog::Reader,
+    until: Instant,
+) -> tidelog::Result<Option<tidelog::Record>> {
+    let mut sleep = POLL_SLEEP_MIN;
+    loop {
+        if let Some(record) = reader.next_record()? {
+            return Ok(Some(record));
+        }
+        let now = Instant::now();
+        if now >= until {
+            return Ok(None);
+        }
+        std::thread::sleep(sleep.min(until - now));
+        sleep = (sleep * 2).min(POLL_SLEEP_MAX);
+        if wal.is_read_only() {
+            // A read-only handle sees another process's appends only after a refresh.
+            wal.refresh()?;
+        }
+    }
+}
+
+fn timeout_duration(seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        to_py(tidelog::Error::InvalidArgument {
+            name: "timeout",
+            reason: format!("{seconds} is not a non-negative number of seconds"),
+        })
+    })
+}
+
+#[pymethods]
+impl PyReader {
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    #[getter]
+    fn group(&self) -> Option<&str> {
+        self.group.as_deref()
+    }
+
+    /// The offset the next call returns.
+    #[getter]
+    fn position(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| Ok(r.position()))
+    }
+
+    #[getter]
+    fn committed(&self, py: Python<'_>) -> PyResult<Option<u64>> {
+        self.with(py, |r| Ok(r.committed()))
+    }
+
+    #[getter]
+    fn lag(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| Ok(r.lag()))
+    }
+
+    #[getter]
+    fn closed(&self, py: Python<'_>) -> bool {
+        self.lock(py).is_none()
+    }
+
+    /// The next record, or None when none is available. With `timeout` (seconds), waits up
+    /// to that long for one to be appended.
+    #[pyo3(signature = (timeout = None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyRecord>> {
+        let wait = timeout.map(timeout_duration).transpose()?;
+        self.with(py, |reader| {
+            if let Some(record) = attached(|| reader.next_record())? {
+                return Ok(Some(PyRecord::new(record)));
+            }
+            let Some(wait) = wait else {
+                return Ok(None);
+            };
+            let deadline = Instant::now() + wait;
+            loop {
+                let slice_end = deadline.min(Instant::now() + SIGNAL_CHECK_INTERVAL);
+                let wal = &self.wal;
+                if let Some(record) = detached(py, || poll_until(wal, reader, slice_end))? {
+                    return Ok(Some(PyRecord::new(record)));
+                }
+                py.check_signals()?;
+                if Instant::now() >= deadline {
+                    return Ok(None);
+                }
+            }
+        })
+    }
+
+    /// Up to `max_records` records and about `max_bytes` of values (at least one record if
+    /// any is available); an empty list when caught up.
+    #[pyo3(signature = (max_records = 1000, max_bytes = 16777216))]
+    fn next_batch(
+        &self,
+        py: Python<'_>,
+        max_records: usize,
+        max_bytes: u64,
+    ) -> PyResult<Vec<PyRecord>> {
+        if max_records == 0 || max_records > BATCH_RECORDS_MAX {
+            return Err(to_py(tidelog::Error::InvalidArgument {
+                name: "max_records",
+                reason: format!("must be between 1 and {BATCH_RECORDS_MAX}, not {max_records}"),
+            }));
+        }
+        self.with(py, |reader| {
+            let records = detached(py, || reader.next_batch(max_records, max_bytes))?;
+            Ok(records.into_iter().map(PyRecord::new).collect())
+        })
+    }
+
+    fn seek(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        self.with(py, |reader| detached(py, || reader.seek(offset)))
+    }
+
+    /// Moves to the first record at or after `timestamp_us`; returns its offset.
+    fn seek_time(&self, py: Python<'_>, timestamp_us: u64) -> PyResult<u64> {
+        self.with(py, |reader| detached(py, || reader.seek_time(timestamp_us)))
+    }
+
+    /// Persists `offset` (default: `position`) as the group's committed offset.
+    #[pyo3(signature = (offset = None))]
+    fn commit(&self, py: Python<'_>, offset: Option<u64>) -> PyResult<()> {
+        self.with(py, |reader| {
+            detached(py, || match offset {
+                Some(offset) => reader.commit_offset(offset),
+                None => reader.commit(),
+            })
+        })
+    }
+
+    fn close(&self, py: Python<'_>) {
+        self.lock(py).take();
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyRecord>> {
+        self.with(py, |reader| {
+            Ok(attached(|| reader.next_record())?.map(PyRecord::new))
+        })
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (exc_type, exc, tb))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) {
+        let _ = (exc_type, exc, tb);
+        self.close(py);
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        let position = self.lock(py).as_ref().map(tidelog::Reader::position);
+        format!(
+            "Reader(topic={:?}, group={:?}, position={})",
+            self.topic,
+            self.group,
+            position.map_or_else(|| "closed".to_owned(), |p| p.to_string())
+        )
+    }
+}

@@ -1,0 +1,534 @@
+//! `Wal`, `Writer`, `AppendHandle` and `TopicInfo`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList, PyRange, PyType};
+use tidelog::{Append, Durability, ReaderOptions, StartPosition, Wal};
+
+use crate::arrow;
+use crate::buffer::InputBytes;
+use crate::call::{attached, detached, run};
+use crate::error::to_py;
+use crate::options::{durability, durability_name};
+use crate::reader::PyReader;
+use crate::record::PyRecord;
+
+/// Appends at most this large are copied with the GIL held: releasing and retaking it costs
+/// more than the copy (measured in benches/python). Larger ones release it.
+const GIL_HELD_APPEND_BYTES_MAX: usize = 64 * 1024;
+
+/// An open log directory.
+#[pyclass(module = "tidelog._native", name = "Wal", frozen)]
+#[derive(Debug)]
+pub struct PyWal {
+    wal: Arc<Wal>,
+    path: String,
+}
+
+impl PyWal {
+    pub fn new(wal: Wal, path: String) -> PyWal {
+        PyWal {
+            wal: Arc::new(wal),
+            path,
+        }
+    }
+
+    /// Whether an append of `bytes` with these options must release the GIL: it may wait
+    /// for a sync or for space, or copy enough to matter.
+    fn releases_gil(&self, durability: Durability, space_wait: bool, bytes: usize) -> bool {
+        durability == Durability::Always || space_wait || bytes > GIL_HELD_APPEND_BYTES_MAX
+    }
+}
+
+/// A record's parts borrowed from Python for one append.
+struct Parts<'a> {
+    value: InputBytes<'a>,
+    key: Option<InputBytes<'a>>,
+    timestamp_us: Option<u64>,
+}
+
+impl<'a> Parts<'a> {
+    fn extract(
+        value: &'a Bound<'_, PyAny>,
+        key: Option<&'a Bound<'_, PyAny>>,
+        timestamp_us: Option<u64>,
+    ) -> PyResult<Parts<'a>> {
+        Ok(Parts {
+            value: InputBytes::extract(value, "value")?,
+            key: key.map(|k| InputBytes::extract(k, "key")).transpose()?,
+            timestamp_us,
+        })
+    }
+
+    fn append(&self) -> Append<'_> {
+        Append {
+            key: self.key.as_ref().map(InputBytes::as_slice),
+            value: self.value.as_slice(),
+            timestamp_us: self.timestamp_us,
+        }
+    }
+
+    fn len(&self) -> usize {
+        self.value.as_slice().len() + self.key.as_ref().map_or(0, |k| k.as_slice().len())
+    }
+}
+
+/// Borrows every item of `values` (a list fast, any iterable otherwise).
+fn extract_values<'a>(values: &'a [Bound<'a, PyAny>]) -> PyResult<Vec<InputBytes<'a>>> {
+    values
+        .iter()
+        .map(|v| InputBytes::extract(v, "value"))
+        .collect()
+}
+
+fn collect_items<'py>(values: &Bound<'py, PyAny>) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    if let Ok(list) = values.cast::<PyList>() {
+        return Ok(list.iter().collect());
+    }
+    if values.is_instance_of::<pyo3::types::PyBytes>()
+        || values.is_instance_of::<pyo3::types::PyString>()
+    {
+        return Err(pyo3::exceptions::PyTypeError::new_err(
+            "values must be an iterable of bytes-like objects, not a single bytes or str",
+        ));
+    }
+    values.try_iter()?.collect()
+}
+
+pub fn range<'py>(py: Python<'py>, offsets: std::ops::Range<u64>) -> PyResult<Bound<'py, PyRange>> {
+    let start = isize::try_from(offsets.start)?;
+    let end = isize::try_from(offsets.end)?;
+    PyRange::new(py, start, end)
+}
+
+fn start_position(start: &Bound<'_, PyAny>) -> PyResult<StartPosition> {
+    if let Ok(name) = start.extract::<&str>() {
+        return match name {
+            "committed" => Ok(StartPosition::Committed),
+            "earliest" => Ok(StartPosition::Earliest),
+            "latest" => Ok(StartPosition::Latest),
+            _ => Err(to_py(tidelog::Error::InvalidArgument {
+                name: "start",
+                reason: format!(
+                    "{name:?} is not \"committed\", \"earliest\", \"latest\" or an offset"
+                ),
+            })),
+        };
+    }
+    match start.extract::<u64>() {
+        Ok(offset) => Ok(StartPosition::Offset(offset)),
+        Err(_) => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "start",
+            reason: "must be \"committed\", \"earliest\", \"latest\" or a non-negative offset"
+                .to_owned(),
+        })),
+    }
+}
+
+#[pymethods]
+impl PyWal {
+    #[getter]
+    fn path(&self) -> &str {
+        &self.path
+    }
+
+    #[getter]
+    fn readonly(&self) -> bool {
+        self.wal.is_read_only()
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.wal.is_closed()
+    }
+
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<u64>,
+    ) -> PyResult<u64> {
+        let parts = Parts::extract(value, key, timestamp)?;
+        let config = self.wal.config();
+        let release = self.releases_gil(config.durability, config.space_wait_ms > 0, parts.len());
+        let wal = &self.wal;
+        run(py, release, || wal.append_record(topic, parts.append()))
+    }
+
+    #[pyo3(signature = (topic, values))]
+    fn append_batch<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyRange>> {
+        let items = collect_items(values)?;
+        let inputs = extract_values(&items)?;
+        let slices: Vec<&[u8]> = inputs.iter().map(InputBytes::as_slice).collect();
+        let wal = &self.wal;
+        let offsets = detached(py, || wal.append_batch(topic, &slices))?;
+        range(py, offsets)
+    }
+
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    fn append_async(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<u64>,
+    ) -> PyResult<PyAppendHandle> {
+        let parts = Parts::extract(value, key, timestamp)?;
+        let wal = &self.wal;
+        let handle = detached(py, || {
+            wal.append_batch_async(topic, std::slice::from_ref(&parts.append()))
+        })?;
+        Ok(PyAppendHandle { handle })
+    }
+
+    /// Appends a pyarrow array or record batch as one crash-atomic batch.
+    fn append_arrow<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        data: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyRange>> {
+        let offsets = arrow::append(py, &self.wal, topic, data)?;
+        range(py, offsets)
+    }
+
+    #[pyo3(signature = (topic, *, fsync = None))]
+    fn writer(&self, py: Python<'_>, topic: &str, fsync: Option<&str>) -> PyResult<PyWriter> {
+        let mut writer = detached(py, || self.wal.writer(topic))?;
+        if let Some(fsync) = fsync {
+            writer = writer.with_durability(durability(fsync)?);
+        }
+        Ok(PyWriter {
+            writer,
+            space_wait: self.wal.config().space_wait_ms > 0,
+            _wal: Arc::clone(&self.wal),
+        })
+    }
+
+    #[pyo3(
+        signature = (topic, group = None, *, start = None, verify_checksums = true),
+        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True)"
+    )]
+    fn reader(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: Option<String>,
+        start: Option<&Bound<'_, PyAny>>,
+        verify_checksums: bool,
+    ) -> PyResult<PyReader> {
+        let start = match start {
+            Some(s) => start_position(s)?,
+            None => StartPosition::Committed,
+        };
+        let options = ReaderOptions {
+            group: group.clone(),
+            start,
+            skip_checksums: !verify_checksums,
+            ..ReaderOptions::default()
+        };
+        let reader = detached(py, || self.wal.reader_with(topic, options))?;
+        Ok(PyReader::new(
+            Arc::clone(&self.wal),
+            reader,
+            topic.to_owned(),
+            group,
+        ))
+    }
+
+    fn read(&self, py: Python<'_>, topic: &str, offset: u64) -> PyResult<PyRecord> {
+        let record = detached(py, || self.wal.read(topic, offset))?;
+        Ok(PyRecord::new(record))
+    }
+
+    #[pyo3(signature = (topic, start, end = None, max_records = None))]
+    fn read_arrow<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        start: u64,
+        end: Option<u64>,
+        max_records: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        arrow::read(py, &self.wal, topic, start, end, max_records)
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        detached(py, || self.wal.flush())
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        detached(py, || self.wal.close())
+    }
+
+    fn topics(&self) -> PyResult<Vec<String>> {
+        attached(|| {
+            self.wal.ensure_open()?;
+            Ok(self.wal.topics())
+        })
+    }
+
+    fn topic_info(&self, py: Python<'_>, topic: &str) -> PyResult<PyTopicInfo> {
+        let info = detached(py, || self.wal.topic_info(topic))?;
+        Ok(PyTopicInfo { info })
+    }
+
+    fn delete_topic(&self, py: Python<'_>, topic: &str) -> PyResult<()> {
+        detached(py, || self.wal.delete_topic(topic))
+    }
+
+    fn delete_group(&self, py: Python<'_>, topic: &str, group: &str) -> PyResult<()> {
+        detached(py, || self.wal.delete_group(topic, group))
+    }
+
+    fn refresh(&self, py: Python<'_>) -> PyResult<()> {
+        detached(py, || self.wal.refresh())
+    }
+
+    /// `{"files": ..., "bytes": ...}`: data files and bytes reserved on disk.
+    fn disk_usage<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let usage = attached(|| {
+            self.wal.ensure_open()?;
+            Ok(self.wal.disk_usage())
+        })?;
+        let dict = PyDict::new(py);
+        dict.set_item("files", usage.files)?;
+        dict.set_item("bytes", usage.bytes)?;
+        Ok(dict)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (exc_type, exc, tb))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        // Closes whether or not the block raised; the block's exception propagates.
+        let _ = (exc_type, exc, tb);
+        self.close(py)
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Wal(path={:?}, readonly={}, closed={})",
+            self.path,
+            self.wal.is_read_only(),
+            self.wal.is_closed()
+        )
+    }
+}
+
+/// Appends `values` (an iterable of bytes-like objects) with `writer` as one batch.
+pub fn append_batch<'py>(
+    py: Python<'py>,
+    writer: &tidelog::Writer,
+    values: &Bound<'py, PyAny>,
+) -> PyResult<Bound<'py, PyRange>> {
+    let items = collect_items(values)?;
+    let inputs = extract_values(&items)?;
+    let slices: Vec<&[u8]> = inputs.iter().map(InputBytes::as_slice).collect();
+    let offsets = detached(py, || writer.append_batch(&slices))?;
+    range(py, offsets)
+}
+
+/// Appends to one topic. Safe to share between threads.
+#[pyclass(module = "tidelog._native", name = "Writer", frozen)]
+#[derive(Debug)]
+pub struct PyWriter {
+    writer: tidelog::Writer,
+    space_wait: bool,
+    /// Keeps the directory open while this writer lives.
+    _wal: Arc<Wal>,
+}
+
+#[pymethods]
+impl PyWriter {
+    #[getter]
+    fn topic(&self) -> &str {
+        self.writer.topic()
+    }
+
+    #[getter]
+    fn next_offset(&self) -> u64 {
+        self.writer.next_offset()
+    }
+
+    #[getter]
+    fn fsync(&self) -> &'static str {
+        durability_name(self.writer.durability())
+    }
+
+    #[pyo3(signature = (value, *, key = None, timestamp = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<u64>,
+    ) -> PyResult<u64> {
+        let parts = Parts::extract(value, key, timestamp)?;
+        let release = self.writer.durability() == Durability::Always
+            || self.space_wait
+            || parts.len() > GIL_HELD_APPEND_BYTES_MAX;
+        let writer = &self.writer;
+        run(py, release, || writer.append_record(parts.append()))
+    }
+
+    fn append_batch<'py>(
+        &self,
+        py: Python<'py>,
+        values: &Bound<'py, PyAny>,
+    ) -> PyResult<Bound<'py, PyRange>> {
+        append_batch(py, &self.writer, values)
+    }
+
+    #[pyo3(signature = (value, *, key = None, timestamp = None))]
+    fn append_async(
+        &self,
+        py: Python<'_>,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<u64>,
+    ) -> PyResult<PyAppendHandle> {
+        let parts = Parts::extract(value, key, timestamp)?;
+        let writer = &self.writer;
+        let handle = detached(py, || {
+            writer.append_batch_async(std::slice::from_ref(&parts.append()))
+        })?;
+        Ok(PyAppendHandle { handle })
+    }
+
+    fn flush(&self, py: Python<'_>) -> PyResult<()> {
+        detached(py, || self.writer.flush())
+    }
+
+    fn __repr__(&self) -> String {
+        format!(
+            "Writer(topic={:?}, fsync={:?}, next_offset={})",
+            self.writer.topic(),
+            durability_name(self.writer.durability()),
+            self.writer.next_offset()
+        )
+    }
+}
+
+/// The offsets of an `append_async` and a way to wait until they are durable.
+#[pyclass(module = "tidelog._native", name = "AppendHandle", frozen)]
+#[derive(Debug)]
+pub struct PyAppendHandle {
+    handle: tidelog::AppendHandle,
+}
+
+#[pymethods]
+impl PyAppendHandle {
+    #[getter]
+    fn offset(&self) -> u64 {
+        self.handle.offset()
+    }
+
+    #[getter]
+    fn offsets<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyRange>> {
+        range(py, self.handle.offsets())
+    }
+
+    fn is_durable(&self) -> bool {
+        self.handle.is_durable()
+    }
+
+    /// Waits until durable (forever, or `timeout` seconds); False if the timeout passed.
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let handle = &self.handle;
+        match timeout {
+            None => detached(py, || handle.wait()).map(|()| true),
+            Some(seconds) => {
+                let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
+                    to_py(tidelog::Error::InvalidArgument {
+                        name: "timeout",
+                        reason: format!("{seconds} is not a non-negative number of seconds"),
+                    })
+                })?;
+                detached(py, || handle.wait_timeout(timeout))
+            }
+        }
+    }
+
+    fn __repr__(&self) -> String {
+        let offsets = self.handle.offsets();
+        format!(
+            "AppendHandle(offsets=range({}, {}), durable={})",
+            offsets.start,
+            offsets.end,
+            self.handle.is_durable()
+        )
+    }
+}
+
+/// A summary of one topic.
+#[pyclass(module = "tidelog._native", name = "TopicInfo", frozen)]
+#[derive(Debug)]
+pub struct PyTopicInfo {
+    info: tidelog::TopicInfo,
+}
+
+#[pymethods]
+impl PyTopicInfo {
+    #[getter]
+    fn name(&self) -> &str {
+        &self.info.name
+    }
+    #[getter]
+    fn first_offset(&self) -> u64 {
+        self.info.first_offset
+    }
+    #[getter]
+    fn next_offset(&self) -> u64 {
+        self.info.next_offset
+    }
+    /// Records stored: `next_offset - first_offset`.
+    #[getter]
+    fn records(&self) -> u64 {
+        self.info.next_offset - self.info.first_offset
+    }
+    /// Bytes of record frames stored (headers included).
+    #[getter]
+    fn bytes(&self) -> u64 {
+        self.info.bytes
+    }
+    #[getter]
+    fn extents(&self) -> usize {
+        self.info.extents
+    }
+    #[getter]
+    fn groups(&self) -> Vec<String> {
+        self.info.groups.clone()
+    }
+    fn __repr__(&self) -> String {
+        format!(
+            "TopicInfo(name={:?}, first_offset={}, next_offset={}, bytes={}, extents={}, groups={:?})",
+            self.info.name,
+            self.info.first_offset,
+            self.info.next_offset,
+            self.info.bytes,
+            self.info.extents,
+            self.info.groups
+        )
+    }
+}

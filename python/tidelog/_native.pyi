@@ -1,0 +1,232 @@
+"""Type stubs for the compiled module `tidelog._native` (the Rust engine's binding)."""
+
+import os
+from collections.abc import Iterable, Iterator, Mapping
+from types import TracebackType
+from typing import Any, Literal, Self, final
+
+from typing_extensions import Buffer
+
+__all__ = [
+    "AppendHandle",
+    "OwnedBuffer",
+    "Reader",
+    "Record",
+    "TopicInfo",
+    "Wal",
+    "Writer",
+    "__version__",
+    "open",
+]
+
+__version__: str
+
+@final
+class OwnedBuffer:
+    """Bytes built in Rust (an Arrow column of `read_arrow`), exported read-only through
+    the buffer protocol without a copy."""
+
+    def __len__(self) -> int: ...
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+
+@final
+class Record:
+    """One record. Its value is a read-only, zero-copy view of the mapped file.
+
+    A Record keeps its data file mapped for as long as it (or any view of it) lives, so
+    the view stays valid after the reader moves on, the Wal is closed or the file is
+    deleted. It exports the buffer protocol: `memoryview(rec)`, `bytes(rec)` and
+    `numpy.frombuffer(rec, dtype=numpy.uint8)` all see the value.
+    """
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int:
+        """Microseconds since the Unix epoch."""
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> memoryview:
+        """The value as a read-only memoryview (no copy)."""
+    def __len__(self) -> int: ...
+    # CPython 3.12+ shows the buffer protocol as these methods; on 3.11 it is only the C
+    # slot, so stubtest's allowlist names them (as typeshed declares them for `bytes`).
+    def __buffer__(self, flags: int, /) -> memoryview: ...
+    def __release_buffer__(self, buffer: memoryview, /) -> None: ...
+
+@final
+class TopicInfo:
+    @property
+    def name(self) -> str: ...
+    @property
+    def first_offset(self) -> int: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def records(self) -> int:
+        """Records stored: `next_offset - first_offset`."""
+    @property
+    def bytes(self) -> int:
+        """Bytes of record frames stored (headers included)."""
+    @property
+    def extents(self) -> int: ...
+    @property
+    def groups(self) -> list[str]: ...
+
+@final
+class AppendHandle:
+    """The offsets of an `append_async`, and a way to wait until they are durable."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def offsets(self) -> range: ...
+    def is_durable(self) -> bool: ...
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits until durable; False if `timeout` seconds passed first."""
+
+@final
+class Writer:
+    """Appends to one topic. Safe to share between threads."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def next_offset(self) -> int: ...
+    @property
+    def fsync(self) -> Literal["interval", "always", "never"]: ...
+    def append(
+        self, value: Buffer, *, key: Buffer | None = None, timestamp: int | None = None
+    ) -> int: ...
+    def append_batch(self, values: Iterable[Buffer]) -> range: ...
+    def append_async(
+        self, value: Buffer, *, key: Buffer | None = None, timestamp: int | None = None
+    ) -> AppendHandle: ...
+    def flush(self) -> None: ...
+
+@final
+class Reader:
+    """Reads one topic in offset order. A context manager; safe to share between threads
+    (calls are serialised)."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def group(self) -> str | None: ...
+    @property
+    def position(self) -> int:
+        """The offset the next call returns."""
+    @property
+    def committed(self) -> int | None: ...
+    @property
+    def lag(self) -> int: ...
+    def next(self, timeout: float | None = None) -> Record | None:
+        """The next record; None when none is available. With `timeout` (seconds) it waits
+        up to that long for one to be appended."""
+    def next_batch(self, max_records: int = 1000, max_bytes: int = 16777216) -> list[Record]: ...
+    def seek(self, offset: int) -> None: ...
+    def seek_time(self, timestamp_us: int) -> int:
+        """Moves to the first record at or after `timestamp_us`; returns its offset."""
+    def commit(self, offset: int | None = None) -> None:
+        """Persists `offset` (default: `position`) as the group's committed offset."""
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    def __iter__(self) -> Iterator[Record]: ...
+    def __next__(self) -> Record: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+@final
+class Wal:
+    """An open log directory. Use `tidelog.open`; a context manager; thread-safe."""
+
+    @property
+    def path(self) -> str: ...
+    @property
+    def readonly(self) -> bool: ...
+    @property
+    def closed(self) -> bool: ...
+    def append(
+        self,
+        topic: str,
+        value: Buffer,
+        *,
+        key: Buffer | None = None,
+        timestamp: int | None = None,
+    ) -> int: ...
+    def append_batch(self, topic: str, values: Iterable[Buffer]) -> range: ...
+    def append_async(
+        self,
+        topic: str,
+        value: Buffer,
+        *,
+        key: Buffer | None = None,
+        timestamp: int | None = None,
+    ) -> AppendHandle: ...
+    def append_arrow(self, topic: str, data: Any) -> range:
+        """Appends a pyarrow binary/string array, or a RecordBatch/Table with a `value`
+        column and optional `key` and `timestamp` columns, as one crash-atomic batch."""
+    def writer(
+        self, topic: str, *, fsync: Literal["interval", "always", "never"] | None = None
+    ) -> Writer: ...
+    def reader(
+        self,
+        topic: str,
+        group: str | None = None,
+        *,
+        start: Literal["committed", "earliest", "latest"] | int = "committed",
+        verify_checksums: bool = True,
+    ) -> Reader: ...
+    def read(self, topic: str, offset: int) -> Record: ...
+    def read_arrow(
+        self,
+        topic: str,
+        start: int,
+        end: int | None = None,
+        max_records: int | None = None,
+    ) -> Any:
+        """A pyarrow.RecordBatch of offsets [start, end) with columns topic, offset,
+        timestamp, key, value."""
+    def flush(self) -> None: ...
+    def close(self) -> None: ...
+    def topics(self) -> list[str]: ...
+    def topic_info(self, topic: str) -> TopicInfo: ...
+    def delete_topic(self, topic: str) -> None: ...
+    def delete_group(self, topic: str, group: str) -> None: ...
+    def refresh(self) -> None: ...
+    def disk_usage(self) -> dict[str, int]: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+def open(
+    path: str | os.PathLike[str],
+    *,
+    fsync: Literal["interval", "always", "never"] = "interval",
+    fsync_interval_ms: int = 200,
+    readonly: bool = False,
+    block_size: int | None = None,
+    file_size: int | None = None,
+    max_record_bytes: int | None = None,
+    max_batch_records: int | None = None,
+    max_batch_bytes: int | None = None,
+    max_topics: int | None = None,
+    retention_ms: int | None = None,
+    retention_bytes: int | None = None,
+    topic_retention: Mapping[str, Mapping[str, int]] | None = None,
+    disk_bytes_max: int | None = None,
+    space_wait_ms: int | None = None,
+    group_wait_us: int | None = None,
+    group_bytes_max: int | None = None,
+) -> Wal: ...

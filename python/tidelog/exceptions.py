@@ -1,0 +1,157 @@
+"""Every exception tidelog raises, in one place.
+
+The tree mirrors the Rust engine's `tidelog::Error` enum one to one (the binding maps each
+variant here and nowhere else). Classes that mean "bad input" also derive from `ValueError`,
+lookups from `LookupError`/`IndexError`, and OS-level failures from `OSError` (with `errno`
+set), so generic handlers keep working. An operating-system error with no tidelog meaning
+(`Error::Io`) is raised as the built-in `OSError` subclass for its errno
+(`FileNotFoundError`, `PermissionError`, ...), with `filename` set.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "CapacityError",
+    "ClosedError",
+    "CorruptionError",
+    "DiskFullError",
+    "ForkedError",
+    "InternalError",
+    "InvalidArgumentError",
+    "InvalidTopicError",
+    "LimitExceededError",
+    "LockedError",
+    "OffsetOutOfRangeError",
+    "PoisonedError",
+    "ReadOnlyError",
+    "RecordTooLargeError",
+    "TidelogError",
+    "UnknownGroupError",
+    "UnknownTopicError",
+    "UnsupportedVersionError",
+]
+
+
+class TidelogError(Exception):
+    """Base class of every tidelog error."""
+
+
+class InvalidArgumentError(TidelogError, ValueError):
+    """An argument or option is not valid. `name` is the argument, `reason` why."""
+
+    def __init__(self, message: str, name: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.name = name
+        self.reason = reason
+
+
+class InvalidTopicError(InvalidArgumentError):
+    """A topic or group name broke a naming rule (`name` is the rejected name)."""
+
+
+class LimitExceededError(TidelogError, ValueError):
+    """A configured limit was exceeded: `limit` (the option), `value`, `max`."""
+
+    def __init__(self, message: str, limit: str = "", value: int = 0, max: int = 0) -> None:
+        super().__init__(message)
+        self.limit = limit
+        self.value = value
+        self.max = max
+
+
+class RecordTooLargeError(LimitExceededError):
+    """A record (or batch) is larger than `max_record_bytes` (or `max_batch_bytes`)."""
+
+
+class CapacityError(TidelogError):
+    """There is no room for the append: the disk cap (`disk_bytes_max`) or the disk is full.
+    Nothing was written; appends work again once consumers or retention free files."""
+
+
+class DiskFullError(CapacityError, OSError):
+    """The file system is full (`errno.ENOSPC`); `filename` is the file that could not grow."""
+
+
+class LockedError(TidelogError, OSError):
+    """Another handle, in this or another process, holds the directory for writing."""
+
+
+class ReadOnlyError(TidelogError):
+    """The handle was opened read-only and the call writes."""
+
+
+class ClosedError(TidelogError, ValueError):
+    """The Wal (or the reader) was closed."""
+
+
+class ForkedError(TidelogError):
+    """The handle was opened in a parent process before `os.fork()`; open the directory again
+    in this process. `opener_pid` is the parent's pid."""
+
+    def __init__(self, message: str, opener_pid: int = 0) -> None:
+        super().__init__(message)
+        self.opener_pid = opener_pid
+
+
+class PoisonedError(TidelogError, OSError):
+    """An earlier sync failed, so nothing since is known durable: every append and flush
+    fails until the directory is reopened. `errno` is the original failure's."""
+
+
+class CorruptionError(TidelogError):
+    """A stored record failed validation: `topic`, `offset`, `path`, `position`, `reason`."""
+
+    def __init__(
+        self,
+        message: str,
+        topic: str = "",
+        offset: int = 0,
+        path: str = "",
+        position: int = 0,
+        reason: str = "",
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.offset = offset
+        self.path = path
+        self.position = position
+        self.reason = reason
+
+
+class UnknownTopicError(TidelogError, LookupError):
+    """The topic does not exist (`topic`)."""
+
+    def __init__(self, message: str, topic: str = "") -> None:
+        super().__init__(message)
+        self.topic = topic
+
+
+class UnknownGroupError(TidelogError, LookupError):
+    """The consumer group has no cursor on the topic (`topic`, `group`)."""
+
+    def __init__(self, message: str, topic: str = "", group: str = "") -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.group = group
+
+
+class OffsetOutOfRangeError(TidelogError, IndexError):
+    """The offset is not stored: `first <= offset < next` does not hold (it was trimmed by
+    retention or consumption, or is not written yet)."""
+
+    def __init__(
+        self, message: str, topic: str = "", offset: int = 0, first: int = 0, next: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.topic = topic
+        self.offset = offset
+        self.first = first
+        self.next = next
+
+
+class UnsupportedVersionError(TidelogError):
+    """A data file was written by a newer format version than this build reads."""
+
+
+class InternalError(TidelogError):
+    """A bug in tidelog (a Rust panic, caught at the boundary). Please report it."""

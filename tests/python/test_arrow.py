@@ -1,0 +1,179 @@
+"""Arrow import and export: read_arrow's schema and contents, append_arrow's inputs."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pyarrow as pa
+import pytest
+import tidelog
+from conftest import payload
+
+UTC_US = pa.timestamp("us", tz="UTC")
+
+
+def test_read_arrow_schema_and_values(wal: tidelog.Wal) -> None:
+    ts = 1_700_000_000_000_000
+    wal.append("t", b"v0", key=b"k0", timestamp=ts)
+    wal.append("t", b"", timestamp=ts + 1)
+    wal.append("t", payload(2, 5000), key=b"", timestamp=ts + 2)
+    batch = wal.read_arrow("t", 0)
+    assert isinstance(batch, pa.RecordBatch)
+    assert batch.schema.names == ["topic", "offset", "timestamp", "key", "value"]
+    assert batch.schema.field("topic").type == pa.string()
+    assert batch.schema.field("offset").type == pa.int64()
+    assert batch.schema.field("timestamp").type == UTC_US
+    assert batch.schema.field("key").type == pa.binary()
+    assert batch.schema.field("key").nullable
+    assert batch.schema.field("value").type == pa.binary()
+    batch.validate(full=True)
+    assert batch.num_rows == 3
+    assert batch.column("topic").to_pylist() == ["t"] * 3
+    assert batch.column("offset").to_pylist() == [0, 1, 2]
+    assert batch.column("key").to_pylist() == [b"k0", None, b""]
+    assert batch.column("value").to_pylist() == [b"v0", b"", payload(2, 5000)]
+    assert batch.column("timestamp").to_pylist() == [
+        dt.datetime(2023, 11, 14, 22, 13, 20, us, tzinfo=dt.UTC) for us in (0, 1, 2)
+    ]
+    assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [ts, ts + 1, ts + 2]
+
+
+def test_read_arrow_ranges(wal: tidelog.Wal) -> None:
+    wal.append_batch("t", [payload(i, 10 + i) for i in range(20)])
+    assert wal.read_arrow("t", 5, 9).column("offset").to_pylist() == [5, 6, 7, 8]
+    assert wal.read_arrow("t", 5, max_records=3).column("offset").to_pylist() == [5, 6, 7]
+    assert wal.read_arrow("t", 5, 7, max_records=3).column("offset").to_pylist() == [5, 6]
+    assert wal.read_arrow("t", 15).column("offset").to_pylist() == list(range(15, 20))
+    tail = wal.read_arrow("t", 18)
+    assert tail.column("value").to_pylist() == [payload(18, 28), payload(19, 29)]
+    # An empty range (start at the end, or start == end) is an empty batch, same schema.
+    empty = wal.read_arrow("t", 20)
+    assert empty.num_rows == 0
+    assert empty.schema == tail.schema
+    assert wal.read_arrow("t", 3, 3).num_rows == 0
+
+
+def test_read_arrow_across_extents(wal: tidelog.Wal) -> None:
+    for i in range(300):
+        wal.append("t", payload(i, 3000))
+    batch = wal.read_arrow("t", 0)
+    batch.validate(full=True)
+    assert batch.num_rows == 300
+    values = batch.column("value")
+    assert all(values[i].as_py() == payload(i, 3000) for i in range(0, 300, 37))
+
+
+def test_append_arrow_binary_and_string_arrays(wal: tidelog.Wal) -> None:
+    assert wal.append_arrow("t", pa.array([b"a", b"", b"ccc"], pa.binary())) == range(0, 3)
+    assert wal.append_arrow("t", pa.array(["x", "y\u00e9"])) == range(3, 5)
+    assert wal.append_arrow("t", pa.array([b"big"], pa.large_binary())) == range(5, 6)
+    assert wal.append_arrow("t", pa.array(["large"], pa.large_string())) == range(6, 7)
+    got = [bytes(wal.read("t", i)) for i in range(7)]
+    assert got == [b"a", b"", b"ccc", b"x", "y\u00e9".encode(), b"big", b"large"]
+    assert all(wal.read("t", i).key is None for i in range(7))
+
+
+def test_append_arrow_slices(wal: tidelog.Wal) -> None:
+    arr = pa.array([payload(i, 5 + i) for i in range(10)], pa.binary())
+    # A slice shares its parent's buffers with an offset: only its own values go in.
+    assert wal.append_arrow("t", arr.slice(3, 4)) == range(0, 4)
+    assert [bytes(wal.read("t", i)) for i in range(4)] == [payload(i, 5 + i) for i in (3, 4, 5, 6)]
+    batch = pa.record_batch({"value": arr, "key": pa.array([b"k%d" % i for i in range(10)])})
+    assert wal.append_arrow("t", batch.slice(8)) == range(4, 6)
+    assert [wal.read("t", i).key for i in (4, 5)] == [b"k8", b"k9"]
+    strings = pa.array(["zero", "one", "two", "three"])
+    assert wal.append_arrow("t", strings.slice(1, 2)) == range(6, 8)
+    assert bytes(wal.read("t", 7)) == b"two"
+
+
+def test_append_arrow_record_batch_with_key_and_timestamp(wal: tidelog.Wal) -> None:
+    ts = 1_650_000_000_000_000
+    batch = pa.record_batch(
+        {
+            "value": pa.array([b"v0", b"v1", b"v2"]),
+            "key": pa.array([b"k0", None, b""]),
+            "timestamp": pa.array([ts, ts + 5, ts + 10], UTC_US),
+        }
+    )
+    assert wal.append_arrow("t", batch) == range(0, 3)
+    recs = [wal.read("t", i) for i in range(3)]
+    assert [bytes(r) for r in recs] == [b"v0", b"v1", b"v2"]
+    assert [r.key for r in recs] == [b"k0", None, b""]
+    assert [r.timestamp for r in recs] == [ts, ts + 5, ts + 10]
+
+
+def test_append_arrow_value_only_batch_and_table(wal: tidelog.Wal) -> None:
+    before = wal.append("t", b"first")
+    assert before == 0
+    batch = pa.record_batch({"value": pa.array([b"a", b"b"])})
+    assert wal.append_arrow("t", batch) == range(1, 3)
+    table = pa.table({"value": pa.array([b"c", b"d", b"e"])})
+    assert wal.append_arrow("t", table) == range(3, 6)
+    assert [bytes(wal.read("t", i)) for i in range(6)] == [b"first", b"a", b"b", b"c", b"d", b"e"]
+
+
+def test_append_arrow_chunked_inputs(wal: tidelog.Wal) -> None:
+    chunked = pa.chunked_array([[b"a"], [b"b", b"c"]], pa.binary())
+    assert wal.append_arrow("t", chunked) == range(0, 3)
+    table = pa.concat_tables(
+        [
+            pa.table({"value": pa.array([b"d"]), "key": pa.array([b"kd"])}),
+            pa.table({"value": pa.array([b"e", b"f"]), "key": pa.array([None, b"kf"])}),
+        ]
+    )
+    assert table.column("value").num_chunks == 2
+    assert wal.append_arrow("t", table) == range(3, 6)
+    assert [bytes(wal.read("t", i)) for i in range(6)] == [b"a", b"b", b"c", b"d", b"e", b"f"]
+    assert [wal.read("t", i).key for i in range(3, 6)] == [b"kd", None, b"kf"]
+
+
+def test_arrow_round_trip(wal: tidelog.Wal) -> None:
+    ts = 1_600_000_000_000_000
+    for i in range(50):
+        wal.append("src", payload(i, 100 + i), key=None if i % 3 else b"k%d" % i, timestamp=ts + i)
+    exported = wal.read_arrow("src", 0)
+    # What read_arrow exports, append_arrow takes back (its value, key and timestamp).
+    again = exported.select(["value", "key", "timestamp"])
+    assert wal.append_arrow("dst", again) == range(0, 50)
+    copy = wal.read_arrow("dst", 0)
+    for column in ("offset", "timestamp", "key", "value"):
+        assert copy.column(column).equals(exported.column(column)), column
+    assert copy.column("topic").to_pylist() == ["dst"] * 50
+
+
+def test_append_arrow_rejects_null_values(wal: tidelog.Wal) -> None:
+    wal.append("t", b"x")
+    with pytest.raises(tidelog.InvalidArgumentError):
+        wal.append_arrow("t", pa.array([b"a", None, b"c"]))
+    with pytest.raises(tidelog.InvalidArgumentError):
+        wal.append_arrow("t", pa.record_batch({"value": pa.array(["a", None])}))
+    # The batch is all or nothing: no record of it was appended.
+    assert wal.topic_info("t").next_offset == 1
+    # A slice that leaves the null out is fine.
+    assert wal.append_arrow("t", pa.array([b"a", None, b"c"]).slice(2)) == range(1, 2)
+
+
+def test_append_arrow_rejects_bad_input(wal: tidelog.Wal) -> None:
+    with pytest.raises((TypeError, tidelog.InvalidArgumentError)):
+        wal.append_arrow("t", pa.array([1, 2, 3]))
+    with pytest.raises((TypeError, tidelog.InvalidArgumentError)):
+        wal.append_arrow("t", [b"not", b"arrow"])
+    with pytest.raises(tidelog.InvalidArgumentError):
+        wal.append_arrow("t", pa.record_batch({"payload": pa.array([b"a"])}))
+    # Nothing was appended and no topic was created: input is checked before the topic is.
+    assert "t" not in wal.topics()
+
+
+def test_append_arrow_respects_limits(wal: tidelog.Wal) -> None:
+    with pytest.raises(tidelog.InvalidTopicError):
+        wal.append_arrow("bad/topic", pa.array([b"a"]))
+    too_big = pa.array([b"x" * (8 * 64 * 1024)])
+    with pytest.raises(tidelog.RecordTooLargeError):
+        wal.append_arrow("t", too_big)
+
+
+def test_read_arrow_value_buffers_outlive_the_wal(wal: tidelog.Wal) -> None:
+    wal.append_batch("t", [payload(i, 64) for i in range(10)])
+    batch = wal.read_arrow("t", 0)
+    wal.close()
+    assert batch.column("value").to_pylist() == [payload(i, 64) for i in range(10)]

@@ -1,0 +1,218 @@
+"""A Hypothesis state machine drives a Wal and checks it against an in-memory model."""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+
+import hypothesis.strategies as st
+import pytest
+import tidelog
+from conftest import open_small
+from hypothesis import HealthCheck, settings
+from hypothesis.stateful import (
+    RuleBasedStateMachine,
+    initialize,
+    invariant,
+    precondition,
+    rule,
+)
+
+TOPICS = st.sampled_from(["alpha", "beta", "gamma"])
+GROUPS = st.sampled_from([None, "g1", "g2"])
+VALUES = st.binary(max_size=300)
+KEYS = st.none() | st.binary(max_size=16)
+
+
+@dataclass
+class Stored:
+    value: bytes
+    key: bytes | None
+    timestamp: int | None  # None: the append time, not checked exactly
+
+
+@dataclass
+class OpenReader:
+    handle: tidelog.Reader
+    topic: str
+    group: str | None
+    position: int
+
+
+@dataclass
+class Model:
+    topics: dict[str, list[Stored]] = field(default_factory=dict)
+    committed: dict[tuple[str, str], int] = field(default_factory=dict)
+
+
+class WalMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="tidelog-sm-")
+        self.model = Model()
+        self.wal: tidelog.Wal | None = None
+        self.readers: list[OpenReader] = []
+        # Views (Record, its value, a memoryview) and the bytes they must show, held across
+        # reads, commits, closes and reopens.
+        self.held: list[tuple[object, bytes]] = []
+        self.timestamp = 1_000_000
+
+    @initialize()
+    def start(self) -> None:
+        self.wal = open_small(self.dir, fsync="never")
+
+    def teardown(self) -> None:
+        if self.wal is not None and not self.wal.closed:
+            self.wal.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    def is_open(self) -> bool:
+        return self.wal is not None
+
+    def open_wal(self) -> tidelog.Wal:
+        assert self.wal is not None
+        return self.wal
+
+    def check_record(self, topic: str, rec: tidelog.Record, offset: int) -> None:
+        want = self.model.topics[topic][offset]
+        assert rec.offset == offset
+        assert bytes(rec) == want.value
+        assert rec.key == want.key
+        if want.timestamp is not None:
+            assert rec.timestamp == want.timestamp
+
+    @precondition(is_open)
+    @rule(topic=TOPICS, value=VALUES, key=KEYS, timed=st.booleans())
+    def append(self, topic: str, value: bytes, key: bytes | None, timed: bool) -> None:
+        ts = None
+        if timed:
+            self.timestamp += 17
+            ts = self.timestamp
+        offset = self.open_wal().append(topic, bytearray(value), key=key, timestamp=ts)
+        stored = self.model.topics.setdefault(topic, [])
+        assert offset == len(stored)
+        stored.append(Stored(value, key, ts))
+
+    @precondition(is_open)
+    @rule(topic=TOPICS, values=st.lists(VALUES, min_size=1, max_size=6))
+    def append_batch(self, topic: str, values: list[bytes]) -> None:
+        got = self.open_wal().append_batch(topic, [memoryview(v) for v in values])
+        stored = self.model.topics.setdefault(topic, [])
+        assert got == range(len(stored), len(stored) + len(values))
+        stored.extend(Stored(v, None, None) for v in values)
+
+    @precondition(is_open)
+    @rule(topic=TOPICS, data=st.data())
+    def read(self, topic: str, data: st.DataObject) -> None:
+        wal = self.open_wal()
+        stored = self.model.topics.get(topic)
+        if stored is None:
+            with pytest.raises(tidelog.UnknownTopicError):
+                wal.read(topic, 0)
+            return
+        offset = data.draw(st.integers(0, len(stored) + 2))
+        if offset >= len(stored):
+            with pytest.raises(tidelog.OffsetOutOfRangeError):
+                wal.read(topic, offset)
+        else:
+            self.check_record(topic, wal.read(topic, offset), offset)
+
+    @precondition(is_open)
+    @rule(topic=TOPICS, group=GROUPS)
+    def open_reader(self, topic: str, group: str | None) -> None:
+        if topic not in self.model.topics or len(self.readers) >= 4:
+            return
+        handle = self.open_wal().reader(topic, group)
+        position = self.model.committed.get((topic, group), 0) if group else 0
+        assert handle.position == position
+        assert handle.committed == (self.model.committed.get((topic, group)) if group else None)
+        self.readers.append(OpenReader(handle, topic, group, position))
+
+    @precondition(lambda self: self.is_open() and self.readers)
+    @rule(data=st.data(), count=st.integers(1, 5))
+    def reader_next(self, data: st.DataObject, count: int) -> None:
+        r = data.draw(st.sampled_from(self.readers))
+        for _ in range(count):
+            rec = r.handle.next()
+            if r.position == len(self.model.topics[r.topic]):
+                assert rec is None
+                break
+            assert rec is not None
+            self.check_record(r.topic, rec, r.position)
+            r.position += 1
+        assert r.handle.position == r.position
+        assert r.handle.lag == len(self.model.topics[r.topic]) - r.position
+
+    @precondition(lambda self: self.is_open() and any(r.group for r in self.readers))
+    @rule(data=st.data())
+    def reader_commit(self, data: st.DataObject) -> None:
+        r = data.draw(st.sampled_from([r for r in self.readers if r.group]))
+        assert r.group is not None
+        r.handle.commit()
+        self.model.committed[(r.topic, r.group)] = r.position
+        assert r.handle.committed == r.position
+
+    @precondition(lambda self: self.is_open() and self.readers)
+    @rule(data=st.data())
+    def reader_close(self, data: st.DataObject) -> None:
+        r = data.draw(st.sampled_from(self.readers))
+        self.readers.remove(r)
+        r.handle.close()
+        assert r.handle.closed
+
+    @precondition(lambda self: self.is_open() and self.model.topics)
+    @rule(data=st.data())
+    def hold_view(self, data: st.DataObject) -> None:
+        topic = data.draw(st.sampled_from(sorted(self.model.topics)))
+        offset = data.draw(st.integers(0, len(self.model.topics[topic]) - 1))
+        rec = self.open_wal().read(topic, offset)
+        kind = data.draw(st.sampled_from(["record", "value", "memoryview"]))
+        view: object = {"record": rec, "value": rec.value, "memoryview": memoryview(rec)}[kind]
+        self.held.append((view, self.model.topics[topic][offset].value))
+        if len(self.held) > 8:
+            self.held.pop(0)
+
+    @precondition(is_open)
+    @rule()
+    def close(self) -> None:
+        wal = self.open_wal()
+        wal.close()
+        assert wal.closed
+        for r in self.readers:
+            with pytest.raises(tidelog.ClosedError):
+                r.handle.next()
+        self.readers.clear()
+        with pytest.raises(tidelog.ClosedError):
+            wal.append("alpha", b"x")
+        self.wal = None
+
+    @precondition(lambda self: not self.is_open())
+    @rule()
+    def reopen(self) -> None:
+        self.wal = open_small(self.dir, fsync="never")
+
+    @invariant()
+    def views_hold_their_bytes(self) -> None:
+        for view, want in self.held:
+            assert bytes(view) == want  # type: ignore[call-overload]
+
+    @invariant()
+    def topics_match(self) -> None:
+        if self.wal is None:
+            return
+        assert self.wal.topics() == sorted(self.model.topics)
+        for topic, stored in self.model.topics.items():
+            info = self.wal.topic_info(topic)
+            assert (info.first_offset, info.next_offset) == (0, len(stored))
+            groups = sorted(g for (t, g) in self.model.committed if t == topic)
+            assert info.groups == groups
+
+
+WalMachine.TestCase.settings = settings(
+    max_examples=60,
+    stateful_step_count=40,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+)
+TestWalMachine = WalMachine.TestCase
