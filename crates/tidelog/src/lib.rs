@@ -41,6 +41,7 @@ mod file;
 pub mod format;
 pub mod io;
 mod mmap;
+mod prefault;
 mod process;
 mod reader;
 mod reclaim;

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
+use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
 use crate::spin::{SpinGuard, SpinLock};
 use crate::sync::SyncQueue;
 
@@ -65,6 +66,8 @@ pub struct Ctx<'a> {
     pub write_through: bool,
     /// Poisoned when a `pwrite` fails.
     pub sync: &'a SyncQueue,
+    /// Populates pages ahead of the tail (`None` for handles without the thread).
+    pub prefault: Option<&'a Prefaulter>,
 }
 
 /// Writer-side state, under the topic lock.
@@ -83,6 +86,8 @@ pub struct Tail {
     pub max_ts: u64,
     /// Set on close and on deletion: no more appends.
     pub closed: bool,
+    /// Position in `block` up to which pages were asked to be prefaulted.
+    pub prefaulted_to: u64,
 }
 
 /// A topic and its extents.
@@ -308,7 +313,11 @@ impl Topic {
         tail.count += n;
         tail.next_offset += n;
         let count_after = tail.count;
+        let prefault = self.prefault_window(ctx, &mut tail, &block);
         drop(tail);
+        if let (Some(prefaulter), Some((position, len))) = (ctx.prefault, prefault) {
+            prefaulter.request(&block.file, position, len);
+        }
 
         // Checksum and copy, no lock held.
         if ctx.write_through {
@@ -488,7 +497,26 @@ impl Topic {
         tail.pos = format::BLOCK_HEADER_BYTES;
         tail.count = 0;
         tail.last_index_pos = None;
+        tail.prefaulted_to = 0;
         Ok(())
+    }
+
+    /// The file range to prefault once the tail is within half a window of the pages
+    /// already asked for (none for `pwrite` appends, which take no page faults).
+    fn prefault_window(&self, ctx: &Ctx<'_>, tail: &mut Tail, block: &Block) -> Option<(u64, u64)> {
+        if ctx.prefault.is_none()
+            || ctx.write_through
+            || tail.pos + PREFAULT_AHEAD_BYTES / 2 < tail.prefaulted_to
+        {
+            return None;
+        }
+        let from = tail.prefaulted_to.max(tail.pos);
+        let to = (tail.pos + PREFAULT_AHEAD_BYTES).min(block.data_limit);
+        if to <= from {
+            return None;
+        }
+        tail.prefaulted_to = to;
+        Some((block.start + from, to - from))
     }
 
     /// The extent holding `offset` (the last whose first offset is at or below it).

@@ -1,6 +1,7 @@
 //! The `Wal` handle: open (lock, recover), topics, writers, readers, flush, close, deletion,
-//! and its two threads: the sync thread (group commits, periodic flush) and the housekeeping
-//! thread (spare files, clock, retention, file deletion).
+//! and its three threads: the sync thread (group commits, periodic flush), the housekeeping
+//! thread (spare files, clock, retention, file deletion) and the prefault thread (pages ahead
+//! of each topic's tail).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
@@ -20,6 +21,7 @@ use crate::error::{Error, Result};
 use crate::file::{DataFile, FileState};
 use crate::format::ProgressState;
 use crate::io::{StdStorage, Storage};
+use crate::prefault::Prefaulter;
 use crate::process;
 use crate::reader::{self, Reader, ReaderOptions, Record};
 use crate::reclaim;
@@ -70,6 +72,8 @@ pub(crate) struct Shared {
     sync: Arc<SyncQueue>,
     /// A writer asked for `Interval` while the Wal default is `Never`: run the periodic flush.
     interval_writers: AtomicBool,
+    /// Populates pages ahead of each topic's tail (its thread runs for writable handles).
+    prefault: Prefaulter,
     /// The process that opened the handle and its fork generation (see `process`).
     opener_pid: u32,
     fork_generation: u64,
@@ -119,6 +123,7 @@ impl Shared {
             space_wait: opts.space_wait,
             write_through: opts.durability == Durability::Always,
             sync: &self.sync,
+            prefault: Some(&self.prefault),
         }
     }
 
@@ -668,6 +673,7 @@ impl Wal {
             background_error: Mutex::new(None),
             sync: Arc::new(SyncQueue::default()),
             interval_writers: AtomicBool::new(false),
+            prefault: Prefaulter::default(),
         });
         let mut threads = Vec::new();
         if !read_only {
@@ -692,6 +698,7 @@ impl Wal {
             for (name, work) in [
                 ("tidelog-sync", sync_loop as fn(&Shared)),
                 ("tidelog-housekeeping", housekeeping_loop),
+                ("tidelog-prefault", |shared: &Shared| shared.prefault.run()),
             ] {
                 let bg = Arc::clone(&shared);
                 let handle = std::thread::Builder::new()
@@ -1034,6 +1041,7 @@ impl Wal {
             .stop = true;
         self.shared.wake.notify_all();
         self.shared.sync.stop_thread();
+        self.shared.prefault.stop();
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for handle in threads {
             // A panicked thread already lost its work; close's own flush reports the state.
