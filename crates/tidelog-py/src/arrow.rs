@@ -77,21 +77,18 @@ fn collect(
     };
     push_i32(&mut c.key_offsets, 0);
     push_i32(&mut c.value_offsets, 0);
-    while (c.length as u64) < wanted {
-        let Some(record) = reader.next()? else { break };
+    let mut too_large = None;
+    let max = usize::try_from(wanted).unwrap_or(usize::MAX);
+    reader.scan(max, |record| {
         let key_len = record.key.map_or(0, <[u8]>::len);
         if c.value_data.len() + record.value.len() > BINARY_BYTES_MAX
             || c.key_data.len() + key_len > BINARY_BYTES_MAX
         {
             if c.length == 0 {
-                return Err(tidelog::Error::LimitExceeded {
-                    limit: "arrow binary column bytes",
-                    value: record.value.len() as u64,
-                    max: BINARY_BYTES_MAX as u64,
-                });
+                too_large = Some(record.value.len().max(key_len));
             }
             // The batch is full; the caller continues from the next offset.
-            break;
+            return false;
         }
         // Offsets and timestamps are u64 on disk and below 2^63 in practice; Arrow has int64.
         c.offsets.extend_from_slice(
@@ -116,9 +113,27 @@ fn collect(
             c.key_nulls += 1;
         }
         push_i32(&mut c.key_offsets, c.key_data.len());
+        if c.value_data.capacity() == 0 {
+            // Sized from the first record: most topics hold records of similar size.
+            c.value_data.reserve(
+                record
+                    .value
+                    .len()
+                    .saturating_mul(capacity)
+                    .min(BINARY_BYTES_MAX),
+            );
+        }
         c.value_data.extend_from_slice(record.value);
         push_i32(&mut c.value_offsets, c.value_data.len());
         c.length += 1;
+        true
+    })?;
+    if let Some(bytes) = too_large {
+        return Err(tidelog::Error::LimitExceeded {
+            limit: "arrow binary column bytes",
+            value: bytes as u64,
+            max: BINARY_BYTES_MAX as u64,
+        });
     }
     Ok(c)
 }

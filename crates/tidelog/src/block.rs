@@ -314,22 +314,16 @@ impl Block {
         offset: u64,
         verify: bool,
     ) -> Result<FrameView, FrameError> {
+        self.published_frames().frame_at(position, offset, verify)
+    }
+
+    /// The published bytes, loaded once, for reading many frames (a scan).
+    pub fn published_frames(&self) -> PublishedFrames<'_> {
         let (_, end) = self.published();
-        if position >= end {
-            return Err(FrameError::End);
-        }
-        let extent = self.published_prefix(end);
-        match format::decode_frame(
-            extent,
-            position as usize,
-            self.salt,
-            self.topic_id,
-            offset,
-            verify,
-        ) {
-            // Zero bytes inside the published range are damage, not the end.
-            Err(FrameError::End) => Err(FrameError::BadMagic),
-            other => other,
+        PublishedFrames {
+            block: self,
+            bytes: self.published_prefix(end),
+            end,
         }
     }
 
@@ -544,5 +538,52 @@ impl Block {
         st.progress_end = synced_end;
         st.sealed_on_disk = disk == ProgressState::Sealed;
         st.clean_on_disk = disk == ProgressState::Clean && synced_end == end;
+    }
+}
+
+/// An extent's published bytes as of one load of its publication word.
+#[derive(Debug)]
+pub struct PublishedFrames<'a> {
+    block: &'a Block,
+    bytes: &'a [u8],
+    end: u64,
+}
+
+impl PublishedFrames<'_> {
+    /// The published end this view covers.
+    #[inline]
+    pub fn end(&self) -> u64 {
+        self.end
+    }
+
+    /// Decodes (and with `verify`, checks) the frame of `offset` at `position`.
+    #[inline]
+    pub fn frame_at(
+        &self,
+        position: u64,
+        offset: u64,
+        verify: bool,
+    ) -> Result<FrameView, FrameError> {
+        if position >= self.end {
+            return Err(FrameError::End);
+        }
+        match format::decode_frame(
+            self.bytes,
+            position as usize,
+            self.block.salt,
+            self.block.topic_id,
+            offset,
+            verify,
+        ) {
+            // Zero bytes inside the published range are damage, not the end.
+            Err(FrameError::End) => Err(FrameError::BadMagic),
+            other => other,
+        }
+    }
+
+    /// The bytes of `range` (inside a frame this view decoded).
+    #[inline]
+    pub fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+        &self.bytes[range]
     }
 }

@@ -405,6 +405,86 @@ impl Reader {
         Ok(Some(Record::new(Arc::clone(block), &view)))
     }
 
+    /// Calls `visit` with up to `max_records` records in offset order, borrowed from the
+    /// mapping, and returns how many it consumed. `visit` returns false to stop; that record
+    /// is not consumed. The same records, checks and errors as [`Reader::next`], with the
+    /// per-record bookkeeping done once per extent: the path for bulk consumers (Arrow).
+    pub fn scan(
+        &mut self,
+        max_records: usize,
+        mut visit: impl FnMut(&RecordRef<'_>) -> bool,
+    ) -> Result<usize> {
+        let mut consumed = 0;
+        if self.mode != CommitMode::Explicit {
+            // Commit modes act per record: keep their exact points.
+            while consumed < max_records {
+                let Some(record) = self.peek_record()? else {
+                    break;
+                };
+                if !visit(&record) {
+                    break;
+                }
+                self.step()?;
+                consumed += 1;
+            }
+            return Ok(consumed);
+        }
+        self.shared.check_open()?;
+        while consumed < max_records {
+            // Positions on the next record (rolling to the next extent, checking deletion).
+            if self.peek(false)?.is_none() {
+                break;
+            }
+            let Some(block) = self.block.clone() else {
+                break;
+            };
+            let frames = block.published_frames();
+            while consumed < max_records && self.pos < frames.end() {
+                let view = frames
+                    .frame_at(self.pos, self.next_offset, self.verify)
+                    .map_err(|e| {
+                        block.corruption(&self.topic.name, self.next_offset, self.pos, e)
+                    })?;
+                let record = RecordRef {
+                    offset: view.offset,
+                    timestamp_us: view.timestamp_us,
+                    key: view.key.clone().map(|r| frames.bytes(r)),
+                    value: frames.bytes(view.value.clone()),
+                    block: &block,
+                    key_range: view.key.as_ref().map(|r| (r.start, r.end)),
+                    value_range: (view.value.start, view.value.end),
+                };
+                if !visit(&record) {
+                    return Ok(consumed);
+                }
+                self.pos = view.next_position as u64;
+                self.next_offset += 1;
+                consumed += 1;
+            }
+        }
+        Ok(consumed)
+    }
+
+    /// The next record without consuming it.
+    fn peek_record(&mut self) -> Result<Option<RecordRef<'_>>> {
+        self.shared.check_open()?;
+        let Some(view) = self.peek(self.verify)? else {
+            return Ok(None);
+        };
+        let Some(block) = self.block.as_ref() else {
+            return Err(Error::Closed);
+        };
+        Ok(Some(RecordRef {
+            offset: view.offset,
+            timestamp_us: view.timestamp_us,
+            key: view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
+            value: block.bytes(view.value.start, view.value.len()),
+            block,
+            key_range: view.key.as_ref().map(|r| (r.start, r.end)),
+            value_range: (view.value.start, view.value.end),
+        }))
+    }
+
     /// Up to `max_records` records whose values total at most `max_bytes`, as owned handles.
     /// The first record is returned even if it alone is larger than `max_bytes`, so a reader
     /// always makes progress.
