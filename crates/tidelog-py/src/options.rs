@@ -1,6 +1,7 @@
 //! `tidelog.open(path, **options)`: Python option names to the engine's `Config`.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use pyo3::prelude::*;
 use tidelog::{Config, Durability, Retention};
@@ -27,6 +28,16 @@ pub fn durability_name(durability: Durability) -> &'static str {
         Durability::Never => "never",
         _ => "interval",
     }
+}
+
+/// A `timeout=` argument in seconds.
+pub fn timeout_seconds(seconds: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(seconds).map_err(|_| {
+        to_py(tidelog::Error::InvalidArgument {
+            name: "timeout",
+            reason: format!("{seconds} is not a non-negative number of seconds"),
+        })
+    })
 }
 
 /// Options of `tidelog.open`, as Python passes them.

@@ -10,6 +10,7 @@ use tidelog::Wal;
 
 use crate::call::{attached, detached};
 use crate::error::to_py;
+use crate::options::timeout_seconds;
 use crate::record::PyRecord;
 
 /// How long one wait slice runs without the GIL before signals (Ctrl-C) are checked.
@@ -91,15 +92,6 @@ fn poll_until(
     }
 }
 
-fn timeout_duration(seconds: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(seconds).map_err(|_| {
-        to_py(tidelog::Error::InvalidArgument {
-            name: "timeout",
-            reason: format!("{seconds} is not a non-negative number of seconds"),
-        })
-    })
-}
-
 #[pymethods]
 impl PyReader {
     #[getter]
@@ -137,7 +129,7 @@ impl PyReader {
     /// to that long for one to be appended.
     #[pyo3(signature = (timeout = None))]
     fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyRecord>> {
-        let wait = timeout.map(timeout_duration).transpose()?;
+        let wait = timeout.map(timeout_seconds).transpose()?;
         self.with(py, |reader| {
             if let Some(record) = attached(|| reader.next_record())? {
                 return Ok(Some(PyRecord::new(record)));

@@ -1,7 +1,6 @@
 //! `Wal`, `Writer`, `AppendHandle` and `TopicInfo`.
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
@@ -11,7 +10,7 @@ use crate::arrow;
 use crate::buffer::InputBytes;
 use crate::call::{attached, detached, run};
 use crate::error::to_py;
-use crate::options::{durability, durability_name};
+use crate::options::{durability, durability_name, timeout_seconds};
 use crate::reader::PyReader;
 use crate::record::PyRecord;
 
@@ -34,12 +33,12 @@ impl PyWal {
             path,
         }
     }
+}
 
-    /// Whether an append of `bytes` with these options must release the GIL: it may wait
-    /// for a sync or for space, or copy enough to matter.
-    fn releases_gil(&self, durability: Durability, space_wait: bool, bytes: usize) -> bool {
-        durability == Durability::Always || space_wait || bytes > GIL_HELD_APPEND_BYTES_MAX
-    }
+/// Whether an append of `bytes` with these options must release the GIL: it may wait for a
+/// sync or for space, or copy enough to matter.
+fn releases_gil(durability: Durability, space_wait: bool, bytes: usize) -> bool {
+    durability == Durability::Always || space_wait || bytes > GIL_HELD_APPEND_BYTES_MAX
 }
 
 /// A record's parts borrowed from Python for one append.
@@ -155,7 +154,7 @@ impl PyWal {
     ) -> PyResult<u64> {
         let parts = Parts::extract(value, key, timestamp)?;
         let config = self.wal.config();
-        let release = self.releases_gil(config.durability, config.space_wait_ms > 0, parts.len());
+        let release = releases_gil(config.durability, config.space_wait_ms > 0, parts.len());
         let wal = &self.wal;
         run(py, release, || wal.append_record(topic, parts.append()))
     }
@@ -167,11 +166,8 @@ impl PyWal {
         topic: &str,
         values: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyRange>> {
-        let items = collect_items(values)?;
-        let inputs = extract_values(&items)?;
-        let slices: Vec<&[u8]> = inputs.iter().map(InputBytes::as_slice).collect();
         let wal = &self.wal;
-        let offsets = detached(py, || wal.append_batch(topic, &slices))?;
+        let offsets = with_values(values, |v| detached(py, || wal.append_batch(topic, v)))?;
         range(py, offsets)
     }
 
@@ -335,17 +331,16 @@ impl PyWal {
     }
 }
 
-/// Appends `values` (an iterable of bytes-like objects) with `writer` as one batch.
-pub fn append_batch<'py>(
-    py: Python<'py>,
-    writer: &tidelog::Writer,
-    values: &Bound<'py, PyAny>,
-) -> PyResult<Bound<'py, PyRange>> {
+/// Calls `f` with the bytes of every item of `values` (an iterable of bytes-like objects),
+/// borrowed for the length of the call.
+fn with_values<T>(
+    values: &Bound<'_, PyAny>,
+    f: impl FnOnce(&[&[u8]]) -> PyResult<T>,
+) -> PyResult<T> {
     let items = collect_items(values)?;
     let inputs = extract_values(&items)?;
     let slices: Vec<&[u8]> = inputs.iter().map(InputBytes::as_slice).collect();
-    let offsets = detached(py, || writer.append_batch(&slices))?;
-    range(py, offsets)
+    f(&slices)
 }
 
 /// Appends to one topic. Safe to share between threads.
@@ -384,9 +379,7 @@ impl PyWriter {
         timestamp: Option<u64>,
     ) -> PyResult<u64> {
         let parts = Parts::extract(value, key, timestamp)?;
-        let release = self.writer.durability() == Durability::Always
-            || self.space_wait
-            || parts.len() > GIL_HELD_APPEND_BYTES_MAX;
+        let release = releases_gil(self.writer.durability(), self.space_wait, parts.len());
         let writer = &self.writer;
         run(py, release, || writer.append_record(parts.append()))
     }
@@ -396,7 +389,9 @@ impl PyWriter {
         py: Python<'py>,
         values: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyRange>> {
-        append_batch(py, &self.writer, values)
+        let writer = &self.writer;
+        let offsets = with_values(values, |v| detached(py, || writer.append_batch(v)))?;
+        range(py, offsets)
     }
 
     #[pyo3(signature = (value, *, key = None, timestamp = None))]
@@ -459,12 +454,7 @@ impl PyAppendHandle {
         match timeout {
             None => detached(py, || handle.wait()).map(|()| true),
             Some(seconds) => {
-                let timeout = Duration::try_from_secs_f64(seconds).map_err(|_| {
-                    to_py(tidelog::Error::InvalidArgument {
-                        name: "timeout",
-                        reason: format!("{seconds} is not a non-negative number of seconds"),
-                    })
-                })?;
+                let timeout = timeout_seconds(seconds)?;
                 detached(py, || handle.wait_timeout(timeout))
             }
         }
