@@ -16,6 +16,8 @@ Baselines, all on the same records in the same temporary directory:
       (per-call rows) and executemany of 1000 rows per transaction (batch rows);
   reads: slicing length-prefixed records out of a plain file with Python, and iterating a
   sqlite SELECT.
+A host speed probe (a Python loop calling len()) runs once per round; its spread shows how
+much the (shared, virtual) host drifted during the run.
 
 Each measurement is repeated 3 times, interleaved with the others (round 1 of everything,
 then round 2, ...), and the best repetition is reported. Only the measured loop is timed,
