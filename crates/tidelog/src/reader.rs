@@ -88,7 +88,25 @@ pub struct RecordRef<'a> {
     value_range: (usize, usize),
 }
 
-impl RecordRef<'_> {
+impl<'a> RecordRef<'a> {
+    /// The record `view` decoded in `block`, with its key and value already borrowed.
+    fn from_view(
+        block: &'a Arc<Block>,
+        view: &FrameView,
+        key: Option<&'a [u8]>,
+        value: &'a [u8],
+    ) -> RecordRef<'a> {
+        RecordRef {
+            offset: view.offset,
+            timestamp_us: view.timestamp_us,
+            key,
+            value,
+            block,
+            key_range: view.key.as_ref().map(|r| (r.start, r.end)),
+            value_range: (view.value.start, view.value.end),
+        }
+    }
+
     /// An owned handle to the same bytes (no copy: it keeps the mapping alive).
     pub fn to_record(&self) -> Record {
         Record {
@@ -379,19 +397,20 @@ impl Reader {
         let Some(view) = self.step()? else {
             return Ok(None);
         };
+        self.borrow_current(&view).map(Some)
+    }
+
+    /// The record `view` describes in the current extent, borrowed from the mapping.
+    fn borrow_current(&self, view: &FrameView) -> Result<RecordRef<'_>> {
         let Some(block) = self.block.as_ref() else {
             return Err(Error::Closed);
         };
-        let key_range = view.key.as_ref().map(|r| (r.start, r.end));
-        Ok(Some(RecordRef {
-            offset: view.offset,
-            timestamp_us: view.timestamp_us,
-            key: view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
-            value: block.bytes(view.value.start, view.value.len()),
+        Ok(RecordRef::from_view(
             block,
-            key_range,
-            value_range: (view.value.start, view.value.end),
-        }))
+            view,
+            view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
+            block.bytes(view.value.start, view.value.len()),
+        ))
     }
 
     /// The next record as an owned zero-copy handle.
@@ -445,15 +464,12 @@ impl Reader {
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
-                let record = RecordRef {
-                    offset: view.offset,
-                    timestamp_us: view.timestamp_us,
-                    key: view.key.clone().map(|r| frames.bytes(r)),
-                    value: frames.bytes(view.value.clone()),
-                    block: &block,
-                    key_range: view.key.as_ref().map(|r| (r.start, r.end)),
-                    value_range: (view.value.start, view.value.end),
-                };
+                let record = RecordRef::from_view(
+                    &block,
+                    &view,
+                    view.key.clone().map(|r| frames.bytes(r)),
+                    frames.bytes(view.value.clone()),
+                );
                 if !visit(&record) {
                     return Ok(consumed);
                 }
@@ -471,18 +487,7 @@ impl Reader {
         let Some(view) = self.peek(self.verify)? else {
             return Ok(None);
         };
-        let Some(block) = self.block.as_ref() else {
-            return Err(Error::Closed);
-        };
-        Ok(Some(RecordRef {
-            offset: view.offset,
-            timestamp_us: view.timestamp_us,
-            key: view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
-            value: block.bytes(view.value.start, view.value.len()),
-            block,
-            key_range: view.key.as_ref().map(|r| (r.start, r.end)),
-            value_range: (view.value.start, view.value.end),
-        }))
+        self.borrow_current(&view).map(Some)
     }
 
     /// Up to `max_records` records whose values total at most `max_bytes`, as owned handles.
