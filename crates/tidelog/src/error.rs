@@ -115,6 +115,31 @@ pub enum Error {
         /// The process that opened the handle.
         opener_pid: u32,
     },
+    /// The ring has no room for the record until it is trimmed. Nothing was written.
+    RingFull {
+        /// Ring bytes the record needs (its block share, aligned).
+        requested_bytes: u64,
+        /// Ring bytes free now.
+        free_bytes: u64,
+    },
+    /// The device or file holds no valid ring header, and formatting was not asked for.
+    NotFormatted {
+        /// The device or file.
+        path: PathBuf,
+        /// What was found instead.
+        reason: String,
+    },
+    /// The size of a ring device or file disagrees with its header or the configuration.
+    CapacityMismatch {
+        /// The device or file.
+        path: PathBuf,
+        /// Which two sizes disagree, e.g. `"file size vs capacity"`.
+        what: &'static str,
+        /// The size that was expected.
+        expected: u64,
+        /// The size found.
+        found: u64,
+    },
     /// A data file was written by a newer or unknown format version.
     UnsupportedVersion {
         /// The file.
@@ -225,6 +250,29 @@ impl fmt::Display for Error {
                 "this handle was opened by process {opener_pid} before it forked this one \
                  ({}); open the directory again in this process",
                 std::process::id()
+            ),
+            Error::RingFull {
+                requested_bytes,
+                free_bytes,
+            } => write!(
+                f,
+                "the ring is full: the record needs {requested_bytes} bytes and {free_bytes} are \
+                 free; trim the ring to make room"
+            ),
+            Error::NotFormatted { path, reason } => write!(
+                f,
+                "{} holds no tidelog ring ({reason}); open it with format=True to format it",
+                path.display()
+            ),
+            Error::CapacityMismatch {
+                path,
+                what,
+                expected,
+                found,
+            } => write!(
+                f,
+                "{}: {what} disagree: expected {expected} bytes, found {found}",
+                path.display()
             ),
             Error::UnsupportedVersion {
                 path,

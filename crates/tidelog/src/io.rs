@@ -31,6 +31,10 @@ pub mod points {
     pub const SYNC_DIR: &str = "sync_dir";
     /// Unlinking a file.
     pub const REMOVE: &str = "remove";
+    /// A positional read (ring recovery and scans).
+    pub const READ: &str = "read";
+    /// Opening a ring device or file for synchronous (and maybe direct) I/O.
+    pub const OPEN_DEVICE: &str = "open_device";
 }
 
 /// File operations used by the engine. Implementations must be thread-safe.
@@ -39,6 +43,9 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     fn create_new(&self, path: &Path) -> io::Result<File>;
     /// Opens an existing file.
     fn open(&self, path: &Path, writable: bool) -> io::Result<File>;
+    /// Opens an existing ring device or file read-write with `O_DSYNC` (every completed
+    /// write is durable), and with `O_DIRECT` when `direct`.
+    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File>;
     /// Sets the file length (sparse extension).
     fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()>;
     /// Reserves disk blocks for `[offset, offset + len)` so later writes cannot hit ENOSPC.
@@ -74,6 +81,16 @@ impl Storage for StdStorage {
 
     fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
         OpenOptions::new().read(true).write(writable).open(path)
+    }
+
+    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let flags = libc::O_DSYNC | if direct { libc::O_DIRECT } else { 0 };
+        OpenOptions::new()
+            .read(true)
+            .write(true)
+            .custom_flags(flags)
+            .open(path)
     }
 
     fn set_len(&self, file: &File, _path: &Path, len: u64) -> io::Result<()> {
@@ -257,6 +274,10 @@ impl Storage for FaultStorage {
     fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
         StdStorage.open(path, writable)
     }
+    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
+        self.fail(points::OPEN_DEVICE, path)?;
+        StdStorage.open_device(path, direct)
+    }
     fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
         self.fail(points::SET_LEN, path)?;
         StdStorage.set_len(file, path, len)
@@ -276,6 +297,7 @@ impl Storage for FaultStorage {
         }
     }
     fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.fail(points::READ, path)?;
         StdStorage.read_at(file, path, buf, offset)
     }
     fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {

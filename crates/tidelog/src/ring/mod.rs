@@ -1,0 +1,725 @@
+//! The ring backend: a write-ahead ring buffer on a raw block device or a preallocated file,
+//! in the style of AutoMQ's Delta WAL, written with direct I/O in 4 KiB-aligned blocks.
+//!
+//! [`RingWal::append`] returns at once with the record's logical offset and a handle that
+//! completes when the record is durable. Logical offsets grow without bound; byte `o` lives
+//! at device byte `8192 + o % ring_bytes`. [`RingWal::trim`] persists the first live offset
+//! in the header, which frees the space below it; [`RingWal::recover`] reads every live
+//! record back. Reopening continues the log where the valid prefix ends: nothing untrimmed
+//! is dropped (a per-open epoch in every block keeps stale blocks of an earlier session
+//! from passing as current, so no lap has to be skipped).
+//!
+//! Module map: [`format`] (every byte), `device` (open, create, probe), `writer` (blocks,
+//! window, workers, completion), `scan` (recovery and read-back).
+
+pub mod format;
+
+mod device;
+mod scan;
+mod writer;
+
+use std::collections::VecDeque;
+use std::hash::{BuildHasher, Hasher};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use crate::dio::AlignedBuf;
+use crate::error::{Error, Result};
+use crate::io::{StdStorage, Storage};
+use device::Device;
+use format::{
+    ALIGN_BYTES, BH_LEN, HEADER_SLOT_BYTES, HeaderProblem, RING_START, RING_VERSION, RR_HEADER_LEN,
+    RingHeader, Shutdown, align_down, align_up,
+};
+pub use scan::{RecoverIter, RingRecovery};
+use scan::{Scanner, Step};
+use writer::{Shared, State};
+
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * KIB;
+/// Largest record body this build accepts in any configuration.
+pub const RECORD_BYTES_MAX: u64 = 64 * MIB;
+/// Most blocks in flight.
+pub const INFLIGHT_BLOCKS_MAX: usize = 64;
+/// Longest block time threshold (one second).
+pub const BLOCK_DELAY_MAX_US: u64 = 1_000_000;
+
+/// Whether the ring uses `O_DIRECT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum DirectIo {
+    /// Fail to open if the target refuses `O_DIRECT`.
+    Required,
+    /// Use `O_DIRECT`, or buffered I/O where it is refused (tmpfs, some FUSE mounts).
+    #[default]
+    Auto,
+    /// Buffered I/O. Every write is still durable on return (`O_DSYNC`).
+    Off,
+}
+
+/// Settings for [`RingWal::open`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingConfig {
+    /// Total bytes, header slots included (a multiple of 4096). Needed to create a file;
+    /// checked against an existing file, device or header. Default: none.
+    pub capacity_bytes: Option<u64>,
+    /// Direct I/O mode. Default [`DirectIo::Auto`].
+    pub direct_io: DirectIo,
+    /// Write a new, empty ring even if the target holds one (or holds anything else).
+    /// A block device is never written without it unless it already holds a ring.
+    pub format: bool,
+    /// A block is sealed once it holds this many bytes. Default 256 KiB.
+    pub block_bytes: u64,
+    /// A block is sealed once it has been open this long (µs). Default 333 (1/3000 s).
+    pub block_delay_us: u64,
+    /// Most blocks written at once. Default 4.
+    pub inflight_blocks: usize,
+    /// Largest record body. Default 1 MiB.
+    pub max_record_bytes: u64,
+}
+
+impl Default for RingConfig {
+    fn default() -> Self {
+        RingConfig {
+            capacity_bytes: None,
+            direct_io: DirectIo::Auto,
+            format: false,
+            block_bytes: 256 * KIB,
+            block_delay_us: 333,
+            inflight_blocks: 4,
+            max_record_bytes: MIB,
+        }
+    }
+}
+
+impl RingConfig {
+    /// Sets [`RingConfig::capacity_bytes`].
+    pub fn capacity_bytes(mut self, bytes: u64) -> Self {
+        self.capacity_bytes = Some(bytes);
+        self
+    }
+    /// Sets [`RingConfig::direct_io`].
+    pub fn direct_io(mut self, mode: DirectIo) -> Self {
+        self.direct_io = mode;
+        self
+    }
+    /// Sets [`RingConfig::format`].
+    pub fn format(mut self, format: bool) -> Self {
+        self.format = format;
+        self
+    }
+    /// Sets [`RingConfig::block_bytes`].
+    pub fn block_bytes(mut self, bytes: u64) -> Self {
+        self.block_bytes = bytes;
+        self
+    }
+    /// Sets [`RingConfig::block_delay_us`].
+    pub fn block_delay_us(mut self, us: u64) -> Self {
+        self.block_delay_us = us;
+        self
+    }
+    /// Sets [`RingConfig::inflight_blocks`].
+    pub fn inflight_blocks(mut self, n: usize) -> Self {
+        self.inflight_blocks = n;
+        self
+    }
+    /// Sets [`RingConfig::max_record_bytes`].
+    pub fn max_record_bytes(mut self, bytes: u64) -> Self {
+        self.max_record_bytes = bytes;
+        self
+    }
+
+    fn validate(&self) -> Result<()> {
+        if !(ALIGN_BYTES..=format::BLOCK_BYTES_MAX / 2).contains(&self.block_bytes) {
+            return Err(Error::invalid(
+                "block_bytes",
+                format!("must be in {ALIGN_BYTES}..={}", format::BLOCK_BYTES_MAX / 2),
+            ));
+        }
+        if self.block_delay_us > BLOCK_DELAY_MAX_US {
+            return Err(Error::limit(
+                "block_delay_us",
+                self.block_delay_us,
+                BLOCK_DELAY_MAX_US,
+            ));
+        }
+        if self.inflight_blocks == 0 || self.inflight_blocks > INFLIGHT_BLOCKS_MAX {
+            return Err(Error::invalid(
+                "inflight_blocks",
+                format!("must be in 1..={INFLIGHT_BLOCKS_MAX}"),
+            ));
+        }
+        if self.max_record_bytes > RECORD_BYTES_MAX {
+            return Err(Error::limit(
+                "max_record_bytes",
+                self.max_record_bytes,
+                RECORD_BYTES_MAX,
+            ));
+        }
+        Ok(())
+    }
+
+    /// Bytes of each block buffer: a full block, or one largest record alone.
+    fn buffer_bytes(&self) -> u64 {
+        align_up(
+            self.block_bytes
+                .max(BH_LEN as u64 + RR_HEADER_LEN as u64 + self.max_record_bytes),
+        )
+    }
+}
+
+/// The slot holding the newest header, and that header.
+#[derive(Debug)]
+struct HeaderState {
+    current: RingHeader,
+    slot: u64,
+}
+
+/// A write-ahead ring on a block device or file. Safe to share between threads.
+#[derive(Debug)]
+pub struct RingWal {
+    shared: Arc<Shared>,
+    header: Mutex<HeaderState>,
+    workers: Mutex<Vec<JoinHandle<()>>>,
+    report: RingRecovery,
+    capacity_bytes: u64,
+}
+
+/// An appended record: its offset now, its durability later.
+#[derive(Debug, Clone)]
+pub struct RingAppend {
+    /// The record's logical offset (of its header).
+    pub offset: u64,
+    end: u64,
+    shared: Arc<Shared>,
+}
+
+impl RingAppend {
+    /// Logical offset just past the record.
+    pub fn end_offset(&self) -> u64 {
+        self.end
+    }
+    /// True once the record is durable.
+    pub fn is_durable(&self) -> bool {
+        self.shared.durable() >= self.end
+    }
+    /// Waits until the record is durable; returns the flushed offset (everything below it is
+    /// durable). Fails if the write of its block (or of one before it) failed.
+    pub fn wait(&self) -> Result<u64> {
+        self.shared
+            .wait_durable(self.end, None)
+            .map(|d| d.unwrap_or(self.end))
+    }
+    /// As [`RingAppend::wait`], giving up after `timeout` (`Ok(None)`).
+    pub fn wait_timeout(&self, timeout: Duration) -> Result<Option<u64>> {
+        self.shared
+            .wait_durable(self.end, Some(Instant::now() + timeout))
+    }
+}
+
+impl RingWal {
+    /// Opens (or creates, or formats) the ring at `path`, recovers where its log ends, and
+    /// starts the I/O workers.
+    pub fn open(path: impl AsRef<Path>, config: RingConfig) -> Result<RingWal> {
+        Self::open_with_storage(path, config, Arc::new(StdStorage))
+    }
+
+    /// As [`RingWal::open`], doing all I/O through `storage`.
+    pub fn open_with_storage(
+        path: impl AsRef<Path>,
+        config: RingConfig,
+        storage: Arc<dyn Storage>,
+    ) -> Result<RingWal> {
+        config.validate()?;
+        let path = path.as_ref();
+        let dev = Arc::new(Device::open(
+            path,
+            config.capacity_bytes,
+            config.direct_io,
+            storage,
+        )?);
+        let buffer_bytes = config.buffer_bytes();
+        let window_max_bytes = buffer_bytes * (config.inflight_blocks as u64 + 1);
+        let (mut hs, formatted) = read_or_format(&dev, &config)?;
+        let header = hs.current;
+        let capacity_bytes = header.capacity_bytes;
+        let ring_bytes = capacity_bytes - RING_START;
+        let window_max_bytes = window_max_bytes.min(ring_bytes);
+
+        // Find where the valid log ends.
+        let mut report = RingRecovery {
+            records: 0,
+            record_bytes: 0,
+            blocks: 0,
+            start_offset: header.trim_block_offset,
+            end_offset: header.trim_block_offset,
+            stop_reason: String::new(),
+            blocks_past_end: 0,
+            clean_shutdown: header.shutdown == Shutdown::Clean && !formatted,
+            clean_end_offset: (header.shutdown == Shutdown::Clean && !formatted)
+                .then_some(header.clean_end_offset),
+        };
+        let mut block_starts = VecDeque::new();
+        let limit = header.trim_block_offset + ring_bytes;
+        let mut scanner = Scanner::new(
+            dev.clone(),
+            ring_bytes,
+            header.ring_id,
+            header.epoch,
+            header.trim_block_offset,
+            limit,
+        )?;
+        loop {
+            match scanner.next_block()? {
+                Step::Data { start, records, .. } => {
+                    block_starts.push_back(start);
+                    report.blocks += 1;
+                    for (offset, body) in records {
+                        if offset >= header.trim_offset {
+                            report.records += 1;
+                            report.record_bytes += body.len() as u64;
+                        }
+                    }
+                }
+                Step::Pad { start } => {
+                    block_starts.push_back(start);
+                    report.blocks += 1;
+                }
+                Step::End { at, reason } => {
+                    report.end_offset = at;
+                    report.stop_reason = reason;
+                    break;
+                }
+            }
+        }
+        let room = limit - report.end_offset;
+        report.blocks_past_end =
+            scanner.count_blocks_past(report.end_offset, header.window_max_bytes.min(room))?;
+        drop(scanner);
+
+        // A new session: blocks it writes carry the next epoch.
+        let epoch = header
+            .epoch
+            .checked_add(1)
+            .ok_or_else(|| Error::invalid("epoch", "the ring was opened 2^32 times"))?;
+        write_header(
+            &dev,
+            &mut hs,
+            RingHeader {
+                epoch,
+                shutdown: Shutdown::Unclean,
+                window_max_bytes: header.window_max_bytes.max(window_max_bytes),
+                clean_end_offset: 0,
+                ..header
+            },
+        )?;
+
+        let mut bufs = Vec::with_capacity(config.inflight_blocks + 1);
+        for _ in 0..=config.inflight_blocks {
+            bufs.push(
+                AlignedBuf::zeroed(buffer_bytes as usize)
+                    .map_err(|e| Error::io("allocate block buffers", path, e))?,
+            );
+        }
+        let state = State::new(
+            report.end_offset,
+            header.trim_offset,
+            header.trim_block_offset,
+            block_starts,
+            bufs,
+        );
+        let shared = Arc::new(Shared::new(
+            dev,
+            ring_bytes,
+            header.ring_id,
+            epoch,
+            config.block_bytes as usize,
+            Duration::from_micros(config.block_delay_us),
+            config.max_record_bytes as usize,
+            state,
+        ));
+        let mut workers = Vec::with_capacity(config.inflight_blocks);
+        for i in 0..config.inflight_blocks {
+            let s = shared.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("tidelog-ring-io-{i}"))
+                .spawn(move || writer::worker(s));
+            match spawned {
+                Ok(h) => workers.push(h),
+                Err(e) => {
+                    shared.begin_close();
+                    for h in workers {
+                        let _ = h.join();
+                    }
+                    return Err(Error::io("spawn ring I/O thread", path, e));
+                }
+            }
+        }
+        Ok(RingWal {
+            shared,
+            header: Mutex::new(hs),
+            workers: Mutex::new(workers),
+            report,
+            capacity_bytes,
+        })
+    }
+
+    /// Appends one record. Fails at once with [`Error::RingFull`] when the ring has no room.
+    pub fn append(&self, data: &[u8]) -> Result<RingAppend> {
+        self.append_inner(data, None)
+    }
+
+    /// Appends one record, waiting up to `space_wait` for a trim to make room.
+    pub fn append_wait(&self, data: &[u8], space_wait: Duration) -> Result<RingAppend> {
+        self.append_inner(data, Some(space_wait))
+    }
+
+    fn append_inner(&self, data: &[u8], space_wait: Option<Duration>) -> Result<RingAppend> {
+        let (offset, end) = self.shared.append(data, space_wait)?;
+        Ok(RingAppend {
+            offset,
+            end,
+            shared: self.shared.clone(),
+        })
+    }
+
+    /// Writes the open block now and waits until everything appended is durable; returns the
+    /// flushed offset.
+    pub fn flush(&self) -> Result<u64> {
+        let end = self.shared.seal_for_flush()?;
+        self.shared
+            .wait_durable(end, None)
+            .map(|d| d.unwrap_or(end))
+    }
+
+    /// Discards every record at an offset below `offset` and persists that in the header;
+    /// the space is reusable once this returns. `offset` must not pass the flushed offset.
+    /// A smaller offset than the current trim is a no-op.
+    pub fn trim(&self, offset: u64) -> Result<()> {
+        let mut hs = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        let block = {
+            let st = self.shared.lock();
+            if let Some(f) = st.failure {
+                return Err(self.shared.poisoned(f));
+            }
+            if st.closing {
+                return Err(Error::Closed);
+            }
+            if offset <= st.trim_offset {
+                return Ok(());
+            }
+            let durable = self.shared.durable();
+            if offset > durable {
+                return Err(Error::invalid(
+                    "offset",
+                    format!("{offset} is past the flushed offset {durable}"),
+                ));
+            }
+            // The last block starting at or below `offset`: a point recovery can parse from.
+            let i = st.block_starts.partition_point(|&s| s <= offset);
+            let listed = i.checked_sub(1).map(|i| st.block_starts[i]);
+            match listed {
+                Some(s) if durable > offset || s == durable => s,
+                _ => durable,
+            }
+        };
+        let next = RingHeader {
+            trim_offset: offset,
+            trim_block_offset: block,
+            ..hs.current
+        };
+        if let Err(e) = write_header(&self.shared.dev, &mut hs, next) {
+            let mut st = self.shared.lock();
+            self.shared
+                .fail(&mut st, "ring header write", e.errno(), u64::MAX);
+            return Err(e);
+        }
+        let mut st = self.shared.lock();
+        self.shared.trimmed(&mut st, offset, block);
+        Ok(())
+    }
+
+    /// Discards every record: flushes, then trims to the flushed offset. Returns it.
+    pub fn reset(&self) -> Result<u64> {
+        let end = self.flush()?;
+        self.trim(end)?;
+        Ok(end)
+    }
+
+    /// Reads back every live record, `(offset, body)`, from the trim offset up to the
+    /// flushed offset as of this call. Each record is validated again as it is read.
+    pub fn recover(&self) -> Result<RecoverIter> {
+        let (trim_offset, trim_block) = {
+            let st = self.shared.lock();
+            if st.closing {
+                return Err(Error::Closed);
+            }
+            (st.trim_offset, st.trim_block)
+        };
+        let scanner = Scanner::new(
+            self.shared.dev.clone(),
+            self.shared.ring_bytes,
+            self.shared.ring_id,
+            self.shared.epoch,
+            trim_block,
+            self.shared.durable(),
+        )?;
+        let shared = self.shared.clone();
+        Ok(RecoverIter::new(
+            scanner,
+            trim_offset,
+            Box::new(move |at| shared.lock().trim_block > at),
+        ))
+    }
+
+    /// What the scan at open found.
+    pub fn recovery_report(&self) -> &RingRecovery {
+        &self.report
+    }
+    /// Total bytes of the device or file in use, header slots included.
+    pub fn capacity_bytes(&self) -> u64 {
+        self.capacity_bytes
+    }
+    /// Bytes of the record ring (capacity less the two header slots).
+    pub fn ring_bytes(&self) -> u64 {
+        self.shared.ring_bytes
+    }
+    /// The persisted trim offset: records below it are gone.
+    pub fn trim_offset(&self) -> u64 {
+        self.shared.lock().trim_offset
+    }
+    /// The logical offset just past the last appended record.
+    pub fn next_offset(&self) -> u64 {
+        self.shared.lock().appended_end
+    }
+    /// Everything below this logical offset is durable.
+    pub fn flushed_offset(&self) -> u64 {
+        self.shared.durable()
+    }
+    /// Ring bytes free for new blocks.
+    pub fn free_bytes(&self) -> u64 {
+        let st = self.shared.lock();
+        self.shared.free_bytes(&st)
+    }
+    /// True when the ring writes with `O_DIRECT`.
+    pub fn direct_io(&self) -> bool {
+        self.shared.dev.direct
+    }
+    /// The device or file.
+    pub fn path(&self) -> &Path {
+        &self.shared.dev.path
+    }
+    /// True after [`RingWal::close`].
+    pub fn is_closed(&self) -> bool {
+        self.shared.lock().closing
+    }
+
+    /// Writes every appended record, stops the workers and records a clean shutdown.
+    /// Idempotent. Fails if a write failed (the header then still says unclean).
+    pub fn close(&self) -> Result<()> {
+        let mut hs = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        let first = self.shared.begin_close();
+        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        for h in workers {
+            let _ = h.join();
+        }
+        if !first {
+            return Ok(());
+        }
+        let end = {
+            let st = self.shared.lock();
+            if let Some(f) = st.failure {
+                return Err(self.shared.poisoned(f));
+            }
+            st.sealed_end()
+        };
+        debug_assert_eq!(self.shared.durable(), end);
+        let clean = RingHeader {
+            shutdown: Shutdown::Clean,
+            clean_end_offset: end,
+            ..hs.current
+        };
+        write_header(&self.shared.dev, &mut hs, clean)
+    }
+}
+
+impl Drop for RingWal {
+    fn drop(&mut self) {
+        let _ = self.close();
+    }
+}
+
+/// A random ring id, never 0 and never `avoid`.
+fn new_ring_id(avoid: &[u32]) -> u32 {
+    loop {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u128(
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_nanos()),
+        );
+        let id = (h.finish() >> 32) as u32;
+        if id != 0 && !avoid.contains(&id) {
+            return id;
+        }
+    }
+}
+
+/// Reads both header slots and returns the newest valid header, or formats the target.
+/// The bool is true when this call formatted it.
+fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, bool)> {
+    let mut slots = AlignedBuf::zeroed((2 * HEADER_SLOT_BYTES) as usize)
+        .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?;
+    let got = dev
+        .read_at(&mut slots, 0)
+        .map_err(|e| Error::io("read ring header", &dev.path, e))?;
+    let unit = HEADER_SLOT_BYTES as usize;
+    let decoded = [
+        RingHeader::decode(&slots[..got.min(unit)]),
+        RingHeader::decode(&slots[unit..got.max(unit)]),
+    ];
+    let newest = decoded
+        .iter()
+        .enumerate()
+        .filter_map(|(i, h)| h.as_ref().ok().map(|h| (i as u64, *h)))
+        .max_by_key(|(_, h)| h.generation);
+
+    if dev.created || config.format {
+        let capacity = match config.capacity_bytes {
+            Some(c) => c,
+            None if dev.is_block_device => align_down(dev.size_bytes),
+            None => dev.size_bytes,
+        };
+        if capacity < format::CAPACITY_MIN || capacity % ALIGN_BYTES != 0 {
+            return Err(Error::invalid(
+                "capacity",
+                format!("{capacity} bytes is not a valid ring capacity"),
+            ));
+        }
+        let old_ids: Vec<u32> = decoded
+            .iter()
+            .filter_map(|h| h.as_ref().ok().map(|h| h.ring_id))
+            .collect();
+        let header = RingHeader {
+            version: RING_VERSION,
+            capacity_bytes: capacity,
+            align_bytes: ALIGN_BYTES as u32,
+            ring_id: new_ring_id(&old_ids),
+            generation: newest.map_or(0, |(_, h)| h.generation) + 1,
+            epoch: 0,
+            shutdown: Shutdown::Clean,
+            trim_offset: 0,
+            trim_block_offset: 0,
+            window_max_bytes: 0,
+            clean_end_offset: 0,
+        };
+        // Slot 1 is cleared first, so a crash mid-format leaves no mix of old and new.
+        let zero = AlignedBuf::zeroed(unit)
+            .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?;
+        dev.write_at(&zero, HEADER_SLOT_BYTES)
+            .map_err(|e| Error::io("format ring header", &dev.path, e))?;
+        let mut hs = HeaderState {
+            current: header,
+            slot: 1,
+        };
+        write_header(dev, &mut hs, header)?;
+        return Ok((hs, true));
+    }
+
+    for h in &decoded {
+        if let Err(HeaderProblem::Version(found)) = h {
+            return Err(Error::UnsupportedVersion {
+                path: dev.path.clone(),
+                found: *found,
+                supported: RING_VERSION,
+            });
+        }
+    }
+    let Some((slot, header)) = newest else {
+        let reason = match decoded {
+            [Err(HeaderProblem::Zero), Err(HeaderProblem::Zero)] => {
+                "both header slots are empty".to_owned()
+            }
+            [a, b] => format!(
+                "no valid header (slot 0: {:?}, slot 1: {:?})",
+                a.err(),
+                b.err()
+            ),
+        };
+        return Err(Error::NotFormatted {
+            path: dev.path.clone(),
+            reason,
+        });
+    };
+    let mismatch = |what, expected, found| {
+        Err(Error::CapacityMismatch {
+            path: dev.path.clone(),
+            what,
+            expected,
+            found,
+        })
+    };
+    if let Some(c) = config.capacity_bytes
+        && c != header.capacity_bytes
+    {
+        return mismatch(
+            "capacity and the ring header's capacity",
+            c,
+            header.capacity_bytes,
+        );
+    }
+    if !dev.is_block_device && header.capacity_bytes != dev.size_bytes {
+        return mismatch(
+            "the ring header's capacity and the file size",
+            header.capacity_bytes,
+            dev.size_bytes,
+        );
+    }
+    if dev.is_block_device && header.capacity_bytes > dev.size_bytes {
+        return mismatch(
+            "the ring header's capacity and the device size",
+            header.capacity_bytes,
+            dev.size_bytes,
+        );
+    }
+    let sane = u64::from(header.align_bytes) == ALIGN_BYTES
+        && header.capacity_bytes >= format::CAPACITY_MIN
+        && header.capacity_bytes % ALIGN_BYTES == 0
+        && header.trim_block_offset % ALIGN_BYTES == 0
+        && header.trim_block_offset <= header.trim_offset;
+    if !sane {
+        return Err(Error::Corruption {
+            topic: String::new(),
+            offset: header.trim_offset,
+            path: dev.path.clone(),
+            position: slot * HEADER_SLOT_BYTES,
+            reason: "ring header fields are inconsistent".into(),
+        });
+    }
+    Ok((
+        HeaderState {
+            current: header,
+            slot,
+        },
+        false,
+    ))
+}
+
+/// Writes `next` (with the next generation) to the slot that does not hold the newest header,
+/// so a torn write never loses it. Durable on return.
+fn write_header(dev: &Device, hs: &mut HeaderState, next: RingHeader) -> Result<()> {
+    let header = RingHeader {
+        generation: hs.current.generation + 1,
+        ..next
+    };
+    let target = 1 - hs.slot;
+    let mut buf = AlignedBuf::zeroed(HEADER_SLOT_BYTES as usize)
+        .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?;
+    buf[..format::RH_LEN].copy_from_slice(&header.encode());
+    dev.write_at(&buf, target * HEADER_SLOT_BYTES)
+        .map_err(|e| Error::io("write ring header", &dev.path, e))?;
+    hs.current = header;
+    hs.slot = target;
+    Ok(())
+}
