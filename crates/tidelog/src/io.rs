@@ -64,6 +64,12 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Unlinks a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// True when callers may bypass this trait and submit writes on the file descriptor
+    /// directly (the ring's io_uring path). Only the real file system says yes, so every
+    /// fault-injecting implementation sees all I/O.
+    fn allows_direct_submission(&self) -> bool {
+        false
+    }
 }
 
 /// The real filesystem.
@@ -155,6 +161,10 @@ impl Storage for StdStorage {
 
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         fs::remove_file(path)
+    }
+
+    fn allows_direct_submission(&self) -> bool {
+        true
     }
 }
 

@@ -51,6 +51,7 @@ pub mod ring;
 mod spin;
 mod sync;
 mod topic;
+mod uring;
 mod wal;
 
 pub use config::{Config, Durability, FILE_SIZE_MAX, Retention, validate_name};
@@ -58,7 +59,7 @@ pub use error::{Error, Result};
 pub use file::FileState;
 pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
 pub use recovery::RecoveryReport;
-pub use ring::{DirectIo, RingAppend, RingConfig, RingRecovery, RingWal};
+pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
 pub use sync::AppendHandle;
 pub use topic::Append;
 pub use wal::{DiskUsage, LOCK_FILE, TopicInfo, Wal, Writer};

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::ring::format::{ALIGN_BYTES, HEADER_SLOT_BYTES, RING_START};
-use tidelog::{DirectIo, Error, RingConfig, RingWal};
+use tidelog::{DirectIo, Error, IoEngine, RingConfig, RingWal};
 
 const CAP: u64 = 4 << 20;
 
@@ -563,4 +563,38 @@ fn empty_records_and_the_largest_record_round_trip() {
     drop(ring);
     let ring = RingWal::open(&path, config()).expect("reopen");
     same(&collect(&ring), &[(a.offset, Vec::new()), (b.offset, big)]);
+}
+
+#[test]
+fn both_io_engines_write_the_same_log() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    for (name, engine) in [
+        ("threads", IoEngine::Threads),
+        ("io_uring", IoEngine::IoUring),
+    ] {
+        let path = dir.path().join(name);
+        let ring = match RingWal::open(&path, config().io_engine(engine)) {
+            Ok(r) => r,
+            // Kernels without io_uring (or with it disabled): only the threads engine runs.
+            Err(Error::Io { .. }) if engine == IoEngine::IoUring => continue,
+            Err(e) => panic!("open {name}: {e}"),
+        };
+        assert_eq!(ring.io_engine(), name);
+        let ring = Arc::new(ring);
+        let threads: Vec<_> = (0..3u64)
+            .map(|t| {
+                let ring = ring.clone();
+                std::thread::spawn(move || append_n(&ring, t * 1000, 300, 700 + t as usize))
+            })
+            .collect();
+        let mut all: Vec<_> = threads
+            .into_iter()
+            .flat_map(|t| t.join().expect("thread"))
+            .collect();
+        all.sort();
+        same(&collect(&ring), &all);
+        ring.close().expect("close");
+        let reopened = RingWal::open(&path, config()).expect("reopen");
+        same(&collect(&reopened), &all);
+    }
 }

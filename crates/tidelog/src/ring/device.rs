@@ -117,6 +117,14 @@ impl Device {
         self.storage.write_at(&self.file, &self.path, buf, pos)
     }
 
+    /// The descriptor for direct submission (io_uring), if the storage layer allows it.
+    pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
+        use std::os::fd::AsRawFd;
+        self.storage
+            .allows_direct_submission()
+            .then(|| self.file.as_raw_fd())
+    }
+
     /// Fills `buf` (aligned) from device byte `pos`; returns the bytes read.
     pub fn read_at(&self, buf: &mut [u8], pos: u64) -> io::Result<usize> {
         debug_assert!(

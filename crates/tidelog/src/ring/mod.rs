@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
+use crate::uring::Uring;
 use device::Device;
 use format::{
     ALIGN_BYTES, BH_LEN, HEADER_SLOT_BYTES, HeaderProblem, RING_START, RING_VERSION, RR_HEADER_LEN,
@@ -58,6 +59,20 @@ pub enum DirectIo {
     Off,
 }
 
+/// How block writes are issued.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum IoEngine {
+    /// io_uring where the kernel allows it (and the storage layer is the real file system),
+    /// threads otherwise.
+    #[default]
+    Auto,
+    /// One thread keeping `inflight_blocks` writes in flight through io_uring; fail to open
+    /// where that is not possible.
+    IoUring,
+    /// `inflight_blocks` threads, each doing one blocking write at a time.
+    Threads,
+}
+
 /// Settings for [`RingWal::open`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingConfig {
@@ -77,6 +92,8 @@ pub struct RingConfig {
     pub inflight_blocks: usize,
     /// Largest record body. Default 1 MiB.
     pub max_record_bytes: u64,
+    /// How block writes are issued. Default [`IoEngine::Auto`].
+    pub io_engine: IoEngine,
 }
 
 impl Default for RingConfig {
@@ -89,6 +106,7 @@ impl Default for RingConfig {
             block_delay_us: 333,
             inflight_blocks: 4,
             max_record_bytes: MIB,
+            io_engine: IoEngine::Auto,
         }
     }
 }
@@ -127,6 +145,12 @@ impl RingConfig {
     /// Sets [`RingConfig::max_record_bytes`].
     pub fn max_record_bytes(mut self, bytes: u64) -> Self {
         self.max_record_bytes = bytes;
+        self
+    }
+
+    /// Sets [`RingConfig::io_engine`].
+    pub fn io_engine(mut self, engine: IoEngine) -> Self {
+        self.io_engine = engine;
         self
     }
 
@@ -184,6 +208,7 @@ pub struct RingWal {
     workers: Mutex<Vec<JoinHandle<()>>>,
     report: RingRecovery,
     capacity_bytes: u64,
+    io_engine: &'static str,
 }
 
 /// An appended record: its offset now, its durability later.
@@ -339,13 +364,53 @@ impl RingWal {
             config.max_record_bytes as usize,
             state,
         ));
+        let uring = match (config.io_engine, shared.dev.raw_fd()) {
+            (IoEngine::Threads, _) => None,
+            (IoEngine::Auto, None) => None,
+            (IoEngine::IoUring, None) => {
+                return Err(Error::invalid(
+                    "io_engine",
+                    "io_uring needs the real file system storage layer",
+                ));
+            }
+            (engine, Some(fd)) => match Uring::new(config.inflight_blocks as u32) {
+                Ok(u) => Some((u, fd)),
+                Err(e) if engine == IoEngine::IoUring => {
+                    return Err(Error::io("set up io_uring", path, e));
+                }
+                Err(_) => None,
+            },
+        };
+        let io_engine = if uring.is_some() {
+            "io_uring"
+        } else {
+            "threads"
+        };
         let mut workers = Vec::with_capacity(config.inflight_blocks);
-        for i in 0..config.inflight_blocks {
-            let s = shared.clone();
-            let spawned = std::thread::Builder::new()
-                .name(format!("tidelog-ring-io-{i}"))
-                .spawn(move || writer::worker(s));
-            match spawned {
+        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
+            std::thread::Builder::new().name(name).spawn(f)
+        };
+        let mut spawned = Vec::new();
+        match uring {
+            Some((u, fd)) => {
+                let (s, depth) = (shared.clone(), config.inflight_blocks);
+                spawned.push(spawn(
+                    "tidelog-ring-uring".into(),
+                    Box::new(move || writer::uring_worker(s, u, fd, depth)),
+                ));
+            }
+            None => {
+                for i in 0..config.inflight_blocks {
+                    let s = shared.clone();
+                    spawned.push(spawn(
+                        format!("tidelog-ring-io-{i}"),
+                        Box::new(move || writer::worker(s)),
+                    ));
+                }
+            }
+        }
+        for r in spawned {
+            match r {
                 Ok(h) => workers.push(h),
                 Err(e) => {
                     shared.begin_close();
@@ -362,6 +427,7 @@ impl RingWal {
             workers: Mutex::new(workers),
             report,
             capacity_bytes,
+            io_engine,
         })
     }
 
@@ -505,6 +571,10 @@ impl RingWal {
     /// True when the ring writes with `O_DIRECT`.
     pub fn direct_io(&self) -> bool {
         self.shared.dev.direct
+    }
+    /// How block writes are issued: `"io_uring"` or `"threads"`.
+    pub fn io_engine(&self) -> &'static str {
+        self.io_engine
     }
     /// The device or file.
     pub fn path(&self) -> &Path {

@@ -20,6 +20,8 @@ use super::format::{
 };
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
+use crate::uring::Uring;
+use std::os::fd::RawFd;
 
 /// Everything the appenders, workers and handles share.
 #[derive(Debug)]
@@ -487,6 +489,84 @@ pub(crate) fn worker(shared: Arc<Shared>) {
         let pos = RING_START + start % shared.ring_bytes;
         let res = shared.dev.write_at(&buf[..len], pos);
         complete(&shared, start, buf, res);
+    }
+}
+
+/// How long the io_uring worker sleeps in the kernel before it looks for new blocks while
+/// writes are in flight: bounds the extra wait of a block sealed meanwhile.
+const URING_POLL: Duration = Duration::from_micros(50);
+
+/// The io_uring worker: one thread keeps up to `depth` blocks in flight.
+pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, depth: usize) {
+    loop {
+        let mut jobs = Vec::new();
+        {
+            let mut st = shared.lock();
+            loop {
+                let room = depth.saturating_sub(uring.in_flight() + jobs.len());
+                if st.failure.is_none() && room > 0 {
+                    if let Some(job) = st.take_queued() {
+                        jobs.push(job);
+                        continue;
+                    }
+                    if let Some(cur) = &st.cur
+                        && (st.closing || cur.opened.elapsed() >= shared.block_delay)
+                    {
+                        st.seal_current(shared.ring_id, shared.epoch);
+                        continue;
+                    }
+                }
+                if !jobs.is_empty() || uring.in_flight() > 0 {
+                    break;
+                }
+                if st.closing && (st.failure.is_some() || (!st.has_queued() && st.cur.is_none())) {
+                    return;
+                }
+                st = match (&st.cur, st.failure) {
+                    (Some(cur), None) => {
+                        let left = shared.block_delay.saturating_sub(cur.opened.elapsed());
+                        shared
+                            .work_cv
+                            .wait_timeout(st, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                    _ => shared.work_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+                };
+            }
+        }
+        for (start, len, buf) in jobs {
+            let pos = RING_START + start % shared.ring_bytes;
+            if let Err(e) = uring.submit_write(fd, start, buf, len, pos) {
+                let mut st = shared.lock();
+                shared.fail(
+                    &mut st,
+                    "ring block write (io_uring submit)",
+                    e.raw_os_error(),
+                    start,
+                );
+            }
+        }
+        match uring.reap(URING_POLL) {
+            Ok(done) => {
+                for (start, buf, res) in done {
+                    complete(&shared, start, buf, res);
+                }
+            }
+            Err(e) => {
+                let mut st = shared.lock();
+                let at = st.pending.front().map_or(0, |p| p.start);
+                shared.fail(
+                    &mut st,
+                    "ring block write (io_uring wait)",
+                    e.raw_os_error(),
+                    at,
+                );
+                drop(st);
+                // The buffers stay with the queue (its drop waits for or leaks them).
+                return;
+            }
+        }
     }
 }
 
