@@ -193,11 +193,12 @@ impl RingConfig {
     }
 }
 
-/// The slot holding the newest header, and that header.
+/// The slot holding the newest header, that header, and the aligned buffer header writes use.
 #[derive(Debug)]
 struct HeaderState {
     current: RingHeader,
     slot: u64,
+    buf: AlignedBuf,
 }
 
 /// A write-ahead ring on a block device or file. Safe to share between threads.
@@ -692,6 +693,7 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
         let mut hs = HeaderState {
             current: header,
             slot: 1,
+            buf: zero,
         };
         write_header(dev, &mut hs, header)?;
         return Ok((hs, true));
@@ -771,6 +773,8 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
         HeaderState {
             current: header,
             slot,
+            buf: AlignedBuf::zeroed(unit)
+                .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?,
         },
         false,
     ))
@@ -784,10 +788,9 @@ fn write_header(dev: &Device, hs: &mut HeaderState, next: RingHeader) -> Result<
         ..next
     };
     let target = 1 - hs.slot;
-    let mut buf = AlignedBuf::zeroed(HEADER_SLOT_BYTES as usize)
-        .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?;
-    buf[..format::RH_LEN].copy_from_slice(&header.encode());
-    dev.write_at(&buf, target * HEADER_SLOT_BYTES)
+    hs.buf.fill(0);
+    hs.buf[..format::RH_LEN].copy_from_slice(&header.encode());
+    dev.write_at(&hs.buf, target * HEADER_SLOT_BYTES)
         .map_err(|e| Error::io("write ring header", &dev.path, e))?;
     hs.current = header;
     hs.slot = target;
