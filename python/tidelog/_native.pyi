@@ -12,6 +12,10 @@ __all__ = [
     "OwnedBuffer",
     "Reader",
     "Record",
+    "RingAppendHandle",
+    "RingRecoverIter",
+    "RingRecovery",
+    "RingWal",
     "TopicInfo",
     "Wal",
     "Writer",
@@ -202,6 +206,136 @@ class Wal:
     def delete_group(self, topic: str, group: str) -> None: ...
     def refresh(self) -> None: ...
     def disk_usage(self) -> dict[str, int]: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+@final
+class RingAppendHandle:
+    """A record appended to a `RingWal`: its offsets now, its durability later."""
+
+    @property
+    def offset(self) -> int:
+        """The record's logical offset."""
+    @property
+    def end_offset(self) -> int:
+        """The logical offset just past the record."""
+    @property
+    def done(self) -> bool:
+        """True once the record is durable."""
+    def wait(self, timeout: float | None = None) -> int | None:
+        """Waits until the record is durable and returns the flushed offset (everything
+        below it is durable); None if `timeout` seconds passed first."""
+
+@final
+class RingRecovery:
+    """What the scan at open found."""
+
+    @property
+    def records(self) -> int:
+        """Live records found (at or past the trim offset)."""
+    @property
+    def record_bytes(self) -> int:
+        """Their value bytes."""
+    @property
+    def blocks(self) -> int:
+        """Blocks accepted (data and padding)."""
+    @property
+    def start_offset(self) -> int:
+        """Where the scan started: the block holding the trim offset."""
+    @property
+    def end_offset(self) -> int:
+        """Where the valid log ends: appends continue here."""
+    @property
+    def stop_reason(self) -> str:
+        """Why the scan stopped at `end_offset`."""
+    @property
+    def blocks_past_end(self) -> int:
+        """Well-formed blocks past the end that were never acknowledged (ignored)."""
+    @property
+    def clean_shutdown(self) -> bool:
+        """The previous session closed cleanly."""
+    @property
+    def clean_end_offset(self) -> int | None:
+        """After a clean shutdown, the end it recorded."""
+
+@final
+class RingRecoverIter:
+    """`(offset, value)` of every live record of a `RingWal`, read from its device."""
+
+    def __iter__(self) -> Iterator[tuple[int, bytes]]: ...
+    def __next__(self) -> tuple[int, bytes]: ...
+
+@final
+class RingWal:
+    """A write-ahead ring on a block device or preallocated file. A context manager;
+    thread-safe.
+
+    A missing regular file is created at `capacity` bytes; a file or device that holds no
+    ring is written only with `format=True`. `block_delay` is in seconds.
+    """
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        capacity: int | None = None,
+        *,
+        direct_io: Literal["required", "auto", "off"] = "auto",
+        format: bool = False,  # noqa: A002 (the documented option name)
+        block_bytes: int | None = None,
+        block_delay: float | None = None,
+        inflight_blocks: int | None = None,
+        max_record_bytes: int | None = None,
+        io_engine: Literal["auto", "io_uring", "threads"] = "auto",
+    ) -> Self: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def capacity(self) -> int:
+        """Total bytes, header slots included."""
+    @property
+    def ring_bytes(self) -> int:
+        """Bytes of the record ring (capacity less the header slots)."""
+    @property
+    def trim_offset(self) -> int:
+        """Records below this offset are gone."""
+    @property
+    def next_offset(self) -> int:
+        """The logical offset just past the last appended record."""
+    @property
+    def flushed_offset(self) -> int:
+        """Everything below this logical offset is durable."""
+    @property
+    def free_bytes(self) -> int: ...
+    @property
+    def io_engine(self) -> Literal["io_uring", "threads"]:
+        """How block writes are issued."""
+    @property
+    def direct_io(self) -> bool:
+        """True when the ring writes with `O_DIRECT`."""
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def recovery(self) -> RingRecovery: ...
+    def append(self, data: Buffer, *, space_timeout: float | None = None) -> RingAppendHandle:
+        """Appends one record. Without `space_timeout` a full ring raises `RingFullError` at
+        once; with it, waits up to that many seconds for a trim to make room."""
+    def flush(self) -> int:
+        """Writes everything appended and waits until it is durable; returns the flushed
+        offset."""
+    def trim(self, offset: int) -> None:
+        """Discards every record below `offset` (at most `flushed_offset`)."""
+    def reset(self) -> int:
+        """Flushes, then trims everything; returns the flushed offset."""
+    def recover(self) -> RingRecoverIter:
+        """`(offset, value)` of every live record, up to the flushed offset as of this
+        call."""
+    def close(self) -> None:
+        """Writes every appended record and records a clean shutdown. Idempotent."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

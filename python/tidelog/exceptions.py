@@ -12,6 +12,7 @@ from __future__ import annotations
 
 __all__ = [
     "CapacityError",
+    "CapacityMismatchError",
     "ClosedError",
     "CorruptionError",
     "DiskFullError",
@@ -21,10 +22,12 @@ __all__ = [
     "InvalidTopicError",
     "LimitExceededError",
     "LockedError",
+    "NotFormattedError",
     "OffsetOutOfRangeError",
     "PoisonedError",
     "ReadOnlyError",
     "RecordTooLargeError",
+    "RingFullError",
     "TidelogError",
     "UnknownGroupError",
     "UnknownTopicError",
@@ -64,12 +67,23 @@ class RecordTooLargeError(LimitExceededError):
 
 
 class CapacityError(TidelogError):
-    """There is no room for the append: the disk cap (`disk_bytes_max`) or the disk is full.
-    Nothing was written; appends work again once consumers or retention free files."""
+    """There is no room for the append: the disk cap (`disk_bytes_max`), the disk or a ring
+    is full. Nothing was written; appends work again once consumers, retention or a trim free
+    space."""
 
 
 class DiskFullError(CapacityError, OSError):
     """The file system is full (`errno.ENOSPC`); `filename` is the file that could not grow."""
+
+
+class RingFullError(CapacityError):
+    """The ring has no room for the record until it is trimmed. Nothing was written.
+    `requested_bytes` is the ring space the record needs, `free_bytes` what is free now."""
+
+    def __init__(self, message: str, requested_bytes: int = 0, free_bytes: int = 0) -> None:
+        super().__init__(message)
+        self.requested_bytes = requested_bytes
+        self.free_bytes = free_bytes
 
 
 class LockedError(TidelogError, OSError):
@@ -151,6 +165,30 @@ class OffsetOutOfRangeError(TidelogError, IndexError):
 
 class UnsupportedVersionError(TidelogError):
     """A data file was written by a newer format version than this build reads."""
+
+
+class NotFormattedError(TidelogError):
+    """The ring's device or file holds no valid ring header (`path`, `reason`); open it with
+    `format=True` to write a new, empty ring there."""
+
+    def __init__(self, message: str, path: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.path = path
+        self.reason = reason
+
+
+class CapacityMismatchError(TidelogError, ValueError):
+    """Two sizes of a ring disagree (`what`): the capacity asked for, the ring header's, the
+    file's or the device's. `expected` and `found` are in bytes; `path` is the target."""
+
+    def __init__(
+        self, message: str, path: str = "", what: str = "", expected: int = 0, found: int = 0
+    ) -> None:
+        super().__init__(message)
+        self.path = path
+        self.what = what
+        self.expected = expected
+        self.found = found
 
 
 class InternalError(TidelogError):

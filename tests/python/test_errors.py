@@ -405,6 +405,7 @@ def test_exception_hierarchy() -> None:
         e.RecordTooLargeError: (e.LimitExceededError,),
         e.CapacityError: (e.TidelogError,),
         e.DiskFullError: (e.CapacityError, OSError),
+        e.RingFullError: (e.CapacityError,),
         e.LockedError: (e.TidelogError, OSError),
         e.ReadOnlyError: (e.TidelogError,),
         e.ClosedError: (e.TidelogError, ValueError),
@@ -415,6 +416,8 @@ def test_exception_hierarchy() -> None:
         e.UnknownGroupError: (e.TidelogError, LookupError),
         e.OffsetOutOfRangeError: (e.TidelogError, IndexError),
         e.UnsupportedVersionError: (e.TidelogError,),
+        e.NotFormattedError: (e.TidelogError,),
+        e.CapacityMismatchError: (e.TidelogError, ValueError),
         e.InternalError: (e.TidelogError,),
     }
     for cls, bases in expected.items():

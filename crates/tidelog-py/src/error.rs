@@ -42,6 +42,9 @@ exception_classes! {
     unknown_group => "UnknownGroupError",
     offset_out_of_range => "OffsetOutOfRangeError",
     unsupported_version => "UnsupportedVersionError",
+    ring_full => "RingFullError",
+    not_formatted => "NotFormattedError",
+    capacity_mismatch => "CapacityMismatchError",
     internal => "InternalError",
 }
 
@@ -166,6 +169,31 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             e.setattr("found", found)?;
             e.setattr("supported", supported)?;
             return Ok(PyErr::from_value(e));
+        }
+        Error::RingFull {
+            requested_bytes,
+            free_bytes,
+        } => {
+            attrs.set_item("requested_bytes", requested_bytes)?;
+            attrs.set_item("free_bytes", free_bytes)?;
+            ring_full(py)?
+        }
+        Error::NotFormatted { path, reason } => {
+            attrs.set_item("path", path.display().to_string())?;
+            attrs.set_item("reason", reason)?;
+            not_formatted(py)?
+        }
+        Error::CapacityMismatch {
+            path,
+            what,
+            expected,
+            found,
+        } => {
+            attrs.set_item("path", path.display().to_string())?;
+            attrs.set_item("what", what)?;
+            attrs.set_item("expected", expected)?;
+            attrs.set_item("found", found)?;
+            capacity_mismatch(py)?
         }
         // A variant added to the engine and not yet mapped here.
         other => {

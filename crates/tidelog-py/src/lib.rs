@@ -10,6 +10,7 @@ mod error;
 mod options;
 mod reader;
 mod record;
+mod ring;
 mod wal;
 
 use std::collections::HashMap;
@@ -109,5 +110,9 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<reader::PyReader>()?;
     m.add_class::<record::PyRecord>()?;
     m.add_class::<buffer::OwnedBuffer>()?;
+    m.add_class::<ring::PyRingWal>()?;
+    m.add_class::<ring::PyRingAppendHandle>()?;
+    m.add_class::<ring::PyRingRecovery>()?;
+    m.add_class::<ring::PyRingRecoverIter>()?;
     Ok(())
 }

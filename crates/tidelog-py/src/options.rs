@@ -1,10 +1,11 @@
-//! `tidelog.open(path, **options)`: Python option names to the engine's `Config`.
+//! `tidelog.open(path, **options)` and `tidelog.RingWal(...)`: Python option names to the
+//! engine's `Config` and `RingConfig`.
 
 use std::collections::HashMap;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use tidelog::{Config, Durability, Retention};
+use tidelog::{Config, DirectIo, Durability, IoEngine, Retention, RingConfig};
 
 use crate::error::to_py;
 
@@ -31,13 +32,95 @@ pub fn durability_name(durability: Durability) -> &'static str {
 }
 
 /// A `timeout=` argument in seconds.
-pub fn timeout_seconds(seconds: f64) -> PyResult<Duration> {
-    Duration::try_from_secs_f64(seconds).map_err(|_| {
+pub fn timeout_seconds(value: f64) -> PyResult<Duration> {
+    seconds("timeout", value)
+}
+
+/// A duration argument `name` in seconds.
+pub fn seconds(name: &'static str, value: f64) -> PyResult<Duration> {
+    Duration::try_from_secs_f64(value).map_err(|_| {
         to_py(tidelog::Error::InvalidArgument {
-            name: "timeout",
-            reason: format!("{seconds} is not a non-negative number of seconds"),
+            name,
+            reason: format!("{value} is not a non-negative number of seconds"),
         })
     })
+}
+
+/// Parses `direct_io="required"|"auto"|"off"` (default "auto").
+pub fn direct_io(value: Option<&Bound<'_, PyAny>>) -> PyResult<DirectIo> {
+    let Some(value) = value else {
+        return Ok(DirectIo::Auto);
+    };
+    match value.extract::<&str>() {
+        Ok("required") => Ok(DirectIo::Required),
+        Ok("auto") => Ok(DirectIo::Auto),
+        Ok("off") => Ok(DirectIo::Off),
+        _ => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "direct_io",
+            reason: format!(
+                "{} is not one of \"required\", \"auto\", \"off\"",
+                value
+                    .repr()
+                    .map_or_else(|_| "?".to_owned(), |r| r.to_string())
+            ),
+        })),
+    }
+}
+
+/// Parses `io_engine="auto"|"io_uring"|"threads"` (default "auto").
+pub fn io_engine(value: Option<&str>) -> PyResult<IoEngine> {
+    match value {
+        None | Some("auto") => Ok(IoEngine::Auto),
+        Some("io_uring") => Ok(IoEngine::IoUring),
+        Some("threads") => Ok(IoEngine::Threads),
+        Some(other) => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "io_engine",
+            reason: format!("{other:?} is not one of \"auto\", \"io_uring\", \"threads\""),
+        })),
+    }
+}
+
+/// Options of `tidelog.RingWal`, as Python passes them.
+#[derive(Debug, Default)]
+pub struct RingOptions<'a, 'py> {
+    pub capacity: Option<u64>,
+    pub direct_io: Option<&'a Bound<'py, PyAny>>,
+    pub format: bool,
+    pub block_bytes: Option<u64>,
+    /// Seconds.
+    pub block_delay: Option<f64>,
+    pub inflight_blocks: Option<usize>,
+    pub max_record_bytes: Option<u64>,
+    pub io_engine: Option<&'a str>,
+}
+
+impl RingOptions<'_, '_> {
+    /// The engine config; validation (ranges, geometry) is the engine's, at open.
+    pub fn config(&self) -> PyResult<RingConfig> {
+        let mut config = RingConfig::default()
+            .direct_io(direct_io(self.direct_io)?)
+            .io_engine(io_engine(self.io_engine)?)
+            .format(self.format);
+        if let Some(c) = self.capacity {
+            config = config.capacity_bytes(c);
+        }
+        if let Some(b) = self.block_bytes {
+            config = config.block_bytes(b);
+        }
+        if let Some(d) = self.block_delay {
+            let d = seconds("block_delay", d)?;
+            // Whole microseconds, rounded: 0.000333 is 333 µs, not 332.
+            let us = (d.as_nanos() + 500) / 1000;
+            config = config.block_delay_us(u64::try_from(us).unwrap_or(u64::MAX));
+        }
+        if let Some(n) = self.inflight_blocks {
+            config = config.inflight_blocks(n);
+        }
+        if let Some(m) = self.max_record_bytes {
+            config = config.max_record_bytes(m);
+        }
+        Ok(config)
+    }
 }
 
 /// Options of `tidelog.open`, as Python passes them.

@@ -598,3 +598,36 @@ fn both_io_engines_write_the_same_log() {
         same(&collect(&reopened), &all);
     }
 }
+
+#[test]
+fn one_writer_per_ring_and_no_half_made_files() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("ring");
+    let ring = RingWal::open(&path, config()).expect("open");
+    assert!(matches!(
+        RingWal::open(&path, config()),
+        Err(Error::Locked { .. })
+    ));
+    drop(ring);
+    drop(RingWal::open(&path, config()).expect("open after the first closed"));
+
+    // A create that fails after the file exists removes it again.
+    let fresh = dir.path().join("fresh");
+    let faults = FaultStorage::new();
+    faults.arm(points::OPEN_DEVICE, Fault::Once(libc::EINVAL));
+    let err = RingWal::open_with_storage(
+        &fresh,
+        config().direct_io(DirectIo::Required),
+        Arc::new(faults),
+    )
+    .expect_err("O_DIRECT refused");
+    assert!(matches!(err, Error::Io { .. }), "{err}");
+    assert!(!fresh.exists());
+    // Both slots unreadable: the message says why, in words.
+    std::fs::write(&fresh, vec![9u8; CAP as usize]).expect("write");
+    let err = RingWal::open(&fresh, config()).expect_err("not a ring");
+    assert!(
+        err.to_string().contains("slot 0: not a ring header"),
+        "{err}"
+    );
+}

@@ -14,6 +14,9 @@ use crate::dio;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 
+/// How long an open waits for the writer lock of a ring whose last writer is exiting.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// Bytes written per call while zero-filling a new file.
 const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 
@@ -21,6 +24,7 @@ const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct Device {
     pub path: PathBuf,
+    /// Also holds the writer lock.
     file: File,
     storage: Arc<dyn Storage>,
     /// `O_DIRECT` is on.
@@ -72,7 +76,59 @@ impl Device {
             Err(e) => return Err(Error::io("stat ring path", path, e)),
         };
 
+        let opened = Self::open_created(
+            path,
+            capacity_bytes,
+            direct_io,
+            storage.clone(),
+            is_block_device,
+        );
+        match opened {
+            Ok(mut dev) => {
+                dev.created = created;
+                Ok(dev)
+            }
+            Err(e) => {
+                // Do not leave a half-made ring behind: the next open would call it unformatted.
+                if created {
+                    let _ = storage.remove_file(path);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    fn open_created(
+        path: &Path,
+        capacity_bytes: Option<u64>,
+        direct_io: DirectIo,
+        storage: Arc<dyn Storage>,
+        is_block_device: bool,
+    ) -> Result<Device> {
         let (mut file, direct) = open_file(storage.as_ref(), path, direct_io)?;
+        // One writer per ring: a second one would interleave blocks and lose acknowledged
+        // records. The advisory lock sits on the I/O descriptor on purpose: after a killed
+        // writer exits, the kernel may still hold that descriptor for its last io_uring
+        // writes, and the lock is released only once they are done, so a restart can never
+        // race a write of the dead process. Such a lock clears within milliseconds; a
+        // live writer's does not.
+        let waited = std::time::Instant::now();
+        loop {
+            match file.try_lock() {
+                Ok(()) => break,
+                Err(std::fs::TryLockError::WouldBlock) if waited.elapsed() < LOCK_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_millis(2));
+                }
+                Err(std::fs::TryLockError::WouldBlock) => {
+                    return Err(Error::Locked {
+                        path: path.to_owned(),
+                    });
+                }
+                Err(std::fs::TryLockError::Error(e)) => {
+                    return Err(Error::io("lock ring", path, e));
+                }
+            }
+        }
         let size_bytes = file
             .seek(SeekFrom::End(0))
             .map_err(|e| Error::io("size ring device", path, e))?;
@@ -104,7 +160,7 @@ impl Device {
             direct,
             is_block_device,
             size_bytes,
-            created,
+            created: false,
         })
     }
 
@@ -115,6 +171,11 @@ impl Device {
             pos.is_multiple_of(ALIGN_BYTES) && (buf.len() as u64).is_multiple_of(ALIGN_BYTES)
         );
         self.storage.write_at(&self.file, &self.path, buf, pos)
+    }
+
+    /// Releases the writer lock (at close; handles may keep the descriptor open longer).
+    pub fn unlock(&self) {
+        let _ = self.file.unlock();
     }
 
     /// The descriptor for direct submission (io_uring), if the storage layer allows it.

@@ -168,6 +168,18 @@ pub enum HeaderProblem {
     Version(u32),
 }
 
+impl std::fmt::Display for HeaderProblem {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            HeaderProblem::Short => write!(f, "too short"),
+            HeaderProblem::Zero => write!(f, "empty"),
+            HeaderProblem::Magic => write!(f, "not a ring header"),
+            HeaderProblem::Checksum => write!(f, "checksum mismatch"),
+            HeaderProblem::Version(v) => write!(f, "format version {v}"),
+        }
+    }
+}
+
 // ---- Block header: the first bytes of every block. ------------------------------------------
 
 /// `"TLBK"` read as a little-endian u32.

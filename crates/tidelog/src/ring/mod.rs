@@ -598,20 +598,22 @@ impl RingWal {
         if !first {
             return Ok(());
         }
-        let end = {
-            let st = self.shared.lock();
-            if let Some(f) = st.failure {
-                return Err(self.shared.poisoned(f));
+        let failure = self.shared.lock().failure;
+        let result = match failure {
+            Some(f) => Err(self.shared.poisoned(f)),
+            None => {
+                let end = self.shared.lock().sealed_end();
+                debug_assert_eq!(self.shared.durable(), end);
+                let clean = RingHeader {
+                    shutdown: Shutdown::Clean,
+                    clean_end_offset: end,
+                    ..hs.current
+                };
+                write_header(&self.shared.dev, &mut hs, clean)
             }
-            st.sealed_end()
         };
-        debug_assert_eq!(self.shared.durable(), end);
-        let clean = RingHeader {
-            shutdown: Shutdown::Clean,
-            clean_end_offset: end,
-            ..hs.current
-        };
-        write_header(&self.shared.dev, &mut hs, clean)
+        self.shared.dev.unlock();
+        result
     }
 }
 
@@ -713,11 +715,13 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
             [Err(HeaderProblem::Zero), Err(HeaderProblem::Zero)] => {
                 "both header slots are empty".to_owned()
             }
-            [a, b] => format!(
-                "no valid header (slot 0: {:?}, slot 1: {:?})",
-                a.err(),
-                b.err()
-            ),
+            [a, b] => {
+                let why = |h: &std::result::Result<RingHeader, HeaderProblem>| match h {
+                    Ok(_) => "valid".to_owned(),
+                    Err(p) => p.to_string(),
+                };
+                format!("no valid header (slot 0: {}, slot 1: {})", why(&a), why(&b))
+            }
         };
         return Err(Error::NotFormatted {
             path: dev.path.clone(),
