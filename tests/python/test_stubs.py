@@ -62,6 +62,19 @@ def use(path: str) -> bytes:
         except tidelog.OffsetOutOfRangeError as exc:
             copied += str(exc.next).encode()
         return copied + view.tobytes()
+
+
+def use_ring(path: str) -> int:
+    with tidelog.RingWal(path, 1 << 20, direct_io="auto", io_engine="threads") as ring:
+        handle = ring.append(memoryview(b"x"), space_timeout=1.0)
+        flushed: int | None = handle.wait(timeout=1.0)
+        pairs: list[tuple[int, bytes]] = list(ring.recover())
+        ring.trim(handle.offset)
+        try:
+            ring.append(b"y")
+        except tidelog.RingFullError as exc:
+            return exc.free_bytes
+        return (flushed or 0) + len(pairs) + ring.recovery.records
 """
 
 
