@@ -1,6 +1,7 @@
 //! An io_uring queue of positioned writes, for the ring's block writes.
 //!
-//! The only unsafe operation is pushing a submission entry, whose buffer the kernel reads
+//! The unsafe operations are creating the wake-up eventfd and pushing submission entries. A
+//! write entry's buffer is read by the kernel
 //! until the matching completion arrives. [`Uring`] owns every submitted buffer until it has
 //! reaped that completion (the buffer lives in `in_flight`), and its `Drop` waits for the
 //! outstanding completions, or leaks their buffers if it cannot, so no buffer is ever freed
@@ -13,8 +14,10 @@
 )]
 
 use std::collections::HashMap;
-use std::io;
-use std::os::fd::RawFd;
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::Arc;
 use std::time::Duration;
 
 use io_uring::{IoUring, opcode, types};
@@ -24,10 +27,32 @@ use crate::dio::AlignedBuf;
 /// A completed write: the tag it was submitted with, its buffer back, and its result.
 pub type Completion = (u64, AlignedBuf, io::Result<()>);
 
+/// The tag of the eventfd poll that [`Waker::wake`] completes.
+const WAKE_TAG: u64 = u64::MAX;
+
+/// Wakes a thread sleeping in [`Uring::reap`] (an eventfd the queue polls).
+#[derive(Debug, Clone)]
+pub struct Waker(Arc<File>);
+
+impl Waker {
+    /// Makes the current or next `reap` return at once.
+    pub fn wake(&self) {
+        // A full counter (EAGAIN) already means "wake"; nothing else can fail here.
+        let _ = (&*self.0).write(&eventfd_one());
+    }
+}
+
+#[expect(clippy::host_endian_bytes, reason = "an eventfd counter is a native-endian u64")]
+fn eventfd_one() -> [u8; 8] {
+    1u64.to_ne_bytes()
+}
+
 /// A submission and completion queue for at most `depth` writes in flight.
 pub struct Uring {
     ring: IoUring,
     in_flight: HashMap<u64, (AlignedBuf, usize)>,
+    wake: Arc<File>,
+    poll_armed: bool,
 }
 
 impl std::fmt::Debug for Uring {
@@ -46,10 +71,24 @@ impl Uring {
         if !ring.params().is_feature_ext_arg() {
             return Err(io::Error::from_raw_os_error(libc::ENOSYS));
         }
+        // SAFETY: eventfd takes no pointers.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC | libc::EFD_NONBLOCK) };
+        if fd < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: `fd` was just returned by eventfd and is owned by nothing else.
+        let owned = unsafe { OwnedFd::from_raw_fd(fd) };
         Ok(Uring {
             ring,
             in_flight: HashMap::new(),
+            wake: Arc::new(File::from(owned)),
+            poll_armed: false,
         })
+    }
+
+    /// A handle other threads use to end a wait in [`Uring::reap`] early.
+    pub fn waker(&self) -> Waker {
+        Waker(self.wake.clone())
     }
 
     /// Writes submitted and not yet reaped.
@@ -87,10 +126,21 @@ impl Uring {
         Ok(())
     }
 
-    /// Waits up to `timeout` for at least one completion, then returns all that are ready.
+    /// Waits up to `timeout` for at least one completion or a [`Waker::wake`], then returns
+    /// the completions that are ready.
     pub fn reap(&mut self, timeout: Duration) -> io::Result<Vec<Completion>> {
         if self.in_flight.is_empty() {
             return Ok(Vec::new());
+        }
+        if !self.poll_armed {
+            let entry = opcode::PollAdd::new(types::Fd(self.wake.as_raw_fd()), libc::POLLIN as u32)
+                .build()
+                .user_data(WAKE_TAG);
+            // SAFETY: a poll reads no user memory; the eventfd stays open as long as `self`
+            // (and the kernel holds its own reference while the poll is armed).
+            if unsafe { self.ring.submission().push(&entry) }.is_ok() {
+                self.poll_armed = true;
+            }
         }
         let ts = types::Timespec::new()
             .sec(timeout.as_secs())
@@ -102,8 +152,13 @@ impl Uring {
             Err(e) => return Err(e),
         }
         let mut done = Vec::new();
+        let mut woken = false;
         for cqe in self.ring.completion() {
             let tag = cqe.user_data();
+            if tag == WAKE_TAG {
+                woken = true;
+                continue;
+            }
             let Some((buf, len)) = self.in_flight.remove(&tag) else {
                 continue;
             };
@@ -114,6 +169,12 @@ impl Uring {
                 _ => Err(io::Error::from_raw_os_error(libc::EIO)),
             };
             done.push((tag, buf, res));
+        }
+        if woken {
+            self.poll_armed = false;
+            // Reset the counter; EAGAIN (already zero) is fine.
+            let mut counter = [0u8; 8];
+            let _ = (&*self.wake).read(&mut counter);
         }
         Ok(done)
     }

@@ -184,6 +184,12 @@ impl RingConfig {
         Ok(())
     }
 
+    /// Block buffers: twice the blocks in flight, so sealed blocks wait ready while the
+    /// device completes the ones before them.
+    fn buffer_count(&self) -> usize {
+        2 * self.inflight_blocks
+    }
+
     /// Bytes of each block buffer: a full block, or one largest record alone.
     fn buffer_bytes(&self) -> u64 {
         align_up(
@@ -266,7 +272,8 @@ impl RingWal {
             storage,
         )?);
         let buffer_bytes = config.buffer_bytes();
-        let window_max_bytes = buffer_bytes * (config.inflight_blocks as u64 + 1);
+        let buffers = config.buffer_count();
+        let window_max_bytes = buffer_bytes * buffers as u64;
         let (mut hs, formatted) = read_or_format(&dev, &config)?;
         let header = hs.current;
         let capacity_bytes = header.capacity_bytes;
@@ -341,8 +348,8 @@ impl RingWal {
             },
         )?;
 
-        let mut bufs = Vec::with_capacity(config.inflight_blocks + 1);
-        for _ in 0..=config.inflight_blocks {
+        let mut bufs = Vec::with_capacity(buffers);
+        for _ in 0..buffers {
             bufs.push(
                 AlignedBuf::zeroed(buffer_bytes as usize)
                     .map_err(|e| Error::io("allocate block buffers", path, e))?,
@@ -355,17 +362,7 @@ impl RingWal {
             block_starts,
             bufs,
         );
-        let shared = Arc::new(Shared::new(
-            dev,
-            ring_bytes,
-            header.ring_id,
-            epoch,
-            config.block_bytes as usize,
-            Duration::from_micros(config.block_delay_us),
-            config.max_record_bytes as usize,
-            state,
-        ));
-        let uring = match (config.io_engine, shared.dev.raw_fd()) {
+        let uring = match (config.io_engine, dev.raw_fd()) {
             (IoEngine::Threads, _) => None,
             (IoEngine::Auto, None) => None,
             (IoEngine::IoUring, None) => {
@@ -382,6 +379,17 @@ impl RingWal {
                 Err(_) => None,
             },
         };
+        let shared = Arc::new(Shared::new(
+            dev,
+            ring_bytes,
+            header.ring_id,
+            epoch,
+            config.block_bytes as usize,
+            Duration::from_micros(config.block_delay_us),
+            config.max_record_bytes as usize,
+            state,
+            uring.as_ref().map(|(u, _)| u.waker()),
+        ));
         let io_engine = if uring.is_some() {
             "io_uring"
         } else {

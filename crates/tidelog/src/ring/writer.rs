@@ -20,7 +20,7 @@ use super::format::{
 };
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
-use crate::uring::Uring;
+use crate::uring::{Uring, Waker};
 use std::os::fd::RawFd;
 
 /// Everything the appenders, workers and handles share.
@@ -44,6 +44,8 @@ pub(crate) struct Shared {
     failed: AtomicBool,
     done_lock: Mutex<()>,
     done_cv: Condvar,
+    /// Wakes the io_uring worker out of the kernel (threads wait on `work_cv` only).
+    waker: Option<Waker>,
 }
 
 /// The first failed write: nothing at or past `at` is durable.
@@ -223,6 +225,7 @@ impl Shared {
         block_delay: Duration,
         max_record_bytes: usize,
         state: State,
+        waker: Option<Waker>,
     ) -> Shared {
         let durable = state.next_block_start;
         Shared {
@@ -240,6 +243,19 @@ impl Shared {
             failed: AtomicBool::new(false),
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
+            waker,
+        }
+    }
+
+    /// Tells the workers there is work: a sealed block, a block whose timer started, a close.
+    fn notify_work(&self, all: bool) {
+        if all {
+            self.work_cv.notify_all();
+        } else {
+            self.work_cv.notify_one();
+        }
+        if let Some(w) = &self.waker {
+            w.wake();
         }
     }
 
@@ -276,7 +292,7 @@ impl Shared {
         }
         self.failed.store(true, Ordering::Release);
         self.space_cv.notify_all();
-        self.work_cv.notify_all();
+        self.notify_work(true);
         self.notify_done();
     }
 
@@ -330,12 +346,12 @@ impl Shared {
                         st.seal_current(self.ring_id, self.epoch);
                     }
                     if full || first {
-                        self.work_cv.notify_one();
+                        self.notify_work(false);
                     }
                     return Ok((offset, end));
                 }
                 st.seal_current(self.ring_id, self.epoch);
-                self.work_cv.notify_one();
+                self.notify_work(false);
             }
             let start = st.next_block_start;
             let lap_end = start - start % self.ring_bytes + self.ring_bytes;
@@ -367,7 +383,7 @@ impl Shared {
             };
             if pad {
                 st.push_padding(start, lap_end, buf, (self.ring_id, self.epoch));
-                self.work_cv.notify_one();
+                self.notify_work(false);
                 continue;
             }
             let max_bytes = (buf.len() as u64)
@@ -391,7 +407,7 @@ impl Shared {
         self.check_open(&st)?;
         if st.cur.is_some() {
             st.seal_current(self.ring_id, self.epoch);
-            self.work_cv.notify_all();
+            self.notify_work(true);
         }
         Ok(st.next_block_start)
     }
@@ -435,7 +451,7 @@ impl Shared {
         let mut st = self.lock();
         let first = !st.closing;
         st.closing = true;
-        self.work_cv.notify_all();
+        self.notify_work(true);
         self.space_cv.notify_all();
         first
     }
@@ -492,9 +508,9 @@ pub(crate) fn worker(shared: Arc<Shared>) {
     }
 }
 
-/// How long the io_uring worker sleeps in the kernel before it looks for new blocks while
-/// writes are in flight: bounds the extra wait of a block sealed meanwhile.
-const URING_POLL: Duration = Duration::from_micros(50);
+/// Longest sleep of the io_uring worker in the kernel with writes in flight and no timer
+/// running: a safety net only, as completions and [`Waker::wake`] end it.
+const URING_WAIT_MAX: Duration = Duration::from_millis(100);
 
 /// The io_uring worker: one thread keeps up to `depth` blocks in flight.
 pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, depth: usize) {
@@ -547,7 +563,18 @@ pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, dep
                 );
             }
         }
-        match uring.reap(URING_POLL) {
+        // Sleep until a completion, a wake-up (a block sealed meanwhile), or the open block's
+        // timer, if there is room to write it when it fires.
+        let timeout = {
+            let st = shared.lock();
+            match &st.cur {
+                Some(cur) if uring.in_flight() < depth => {
+                    shared.block_delay.saturating_sub(cur.opened.elapsed())
+                }
+                _ => URING_WAIT_MAX,
+            }
+        };
+        match uring.reap(timeout) {
             Ok(done) => {
                 for (start, buf, res) in done {
                     complete(&shared, start, buf, res);
@@ -572,10 +599,15 @@ pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, dep
 
 fn complete(shared: &Shared, start: u64, buf: AlignedBuf, res: std::io::Result<()>) {
     let mut st = shared.lock();
-    if let Some(p) = st.pending.iter_mut().find(|p| p.start == start) {
-        p.status = Status::Done;
+    // The buffer is reused only once its block is acknowledged (below), so the blocks past
+    // the flushed offset never span more than the buffers: the window's bound.
+    match st.pending.iter_mut().find(|p| p.start == start) {
+        Some(p) => {
+            p.status = Status::Done;
+            p.buf = Some(buf);
+        }
+        None => st.free_bufs.push(buf),
     }
-    st.free_bufs.push(buf);
     if let Err(e) = res {
         shared.fail(&mut st, "ring block write", e.raw_os_error(), start);
     }
@@ -586,7 +618,9 @@ fn complete(shared: &Shared, start: u64, buf: AlignedBuf, res: std::io::Result<(
             break;
         }
         advanced = Some(front.end);
-        st.pending.pop_front();
+        if let Some(buf) = st.pending.pop_front().and_then(|p| p.buf) {
+            st.free_bufs.push(buf);
+        }
     }
     shared.space_cv.notify_all();
     drop(st);
