@@ -42,7 +42,10 @@ impl Waker {
     }
 }
 
-#[expect(clippy::host_endian_bytes, reason = "an eventfd counter is a native-endian u64")]
+#[expect(
+    clippy::host_endian_bytes,
+    reason = "an eventfd counter is a native-endian u64"
+)]
 fn eventfd_one() -> [u8; 8] {
     1u64.to_ne_bytes()
 }
