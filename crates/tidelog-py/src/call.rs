@@ -1,6 +1,7 @@
 //! Running engine calls from Python: with or without the GIL, panics caught at the boundary.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 
@@ -38,5 +39,28 @@ pub fn run<T: Send>(
         detached(py, f)
     } else {
         attached(f)
+    }
+}
+
+/// How long one wait runs without the GIL before signals (Ctrl-C) are checked.
+const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
+
+/// Runs `step` without the GIL in slices that end by the `Instant` it is given, checking
+/// signals between slices, until it returns a value or `deadline` passes (`None`).
+pub fn sliced<T: Send>(
+    py: Python<'_>,
+    deadline: Option<Instant>,
+    mut step: impl FnMut(Instant) -> tidelog::Result<Option<T>> + Send,
+) -> PyResult<Option<T>> {
+    loop {
+        let slice_end = Instant::now() + SIGNAL_CHECK_INTERVAL;
+        let slice_end = deadline.map_or(slice_end, |d| d.min(slice_end));
+        if let Some(v) = detached(py, || step(slice_end))? {
+            return Ok(Some(v));
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            return Ok(None);
+        }
+        py.check_signals()?;
     }
 }

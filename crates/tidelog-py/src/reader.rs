@@ -8,13 +8,11 @@ use pyo3::sync::MutexExt;
 use pyo3::types::PyType;
 use tidelog::Wal;
 
-use crate::call::{attached, detached};
+use crate::call::{attached, detached, sliced};
 use crate::error::to_py;
 use crate::options::timeout_seconds;
 use crate::record::PyRecord;
 
-/// How long one wait slice runs without the GIL before signals (Ctrl-C) are checked.
-const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 /// Polling back-off while waiting for an append: starts short, grows to this.
 const POLL_SLEEP_MAX: Duration = Duration::from_millis(5);
 const POLL_SLEEP_MIN: Duration = Duration::from_micros(50);
@@ -137,18 +135,11 @@ impl PyReader {
             let Some(wait) = wait else {
                 return Ok(None);
             };
-            let deadline = Instant::now() + wait;
-            loop {
-                let slice_end = deadline.min(Instant::now() + SIGNAL_CHECK_INTERVAL);
-                let wal = &self.wal;
-                if let Some(record) = detached(py, || poll_until(wal, reader, slice_end))? {
-                    return Ok(Some(PyRecord::new(record)));
-                }
-                py.check_signals()?;
-                if Instant::now() >= deadline {
-                    return Ok(None);
-                }
-            }
+            let wal = &self.wal;
+            let got = sliced(py, Some(Instant::now() + wait), |slice_end| {
+                poll_until(wal, reader, slice_end)
+            })?;
+            Ok(got.map(PyRecord::new))
         })
     }
 

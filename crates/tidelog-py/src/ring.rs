@@ -3,7 +3,7 @@
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
@@ -11,31 +11,8 @@ use pyo3::types::{PyBytes, PyType};
 use tidelog::{Error, RingAppend, RingWal};
 
 use crate::buffer::InputBytes;
-use crate::call::detached;
+use crate::call::{detached, sliced};
 use crate::options::{RingOptions, seconds};
-
-/// How long one wait runs without the GIL before signals (Ctrl-C) are checked.
-const SIGNAL_CHECK_INTERVAL: Duration = Duration::from_millis(100);
-
-/// Runs `step` without the GIL in slices that end by the `Instant` it is given, checking
-/// signals between slices, until it returns a value or `deadline` passes (`None`).
-fn sliced<T: Send>(
-    py: Python<'_>,
-    deadline: Option<Instant>,
-    step: impl Fn(Instant) -> tidelog::Result<Option<T>> + Sync,
-) -> PyResult<Option<T>> {
-    loop {
-        let slice_end = Instant::now() + SIGNAL_CHECK_INTERVAL;
-        let slice_end = deadline.map_or(slice_end, |d| d.min(slice_end));
-        if let Some(v) = detached(py, || step(slice_end))? {
-            return Ok(Some(v));
-        }
-        if deadline.is_some_and(|d| Instant::now() >= d) {
-            return Ok(None);
-        }
-        py.check_signals()?;
-    }
-}
 
 /// A write-ahead ring on a block device or preallocated file.
 #[pyclass(module = "tidelog._native", name = "RingWal", frozen)]

@@ -281,6 +281,7 @@ impl RingWal {
         let window_max_bytes = window_max_bytes.min(ring_bytes);
 
         // Find where the valid log ends.
+        let clean_before = header.shutdown == Shutdown::Clean && !formatted;
         let mut report = RingRecovery {
             records: 0,
             record_bytes: 0,
@@ -289,9 +290,8 @@ impl RingWal {
             end_offset: header.trim_block_offset,
             stop_reason: String::new(),
             blocks_past_end: 0,
-            clean_shutdown: header.shutdown == Shutdown::Clean && !formatted,
-            clean_end_offset: (header.shutdown == Shutdown::Clean && !formatted)
-                .then_some(header.clean_end_offset),
+            clean_shutdown: clean_before,
+            clean_end_offset: clean_before.then_some(header.clean_end_offset),
         };
         let mut block_starts = VecDeque::new();
         let limit = header.trim_block_offset + ring_bytes;
@@ -610,7 +610,7 @@ impl RingWal {
         let result = match failure {
             Some(f) => Err(self.shared.poisoned(f)),
             None => {
-                let end = self.shared.lock().sealed_end();
+                let end = self.shared.lock().reserved_end();
                 debug_assert_eq!(self.shared.durable(), end);
                 let clean = RingHeader {
                     shutdown: Shutdown::Clean,

@@ -143,11 +143,6 @@ impl State {
         }
     }
 
-    /// Where the next block will start once the open one is sealed.
-    pub fn sealed_end(&self) -> u64 {
-        self.reserved_end()
-    }
-
     fn seal_current(&mut self, ring_id: u32, epoch: u32) {
         let Some(mut cur) = self.cur.take() else {
             return;
@@ -199,7 +194,7 @@ impl State {
         self.next_block_start = lap_end;
     }
 
-    fn take_queued(&mut self) -> Option<(u64, usize, AlignedBuf)> {
+    fn take_queued(&mut self) -> Option<Job> {
         let p = self
             .pending
             .iter_mut()
@@ -467,44 +462,62 @@ impl Shared {
     }
 }
 
-/// One I/O worker: takes sealed blocks (sealing the open one once it is old enough), writes
-/// them, and acknowledges the contiguous written prefix. Exits when closing and drained.
-pub(crate) fn worker(shared: Arc<Shared>) {
-    loop {
-        let job = {
-            let mut st = shared.lock();
-            loop {
-                if st.failure.is_none() {
-                    if let Some(job) = st.take_queued() {
-                        break Some(job);
-                    }
-                    if let Some(cur) = &st.cur {
-                        let age = cur.opened.elapsed();
-                        if st.closing || age >= shared.block_delay {
-                            st.seal_current(shared.ring_id, shared.epoch);
-                            continue;
-                        }
-                        let left = shared.block_delay - age;
-                        st = shared
-                            .work_cv
-                            .wait_timeout(st, left)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0;
-                        continue;
-                    }
+/// A sealed block to write: its logical start, the bytes to write, and its buffer.
+type Job = (u64, usize, AlignedBuf);
+
+impl Shared {
+    /// Takes up to `room` sealed blocks to write, sealing the open block once it is old
+    /// enough (or the ring is closing). Waits while there is nothing to do, unless
+    /// `in_flight` writes are out (their owner must go reap them). Also returns how long
+    /// the open block's timer has left. `None`: closing and nothing left to write.
+    fn next_work(&self, room: usize, in_flight: usize) -> Option<(Vec<Job>, Option<Duration>)> {
+        let mut st = self.lock();
+        let mut jobs = Vec::new();
+        loop {
+            if st.failure.is_none() && jobs.len() < room {
+                if let Some(job) = st.take_queued() {
+                    jobs.push(job);
+                    continue;
                 }
-                if st.closing && (st.failure.is_some() || !st.has_queued()) {
-                    break None;
+                if let Some(cur) = &st.cur
+                    && (st.closing || cur.opened.elapsed() >= self.block_delay)
+                {
+                    st.seal_current(self.ring_id, self.epoch);
+                    continue;
                 }
-                st = shared.work_cv.wait(st).unwrap_or_else(|p| p.into_inner());
             }
-        };
-        let Some((start, len, buf)) = job else {
-            return;
-        };
-        let pos = RING_START + start % shared.ring_bytes;
-        let res = shared.dev.write_at(&buf[..len], pos);
-        complete(&shared, start, buf, res);
+            let timer = match (&st.cur, st.failure) {
+                (Some(cur), None) => Some(self.block_delay.saturating_sub(cur.opened.elapsed())),
+                _ => None,
+            };
+            if !jobs.is_empty() || in_flight > 0 {
+                return Some((jobs, timer));
+            }
+            if st.closing && (st.failure.is_some() || (!st.has_queued() && st.cur.is_none())) {
+                return None;
+            }
+            st = match timer {
+                Some(left) => {
+                    self.work_cv
+                        .wait_timeout(st, left)
+                        .unwrap_or_else(|p| p.into_inner())
+                        .0
+                }
+                None => self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+            };
+        }
+    }
+}
+
+/// One I/O worker of the threads engine: writes one block at a time and acknowledges the
+/// contiguous written prefix. Exits when closing and drained.
+pub(crate) fn worker(shared: Arc<Shared>) {
+    while let Some((jobs, _)) = shared.next_work(1, 0) {
+        for (start, len, buf) in jobs {
+            let pos = RING_START + start % shared.ring_bytes;
+            let res = shared.dev.write_at(&buf[..len], pos);
+            complete(&shared, start, buf, res);
+        }
     }
 }
 
@@ -515,42 +528,10 @@ const URING_WAIT_MAX: Duration = Duration::from_millis(100);
 /// The io_uring worker: one thread keeps up to `depth` blocks in flight.
 pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, depth: usize) {
     loop {
-        let mut jobs = Vec::new();
-        {
-            let mut st = shared.lock();
-            loop {
-                let room = depth.saturating_sub(uring.in_flight() + jobs.len());
-                if st.failure.is_none() && room > 0 {
-                    if let Some(job) = st.take_queued() {
-                        jobs.push(job);
-                        continue;
-                    }
-                    if let Some(cur) = &st.cur
-                        && (st.closing || cur.opened.elapsed() >= shared.block_delay)
-                    {
-                        st.seal_current(shared.ring_id, shared.epoch);
-                        continue;
-                    }
-                }
-                if !jobs.is_empty() || uring.in_flight() > 0 {
-                    break;
-                }
-                if st.closing && (st.failure.is_some() || (!st.has_queued() && st.cur.is_none())) {
-                    return;
-                }
-                st = match (&st.cur, st.failure) {
-                    (Some(cur), None) => {
-                        let left = shared.block_delay.saturating_sub(cur.opened.elapsed());
-                        shared
-                            .work_cv
-                            .wait_timeout(st, left)
-                            .unwrap_or_else(|p| p.into_inner())
-                            .0
-                    }
-                    _ => shared.work_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
-                };
-            }
-        }
+        let room = depth.saturating_sub(uring.in_flight());
+        let Some((jobs, timer)) = shared.next_work(room, uring.in_flight()) else {
+            return;
+        };
         for (start, len, buf) in jobs {
             let pos = RING_START + start % shared.ring_bytes;
             if let Err(e) = uring.submit_write(fd, start, buf, len, pos) {
@@ -565,14 +546,9 @@ pub(crate) fn uring_worker(shared: Arc<Shared>, mut uring: Uring, fd: RawFd, dep
         }
         // Sleep until a completion, a wake-up (a block sealed meanwhile), or the open block's
         // timer, if there is room to write it when it fires.
-        let timeout = {
-            let st = shared.lock();
-            match &st.cur {
-                Some(cur) if uring.in_flight() < depth => {
-                    shared.block_delay.saturating_sub(cur.opened.elapsed())
-                }
-                _ => URING_WAIT_MAX,
-            }
+        let timeout = match timer {
+            Some(left) if uring.in_flight() < depth => left,
+            _ => URING_WAIT_MAX,
         };
         match uring.reap(timeout) {
             Ok(done) => {
