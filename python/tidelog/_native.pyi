@@ -157,6 +157,13 @@ class Wal:
     def readonly(self) -> bool: ...
     @property
     def closed(self) -> bool: ...
+    @property
+    def backend(self) -> Literal["mmap", "ring"]:
+        """`"ring"` when a ring fronts the data files, else `"mmap"`."""
+    def ring_stats(self) -> dict[str, int | str | bool] | None:
+        """The ring in front of the data files (`device`, `capacity`, `trim_offset`,
+        `next_offset`, `flushed_offset`, `free_bytes`, `checkpoints`, `direct_io`), or None
+        without the ring backend."""
     def append(
         self,
         topic: str,
@@ -347,7 +354,7 @@ class RingWal:
 def open(
     path: str | os.PathLike[str],
     *,
-    fsync: Literal["interval", "always", "never"] = "interval",
+    fsync: Literal["interval", "always", "never"] | None = None,
     fsync_interval_ms: int = 200,
     readonly: bool = False,
     block_size: int | None = None,
@@ -363,4 +370,9 @@ def open(
     space_wait_ms: int | None = None,
     group_wait_us: int | None = None,
     group_bytes_max: int | None = None,
+    backend: Literal["mmap", "ring"] = "mmap",
+    device: str | os.PathLike[str] | None = None,
+    capacity: int | None = None,
+    direct_io: Literal["required", "auto", "off"] = "auto",
+    format: bool = False,
 ) -> Wal: ...

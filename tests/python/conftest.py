@@ -24,9 +24,55 @@ SMALL: dict[str, Any] = {"block_size": BLOCK, "file_size": FILE_SIZE}
 DEADLINE_S = 10.0
 
 
+# Ring capacity for tests on the ring backend: small, so tests also wrap it and fill it.
+RING_CAPACITY = 16 << 20
+# The backend `open_small` uses; the `backend` fixture switches it for one test (and, through
+# the environment, for the Python children the test starts).
+BACKEND_ENV = "TIDELOG_TEST_BACKEND"
+BACKEND = {"name": os.environ.get(BACKEND_ENV, "mmap")}
+
+
+def backend_options() -> dict[str, Any]:
+    """The `tidelog.open` options of the backend under test."""
+    if BACKEND["name"] == "ring":
+        return {"backend": "ring", "capacity": RING_CAPACITY}
+    return {}
+
+
 def open_small(path: str | os.PathLike[str], **options: Any) -> tidelog.Wal:
-    """Opens `path` with the small test geometry (options override it)."""
-    return tidelog.open(path, **{**SMALL, **options})
+    """Opens `path` with the small test geometry (options override it), on the backend
+    under test (read-only handles read the data files alone)."""
+    if options.get("readonly"):
+        return tidelog.open(path, **{**SMALL, **options})
+    return tidelog.open(path, **{**SMALL, **backend_options(), **options})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers",
+        "mmap_only(reason): the test checks the data files of the mmap backend "
+        "(runs once, not on the ring backend)",
+    )
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Runs every test of a module that uses the `backend` fixture on both backends, except
+    those marked `mmap_only`."""
+    if "backend" in metafunc.fixturenames:
+        only_mmap = metafunc.definition.get_closest_marker("mmap_only") is not None
+        metafunc.parametrize("backend", ["mmap"] if only_mmap else ["mmap", "ring"], indirect=True)
+
+
+@pytest.fixture
+def backend(request: pytest.FixtureRequest) -> Iterator[str]:
+    """The backend `open_small` (and the `wal` fixture) use in this test."""
+    BACKEND["name"] = request.param
+    os.environ[BACKEND_ENV] = request.param
+    try:
+        yield request.param
+    finally:
+        BACKEND["name"] = "mmap"
+        del os.environ[BACKEND_ENV]
 
 
 @pytest.fixture

@@ -9,6 +9,9 @@ import pytest
 import tidelog
 from conftest import payload
 
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 UTC_US = pa.timestamp("us", tz="UTC")
 
 

@@ -12,6 +12,9 @@ import pytest
 import tidelog
 from conftest import BLOCK, FILE_SIZE, data_files, open_small, payload, wait_until
 
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 BAD_NAMES = ["", ".", "..", ".hidden", "a/b", "a b", "a@b", "x" * 250, "caf\u00e9", "tab\t"]
 
 

@@ -13,6 +13,9 @@ import pytest
 import tidelog
 from conftest import open_small
 
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def in_child(body: Callable[[], int], timeout_s: float = 20.0) -> int:
     """Runs `body` in a forked child and returns its exit code (the child's verdict).

@@ -10,6 +10,9 @@ import pytest
 import tidelog
 from conftest import open_small, payload
 
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
 
 def fill(wal: tidelog.Wal, topic: str, count: int, start: int = 0) -> None:
     for i in range(start, start + count):

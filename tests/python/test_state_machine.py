@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 import hypothesis.strategies as st
 import pytest
 import tidelog
-from conftest import open_small
+from conftest import RING_CAPACITY, open_small
 from hypothesis import HealthCheck, settings
 from hypothesis.stateful import (
     RuleBasedStateMachine,
@@ -47,6 +47,9 @@ class Model:
 
 
 class WalMachine(RuleBasedStateMachine):
+    # Extra `tidelog.open` options: the backend under test.
+    OPTIONS: dict[str, object] = {}
+
     def __init__(self) -> None:
         super().__init__()
         self.dir = tempfile.mkdtemp(prefix="tidelog-sm-")
@@ -60,7 +63,7 @@ class WalMachine(RuleBasedStateMachine):
 
     @initialize()
     def start(self) -> None:
-        self.wal = open_small(self.dir, fsync="never")
+        self.wal = open_small(self.dir, fsync="never", **self.OPTIONS)
 
     def teardown(self) -> None:
         if self.wal is not None and not self.wal.closed:
@@ -190,7 +193,7 @@ class WalMachine(RuleBasedStateMachine):
     @precondition(lambda self: not self.is_open())
     @rule()
     def reopen(self) -> None:
-        self.wal = open_small(self.dir, fsync="never")
+        self.wal = open_small(self.dir, fsync="never", **self.OPTIONS)
 
     @invariant()
     def views_hold_their_bytes(self) -> None:
@@ -209,10 +212,18 @@ class WalMachine(RuleBasedStateMachine):
             assert info.groups == groups
 
 
-WalMachine.TestCase.settings = settings(
-    max_examples=60,
-    stateful_step_count=40,
-    deadline=None,
-    suppress_health_check=[HealthCheck.too_slow],
-)
+class RingWalMachine(WalMachine):
+    """The same machine with a ring in front of the data files."""
+
+    OPTIONS = {"backend": "ring", "capacity": RING_CAPACITY}
+
+
+for machine in (WalMachine, RingWalMachine):
+    machine.TestCase.settings = settings(
+        max_examples=60,
+        stateful_step_count=40,
+        deadline=None,
+        suppress_health_check=[HealthCheck.too_slow],
+    )
 TestWalMachine = WalMachine.TestCase
+TestRingWalMachine = RingWalMachine.TestCase

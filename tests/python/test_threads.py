@@ -5,7 +5,11 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+import pytest
 import tidelog
+
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
 
 THREADS = 4
 PER_THREAD = 400

@@ -18,6 +18,10 @@ from conftest import open_small, payload, run_python
 
 TESTS_DIR = str(Path(__file__).resolve().parent)
 
+# Every test runs on the mmap and the ring backend (see conftest.py).
+pytestmark = pytest.mark.usefixtures("backend")
+
+
 # The child builds views of records from the first data file (offset 0), the middle and
 # the end, in every form (Record, its value, memoryview, numpy), drops everything but the
 # views, lets `scenario` remove the file under them, and checks every byte.

@@ -42,12 +42,18 @@ use crate::options::OpenOptions;
     space_wait_ms = None,
     group_wait_us = None,
     group_bytes_max = None,
+    backend = None,
+    device = None,
+    capacity = None,
+    direct_io = None,
+    format = false,
 ),
-text_signature = "(path, *, fsync='interval', fsync_interval_ms=200, readonly=False, \
+text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
     max_batch_bytes=None, max_topics=None, retention_ms=None, retention_bytes=None, \
     topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
-    group_bytes_max=None)")]
+    group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
+    format=False)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -68,6 +74,11 @@ fn open(
     space_wait_ms: Option<u64>,
     group_wait_us: Option<u64>,
     group_bytes_max: Option<u64>,
+    backend: Option<&str>,
+    device: Option<PathBuf>,
+    capacity: Option<u64>,
+    direct_io: Option<&Bound<'_, PyAny>>,
+    format: bool,
 ) -> PyResult<wal::PyWal> {
     let config = OpenOptions {
         fsync,
@@ -85,6 +96,7 @@ fn open(
         space_wait_ms,
         group_wait_us,
         group_bytes_max,
+        ring: options::ring_backend(backend, device, capacity, direct_io, format)?,
     }
     .config()?;
     let shown = path.display().to_string();

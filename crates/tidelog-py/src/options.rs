@@ -5,7 +5,9 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use pyo3::prelude::*;
-use tidelog::{Config, DirectIo, Durability, IoEngine, Retention, RingConfig};
+use std::path::PathBuf;
+
+use tidelog::{Config, DirectIo, Durability, IoEngine, Retention, RingBackend, RingConfig};
 
 use crate::error::to_py;
 
@@ -141,6 +143,50 @@ pub struct OpenOptions {
     pub space_wait_ms: Option<u64>,
     pub group_wait_us: Option<u64>,
     pub group_bytes_max: Option<u64>,
+    /// `backend="ring"` and its options.
+    pub ring: Option<RingBackend>,
+}
+
+/// Parses `backend="mmap"|"ring"` with the ring's options (`device`, `capacity`,
+/// `direct_io`, `format`), which only the ring backend takes.
+pub fn ring_backend(
+    backend: Option<&str>,
+    device: Option<PathBuf>,
+    capacity: Option<u64>,
+    direct_io_mode: Option<&Bound<'_, PyAny>>,
+    format: bool,
+) -> PyResult<Option<RingBackend>> {
+    match backend {
+        None | Some("mmap") => {
+            let stray = [
+                ("device", device.is_some()),
+                ("capacity", capacity.is_some()),
+                ("direct_io", direct_io_mode.is_some()),
+                ("format", format),
+            ];
+            if let Some((name, _)) = stray.iter().find(|(_, given)| *given) {
+                return Err(to_py(tidelog::Error::InvalidArgument {
+                    name: "backend",
+                    reason: format!("{name}= is an option of backend=\"ring\""),
+                }));
+            }
+            Ok(None)
+        }
+        Some("ring") => {
+            let ring = RingOptions {
+                capacity,
+                direct_io: direct_io_mode,
+                format,
+                ..RingOptions::default()
+            }
+            .config()?;
+            Ok(Some(RingBackend { device, ring }))
+        }
+        Some(other) => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "backend",
+            reason: format!("{other:?} is not one of \"mmap\", \"ring\""),
+        })),
+    }
 }
 
 fn retention(max_age_ms: Option<u64>, max_bytes: Option<u64>) -> Retention {
@@ -154,6 +200,10 @@ impl OpenOptions {
     /// The engine config; validation (ranges, geometry) is the engine's.
     pub fn config(&self) -> PyResult<Config> {
         let mut config = Config::default();
+        if let Some(ring) = &self.ring {
+            // With a ring, a durable append costs one ring block write: the natural mode.
+            config = config.ring(ring.clone()).durability(Durability::Always);
+        }
         if let Some(fsync) = &self.fsync {
             config = config.durability(durability(fsync)?);
         }

@@ -143,6 +143,37 @@ impl PyWal {
         self.wal.is_closed()
     }
 
+    /// `"ring"` when a ring fronts the data files, else `"mmap"`.
+    #[getter]
+    fn backend(&self) -> &'static str {
+        if self.wal.config().ring.is_some() {
+            "ring"
+        } else {
+            "mmap"
+        }
+    }
+
+    /// The ring in front of the data files as a dict, or None without one.
+    fn ring_stats<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let Some(stats) = attached(|| {
+            self.wal.ensure_open()?;
+            Ok(self.wal.ring_stats())
+        })?
+        else {
+            return Ok(None);
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("device", stats.device.display().to_string())?;
+        dict.set_item("capacity", stats.capacity_bytes)?;
+        dict.set_item("trim_offset", stats.trim_offset)?;
+        dict.set_item("next_offset", stats.next_offset)?;
+        dict.set_item("flushed_offset", stats.flushed_offset)?;
+        dict.set_item("free_bytes", stats.free_bytes)?;
+        dict.set_item("checkpoints", stats.checkpoints)?;
+        dict.set_item("direct_io", stats.direct_io)?;
+        Ok(Some(dict))
+    }
+
     #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
     fn append(
         &self,
@@ -323,8 +354,9 @@ impl PyWal {
 
     fn __repr__(&self) -> String {
         format!(
-            "Wal(path={:?}, readonly={}, closed={})",
+            "Wal(path={:?}, backend={:?}, readonly={}, closed={})",
             self.path,
+            self.backend(),
             self.wal.is_read_only(),
             self.wal.is_closed()
         )

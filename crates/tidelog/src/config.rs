@@ -4,9 +4,11 @@
 //! [`Error::LimitExceeded`] that names the field.
 
 use std::collections::BTreeMap;
+use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::format;
+use crate::ring::RingConfig;
 
 const KIB: u64 = 1024;
 const MIB: u64 = 1024 * KIB;
@@ -21,6 +23,13 @@ const SYNC_INTERVAL_MAX_MS: u64 = 3_600_000;
 const GROUP_WAIT_MAX_US: u64 = 1_000_000;
 /// Longest wait for disk space (one hour).
 const SPACE_WAIT_MAX_MS: u64 = 3_600_000;
+/// Default record and batch limit with the ring backend: every batch is one ring entry, and
+/// the ring's block buffers are sized for the largest (see [`RingBackend`]).
+const RING_PAYLOAD_DEFAULT: u64 = 4 * MIB;
+/// Capacity of a ring file the ring backend creates when none was given (256 MiB).
+pub const RING_CAPACITY_DEFAULT: u64 = 256 * MIB;
+/// Name of the ring file inside the data directory when no device is given.
+pub const RING_FILE: &str = "ring.wal";
 
 /// When an append counts as durable.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
@@ -74,6 +83,34 @@ impl Retention {
     }
 }
 
+/// The ring backend: appends are made durable in a direct-I/O ring (a block device or a
+/// preallocated file) and moved into the data files in the background (see
+/// `docs/ARCHITECTURE.md`, "The topic log on the ring").
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RingBackend {
+    /// The ring's block device or file; `None` means [`RING_FILE`] inside the data directory.
+    pub device: Option<PathBuf>,
+    /// The ring's settings. A missing file is created at `capacity_bytes`, or at
+    /// [`RING_CAPACITY_DEFAULT`] when that is `None`. `max_record_bytes` is ignored: the
+    /// ring's entry limit follows the Wal's record and batch limits.
+    pub ring: RingConfig,
+}
+
+impl RingBackend {
+    /// The ring in `device` with default settings.
+    pub fn device(path: impl Into<PathBuf>) -> Self {
+        RingBackend {
+            device: Some(path.into()),
+            ring: RingConfig::default(),
+        }
+    }
+    /// Sets the ring's settings.
+    pub fn ring(mut self, ring: RingConfig) -> Self {
+        self.ring = ring;
+        self
+    }
+}
+
 /// Settings for [`crate::Wal::open`]. Build with [`Config::default`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -114,6 +151,9 @@ pub struct Config {
     /// Data bytes between two entries of a topic's sparse offset/time index (Kafka's
     /// `index.interval.bytes`). Default 4096.
     pub index_interval_bytes: u64,
+    /// Puts a ring in front of the data files (`None`, the default: appends go to the data
+    /// files alone). Record and batch limits then default to 4 MiB.
+    pub ring: Option<RingBackend>,
 }
 
 impl Default for Config {
@@ -134,6 +174,7 @@ impl Default for Config {
             disk_bytes_max: None,
             space_wait_ms: 0,
             index_interval_bytes: 4 * KIB,
+            ring: None,
         }
     }
 }
@@ -222,11 +263,25 @@ impl Config {
         self.index_interval_bytes = bytes;
         self
     }
+    /// Sets [`Config::ring`]: the ring backend.
+    pub fn ring(mut self, ring: RingBackend) -> Self {
+        self.ring = Some(ring);
+        self
+    }
+
+    /// The default payload limit: 64 MiB, or 4 MiB with the ring backend.
+    fn payload_default(&self) -> u64 {
+        if self.ring.is_some() {
+            RING_PAYLOAD_DEFAULT
+        } else {
+            DEFAULT_PAYLOAD_MAX
+        }
+    }
 
     /// The record size limit in force.
     pub fn record_bytes_max(&self) -> u64 {
         self.max_record_bytes.unwrap_or_else(|| {
-            DEFAULT_PAYLOAD_MAX
+            self.payload_default()
                 .min(self.extent_payload_max())
                 .min(format::FRAME_PAYLOAD_MAX)
         })
@@ -235,7 +290,7 @@ impl Config {
     /// The batch size limit in force.
     pub fn batch_bytes_max(&self) -> u64 {
         self.max_batch_bytes
-            .unwrap_or_else(|| DEFAULT_PAYLOAD_MAX.min(self.extent_payload_max()))
+            .unwrap_or_else(|| self.payload_default().min(self.extent_payload_max()))
     }
 
     /// Blocks in one data file.
@@ -354,6 +409,19 @@ impl Config {
                 "space_wait_ms",
                 format!("must be at most {SPACE_WAIT_MAX_MS}"),
             ));
+        }
+        if self.ring.is_some() {
+            let entry = crate::journal::entry_bytes_max(record_max, batch_max);
+            if entry > crate::ring::RECORD_BYTES_MAX {
+                return Err(Error::invalid(
+                    "max_batch_bytes",
+                    format!(
+                        "with the ring backend, records and batches are at most {} bytes \
+                         (every batch is one ring entry)",
+                        crate::ring::RECORD_BYTES_MAX - (entry - record_max.max(batch_max))
+                    ),
+                ));
+            }
         }
         Ok(())
     }

@@ -41,6 +41,7 @@ mod error;
 mod file;
 pub mod format;
 pub mod io;
+mod journal;
 mod mmap;
 mod prefault;
 mod process;
@@ -54,15 +55,19 @@ mod topic;
 mod uring;
 mod wal;
 
-pub use config::{Config, Durability, FILE_SIZE_MAX, Retention, validate_name};
+pub use config::{
+    Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, Retention, RingBackend,
+    validate_name,
+};
 pub use error::{Error, Result};
 pub use file::FileState;
+pub use journal::MARKER_FILE as RING_MARKER_FILE;
 pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
 pub use sync::AppendHandle;
 pub use topic::Append;
-pub use wal::{DiskUsage, LOCK_FILE, TopicInfo, Wal, Writer};
+pub use wal::{DiskUsage, LOCK_FILE, RingStats, TopicInfo, Wal, Writer};
 
 /// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each
 /// `Wal`'s own clock, which tracks this one to within about a microsecond.

@@ -37,6 +37,10 @@ pub struct RecoveryReport {
     pub torn_records: u64,
     /// Extents dropped because they followed a gap in their topic's offsets.
     pub dropped_extents: u64,
+    /// Ring backend: records replayed from the ring into the data files.
+    pub ring_records_replayed: u64,
+    /// Ring backend: records in the ring that the data files already held.
+    pub ring_records_held: u64,
 }
 
 /// One topic as recovered.

@@ -15,6 +15,7 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::ring::RingAppend;
 
 /// The first failed sync, kept to fail every later caller with the same errno.
 #[derive(Debug)]
@@ -471,17 +472,31 @@ pub(crate) struct GroupLimits {
 /// wait on (as AutoMQ's `append` returns a future).
 #[derive(Debug, Clone)]
 pub struct AppendHandle {
-    queue: Arc<SyncQueue>,
     offsets: Range<u64>,
-    ticket: u64,
+    durable: Durable,
+}
+
+/// What an [`AppendHandle`] waits on.
+#[derive(Debug, Clone)]
+enum Durable {
+    /// A sync ticket of the data files.
+    Ticket { queue: Arc<SyncQueue>, ticket: u64 },
+    /// The ring block holding the append's journal entry (the ring backend).
+    Ring(RingAppend),
 }
 
 impl AppendHandle {
     pub(crate) fn new(queue: Arc<SyncQueue>, offsets: Range<u64>, ticket: u64) -> Self {
         AppendHandle {
-            queue,
             offsets,
-            ticket,
+            durable: Durable::Ticket { queue, ticket },
+        }
+    }
+
+    pub(crate) fn ring(offsets: Range<u64>, ring: RingAppend) -> Self {
+        AppendHandle {
+            offsets,
+            durable: Durable::Ring(ring),
         }
     }
 
@@ -497,19 +512,30 @@ impl AppendHandle {
 
     /// True once the records are durable.
     pub fn is_durable(&self) -> bool {
-        self.queue.is_done(self.ticket)
+        match &self.durable {
+            Durable::Ticket { queue, ticket } => queue.is_done(*ticket),
+            Durable::Ring(ring) => ring.is_durable(),
+        }
     }
 
     /// Waits until the records are durable. Fails with the sync's error if the sync that
     /// covered them failed, and with [`Error::Poisoned`] or [`Error::Closed`] if no sync
     /// can cover them any more.
     pub fn wait(&self) -> Result<()> {
-        self.queue.wait(self.ticket, None).map(|_| ())
+        match &self.durable {
+            Durable::Ticket { queue, ticket } => queue.wait(*ticket, None).map(|_| ()),
+            Durable::Ring(ring) => ring.wait().map(|_| ()),
+        }
     }
 
     /// As [`AppendHandle::wait`], for at most `timeout`; `Ok(false)` when time ran out.
     pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
-        self.queue.wait(self.ticket, Some(Instant::now() + timeout))
+        match &self.durable {
+            Durable::Ticket { queue, ticket } => {
+                queue.wait(*ticket, Some(Instant::now() + timeout))
+            }
+            Durable::Ring(ring) => ring.wait_timeout(timeout).map(|d| d.is_some()),
+        }
     }
 }
 

@@ -14,7 +14,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
+use crate::journal::Journal;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
+use crate::ring::RingAppend;
 use crate::spin::{SpinGuard, SpinLock};
 use crate::sync::SyncQueue;
 
@@ -68,6 +70,8 @@ pub struct Ctx<'a> {
     pub sync: &'a SyncQueue,
     /// Populates pages ahead of the tail (`None` for handles without the thread).
     pub prefault: Option<&'a Prefaulter>,
+    /// The ring fronting the data files: each append writes its entry there first.
+    pub journal: Option<&'a Journal>,
 }
 
 /// Writer-side state, under the topic lock.
@@ -254,8 +258,13 @@ impl Topic {
         list.retain(|b| !sealed.iter().any(|s| Arc::ptr_eq(s, b)));
     }
 
-    /// Appends `records` as one crash-atomic batch; returns their offsets.
-    pub fn append(&self, ctx: &Ctx<'_>, records: &[Append<'_>]) -> Result<Range<u64>> {
+    /// Appends `records` as one crash-atomic batch; returns their offsets, and with a
+    /// journal the ring append that makes them durable.
+    pub fn append(
+        &self,
+        ctx: &Ctx<'_>,
+        records: &[Append<'_>],
+    ) -> Result<(Range<u64>, Option<RingAppend>)> {
         let n = records.len() as u64;
         debug_assert!(n > 0);
         let now = if records.iter().any(|r| r.timestamp_us.is_none()) {
@@ -290,6 +299,13 @@ impl Topic {
             return Err(Error::Closed);
         };
         let first = tail.next_offset;
+        // The journal entry goes in under the reservation, so a topic's entries lie in the
+        // ring in offset order. Nothing is reserved yet: a failure leaves the topic as it was
+        // (a roll only moved it to an empty extent).
+        let ring = match ctx.journal {
+            Some(journal) => Some(journal.write(&self.name, first, records, now)?),
+            None => None,
+        };
         let start_pos = tail.pos;
         let mut pos = start_pos;
         for (i, r) in records.iter().enumerate() {
@@ -323,7 +339,7 @@ impl Topic {
         if ctx.write_through {
             let result = self.write_through(ctx, &block, records, first, now, start_pos, total);
             self.publish(&block, first, n, count_after, start_pos + total);
-            return result.map(|()| first..first + n);
+            return result.map(|()| (first..first + n, ring));
         }
         let mut pos = start_pos;
         let mut small = [0u8; format::SMALL_FRAME_MAX];
@@ -342,7 +358,7 @@ impl Topic {
         }
 
         self.publish(&block, first, n, count_after, pos);
-        Ok(first..first + n)
+        Ok((first..first + n, ring))
     }
 
     /// Encodes the frames of `records` into one buffer and writes it at `start_pos` with one

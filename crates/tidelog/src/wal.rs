@@ -21,16 +21,21 @@ use crate::error::{Error, Result};
 use crate::file::{DataFile, FileState};
 use crate::format::ProgressState;
 use crate::io::{StdStorage, Storage};
+use crate::journal::{self, Journal};
 use crate::prefault::Prefaulter;
 use crate::process;
 use crate::reader::{self, Reader, ReaderOptions, Record};
 use crate::reclaim;
 use crate::recovery::{self, Known, RecoveryReport};
+use crate::ring::{RingAppend, format::RING_START};
 use crate::sync::{AppendHandle, GroupLimits, SyncQueue, Wake};
 use crate::topic::{Append, Ctx, Topic};
 
 /// Name of the lock file in a data directory.
 pub const LOCK_FILE: &str = "LOCK";
+
+/// Longest an append waits for checkpoints to make room in a full ring (the ring backend).
+const RING_FULL_WAIT: Duration = Duration::from_secs(60);
 
 #[derive(Debug, Default)]
 struct TopicTable {
@@ -77,6 +82,8 @@ pub(crate) struct Shared {
     /// The process that opened the handle and its fork generation (see `process`).
     opener_pid: u32,
     fork_generation: u64,
+    /// The ring in front of the data files (the ring backend; writable handles only).
+    journal: Option<Journal>,
 }
 
 /// How one append becomes durable and waits for space: the Wal's defaults or a writer's.
@@ -121,9 +128,11 @@ impl Shared {
             config: &self.config,
             clock: &self.clock,
             space_wait: opts.space_wait,
-            write_through: opts.durability == Durability::Always,
+            // With a ring, durability is the ring's: the data files are synced by checkpoints.
+            write_through: opts.durability == Durability::Always && self.journal.is_none(),
             sync: &self.sync,
             prefault: Some(&self.prefault),
+            journal: self.journal.as_ref(),
         }
     }
 
@@ -259,9 +268,101 @@ impl Shared {
         }
     }
 
-    /// Whether the sync thread's periodic pass runs.
+    /// Whether the sync thread's periodic pass runs (with a ring, checkpoints do its work).
     fn periodic_flush(&self) -> bool {
-        self.config.durability != Durability::Never || self.interval_writers.load(Ordering::Acquire)
+        self.journal.is_none()
+            && (self.config.durability != Durability::Never
+                || self.interval_writers.load(Ordering::Acquire))
+    }
+
+    /// Makes everything appended so far durable in the data files (and, with a ring,
+    /// trims the ring past it).
+    fn flush_all(&self) -> Result<()> {
+        match &self.journal {
+            Some(journal) => {
+                // Ring first, so every append handle taken so far completes too.
+                journal.ring().flush()?;
+                journal.checkpoint(&|| self.flush())
+            }
+            None => self.flush(),
+        }
+    }
+
+    /// Replays the ring into the data files at open: every record an entry holds that the
+    /// files do not (a topic's entries are in offset order, so the files hold a prefix).
+    /// Returns `(records replayed, records the files already held)`.
+    fn replay_journal(&self) -> Result<(u64, u64)> {
+        let Some(journal) = &self.journal else {
+            return Ok((0, 0));
+        };
+        let ctx = Ctx {
+            write_through: false,
+            prefault: None,
+            journal: None,
+            ..self.ctx(self.default_opts())
+        };
+        let ring = journal.ring();
+        let corrupt = |topic: &str, offset: u64, reason: String| Error::Corruption {
+            topic: topic.to_owned(),
+            offset,
+            path: journal.device().to_owned(),
+            position: RING_START + offset % ring.ring_bytes(),
+            reason,
+        };
+        let (mut replayed, mut held) = (0, 0);
+        for item in ring.recover()? {
+            let (at, body) = item?;
+            let entry = journal::decode(&body)
+                .map_err(|reason| corrupt("", at, format!("journal entry: {reason}")))?;
+            let topic = self.topic_or_create(entry.topic)?;
+            let next = topic.next_offset();
+            let n = entry.records.len() as u64;
+            if entry.first > next {
+                return Err(corrupt(
+                    entry.topic,
+                    at,
+                    format!(
+                        "the ring continues the topic at offset {} but its data files end at {next}",
+                        entry.first
+                    ),
+                ));
+            }
+            let have = (next - entry.first).min(n);
+            held += have;
+            if have < n {
+                topic.append(&ctx, &entry.records[have as usize..])?;
+                replayed += n - have;
+            }
+        }
+        Ok((replayed, held))
+    }
+
+    /// One append into the topic, through the ring when there is one. A full ring waits for
+    /// the uploader's checkpoints to make room, while they do.
+    fn append_to(
+        &self,
+        topic: &Topic,
+        records: &[Append<'_>],
+        opts: WriteOpts,
+    ) -> Result<(Range<u64>, Option<RingAppend>)> {
+        let Some(journal) = &self.journal else {
+            return topic.append(&self.ctx(opts), records);
+        };
+        journal.check_fits(&topic.name, records)?;
+        let deadline = Instant::now() + RING_FULL_WAIT.max(opts.space_wait);
+        loop {
+            let seen = journal.checkpoints();
+            let result = {
+                let _gate = journal.gate();
+                topic.append(&self.ctx(opts), records)
+            };
+            match result {
+                Err(Error::RingFull { .. }) if journal.wait_checkpoint(seen, deadline) => {
+                    self.sync.check()?;
+                }
+                other => return other,
+            }
+        }
     }
 
     /// Drops the consumed extents at the front of `topic` and queues the files that frees.
@@ -380,11 +481,17 @@ impl Shared {
     fn append(&self, topic: &Topic, records: &[Append<'_>], opts: WriteOpts) -> Result<Range<u64>> {
         self.check_writable()?;
         self.validate_records(records)?;
-        if opts.durability != Durability::Always {
-            return topic.append(&self.ctx(opts), records);
+        if opts.durability != Durability::Always || self.journal.is_some() {
+            let (offsets, ring) = self.append_to(topic, records, opts)?;
+            if let Some(ring) = ring
+                && opts.durability == Durability::Always
+            {
+                ring.wait()?;
+            }
+            return Ok(offsets);
         }
         let in_flight = self.sync.begin_write();
-        let offsets = topic.append(&self.ctx(opts), records)?;
+        let (offsets, _) = topic.append(&self.ctx(opts), records)?;
         let bytes = records.iter().map(Append::payload_len).sum();
         let ticket = self.sync.ticket(bytes, false, Some(in_flight));
         self.sync
@@ -400,8 +507,15 @@ impl Shared {
     ) -> Result<AppendHandle> {
         self.check_writable()?;
         self.validate_records(records)?;
+        if self.journal.is_some() {
+            let (offsets, ring) = self.append_to(topic, records, opts)?;
+            let ring = ring.ok_or_else(|| {
+                Error::invalid("backend", "a ring-fronted append returned no ring handle")
+            })?;
+            return Ok(AppendHandle::ring(offsets, ring));
+        }
         let in_flight = self.sync.begin_write();
-        let offsets = topic.append(&self.ctx(opts), records)?;
+        let (offsets, _) = topic.append(&self.ctx(opts), records)?;
         let bytes = records.iter().map(Append::payload_len).sum();
         let urgent = opts.durability == Durability::Always;
         let ticket = self.sync.ticket(bytes, urgent, Some(in_flight));
@@ -423,6 +537,11 @@ impl Shared {
             .unwrap_or_else(|p| p.into_inner())
             .by_name
             .remove(name);
+        // Its entries leave the ring before its extents are marked deleted, so a replay
+        // never brings back records of a deleted topic.
+        if let Some(journal) = &self.journal {
+            journal.checkpoint(&|| self.flush())?;
+        }
         self.cursors
             .remove_topic(self.storage.as_ref(), &self.dir, name)?;
         let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
@@ -465,6 +584,10 @@ impl Shared {
             }
             self.sync.wait_idle();
             result = self.flush_pass(true);
+            if let Some(journal) = &self.journal {
+                let closed = journal.close(self.storage.as_ref(), result.is_ok());
+                result = result.and(closed);
+            }
         }
         self.sync.close();
         self.closed.store(true, Ordering::Release);
@@ -532,6 +655,28 @@ pub struct DiskUsage {
     pub bytes: u64,
 }
 
+/// The ring in front of a directory's data files (the ring backend), as of one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RingStats {
+    /// The ring's block device or file.
+    pub device: PathBuf,
+    /// Its size, header slots included.
+    pub capacity_bytes: u64,
+    /// Entries below this ring offset are in the durable data files and gone from the ring.
+    pub trim_offset: u64,
+    /// The ring offset the next entry gets.
+    pub next_offset: u64,
+    /// Everything below this ring offset is durable in the ring.
+    pub flushed_offset: u64,
+    /// Ring bytes free for new entries.
+    pub free_bytes: u64,
+    /// Checkpoints run since open.
+    pub checkpoints: u64,
+    /// True when the ring writes with `O_DIRECT`.
+    pub direct_io: bool,
+}
+
 /// An open log directory.
 ///
 /// Cheap to share: wrap it in an `Arc`, or make [`Writer`]s and [`Reader`]s, which are
@@ -597,6 +742,20 @@ impl Wal {
             None
         } else {
             Some(lock_dir(storage.as_ref(), dir)?)
+        };
+        let journal = match (&config.ring, read_only) {
+            (_, true) => Ok(None),
+            (None, false) => Journal::check_unfronted(dir).map(|()| None),
+            (Some(backend), false) => {
+                Journal::open(dir, &config, backend, Arc::clone(&storage)).map(Some)
+            }
+        };
+        let journal = match journal {
+            Ok(j) => j,
+            Err(e) => {
+                release_lock(lock_file);
+                return Err(e);
+            }
         };
         let recovered = match recovery::recover(
             dir,
@@ -674,11 +833,23 @@ impl Wal {
             sync: Arc::new(SyncQueue::default()),
             interval_writers: AtomicBool::new(false),
             prefault: Prefaulter::default(),
+            journal,
         });
         let mut threads = Vec::new();
         if !read_only {
-            // Seal what recovery cut, before new appends make more work.
+            // What the ring holds beyond the data files goes into them before anything else.
+            let (replayed, held) = shared.replay_journal()?;
+            {
+                let mut report = shared.report.lock().unwrap_or_else(|p| p.into_inner());
+                report.ring_records_replayed = replayed;
+                report.ring_records_held = held;
+            }
+            // Seal what recovery cut, before new appends make more work. With a ring, the data
+            // files now hold everything it held: empty it.
             shared.flush()?;
+            if let Some(journal) = &shared.journal {
+                journal.ring().reset()?;
+            }
             // Rebuild consumption from the persisted cursors and retention; delete what is
             // done, so space from before the restart comes back now.
             shared
@@ -695,11 +866,15 @@ impl Wal {
             if let Err(e) = result {
                 shared.report_background(e);
             }
-            for (name, work) in [
+            let mut work_loops = vec![
                 ("tidelog-sync", sync_loop as fn(&Shared)),
                 ("tidelog-housekeeping", housekeeping_loop),
                 ("tidelog-prefault", |shared: &Shared| shared.prefault.run()),
-            ] {
+            ];
+            if shared.journal.is_some() {
+                work_loops.push(("tidelog-upload", upload_loop));
+            }
+            for (name, work) in work_loops {
                 let bg = Arc::clone(&shared);
                 let handle = std::thread::Builder::new()
                     .name(name.to_owned())
@@ -747,6 +922,23 @@ impl Wal {
     /// True for a handle from [`Wal::open_read_only`].
     pub fn is_read_only(&self) -> bool {
         self.shared.read_only
+    }
+
+    /// The ring in front of the data files: `None` without the ring backend (and for
+    /// read-only handles, which read the data files alone).
+    pub fn ring_stats(&self) -> Option<RingStats> {
+        let journal = self.shared.journal.as_ref()?;
+        let ring = journal.ring();
+        Some(RingStats {
+            device: journal.device().to_owned(),
+            capacity_bytes: ring.capacity_bytes(),
+            trim_offset: ring.trim_offset(),
+            next_offset: ring.next_offset(),
+            flushed_offset: ring.flushed_offset(),
+            free_bytes: ring.free_bytes(),
+            checkpoints: journal.checkpoints(),
+            direct_io: ring.direct_io(),
+        })
     }
 
     /// What recovery found when this handle opened (and at the last refresh).
@@ -869,7 +1061,7 @@ impl Wal {
         {
             return Err(e);
         }
-        self.shared.flush()
+        self.shared.flush_all()
     }
 
     /// Names of all topics, sorted.
@@ -1042,6 +1234,9 @@ impl Wal {
         self.shared.wake.notify_all();
         self.shared.sync.stop_thread();
         self.shared.prefault.stop();
+        if let Some(journal) = &self.shared.journal {
+            journal.stop_uploader();
+        }
         let threads = std::mem::take(&mut *self.threads.lock().unwrap_or_else(|p| p.into_inner()));
         for handle in threads {
             // A panicked thread already lost its work; close's own flush reports the state.
@@ -1147,7 +1342,7 @@ impl Writer {
     /// Makes everything appended so far (to every topic) durable.
     pub fn flush(&self) -> Result<()> {
         self.shared.check_writable()?;
-        self.shared.flush()
+        self.shared.flush_all()
     }
 }
 
@@ -1224,6 +1419,18 @@ fn sync_loop(shared: &Shared) {
                 }
             }
         }
+    }
+}
+
+/// The uploader thread (ring backend): checkpoints that move the ring's contents into the
+/// durable data files and trim the ring.
+fn upload_loop(shared: &Shared) {
+    if let Some(journal) = &shared.journal {
+        journal.run_uploader(
+            Duration::from_millis(shared.config.sync_interval_ms),
+            &|| shared.flush(),
+            &|e| shared.report_background(e),
+        );
     }
 }
 

@@ -28,11 +28,14 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use common::{BLOCK, Rng, child_command, child_env, geometry, tempdir};
-use tidelog::{Config, Durability, Error, ReaderOptions, StartPosition, Wal, Writer};
+use tidelog::{
+    Config, Durability, Error, ReaderOptions, RingBackend, RingConfig, StartPosition, Wal, Writer,
+};
 
 const ENTRY: &str = "child_process_entry";
 const TOPICS: [&str; 3] = ["orders", "events", "audit"];
 const DEFAULT_CYCLES: u64 = 50;
+const DEFAULT_RING_CYCLES: u64 = 30;
 /// Appends `append_async` keeps in flight before waiting for the oldest.
 const ASYNC_WINDOW: usize = 4;
 /// Writer tags of cycle `c` are `c * TAGS_PER_CYCLE + index into WRITERS`.
@@ -64,12 +67,48 @@ const WRITERS: [(usize, Kind); 6] = [
     (2, Kind::Async),
 ];
 
-fn child_config() -> Config {
-    geometry(8, BLOCK).durability(Durability::Always)
+/// Where appends become durable: the data files alone, or a ring in front of them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Backend {
+    Mmap,
+    Ring,
 }
 
-fn parent_config() -> Config {
-    geometry(8, BLOCK)
+impl Backend {
+    fn name(self) -> &'static str {
+        match self {
+            Backend::Mmap => "mmap",
+            Backend::Ring => "ring",
+        }
+    }
+
+    fn parse(name: &str) -> Backend {
+        match name {
+            "mmap" => Backend::Mmap,
+            "ring" => Backend::Ring,
+            _ => panic!("unknown backend {name:?}"),
+        }
+    }
+
+    /// The ring (a file in the directory) checkpoints every 25 ms, so kills also land
+    /// inside checkpoints and trims.
+    fn config(self) -> Config {
+        let config = geometry(8, BLOCK);
+        match self {
+            Backend::Mmap => config,
+            Backend::Ring => config
+                .sync_interval_ms(25)
+                .ring(RingBackend::default().ring(RingConfig::default().capacity_bytes(8 << 20))),
+        }
+    }
+}
+
+fn child_config(backend: Backend) -> Config {
+    backend.config().durability(Durability::Always)
+}
+
+fn parent_config(backend: Backend) -> Config {
+    backend.config()
 }
 
 fn writer_of(tag: u32) -> (usize, Kind) {
@@ -190,14 +229,16 @@ fn child_process_entry() {
     let Some((dir, mode)) = child_env() else {
         return;
     };
-    let cycle: u32 = mode.parse().expect("child: cycle number");
+    let (cycle, backend) = mode.split_once(':').expect("child: cycle:backend");
+    let cycle: u32 = cycle.parse().expect("child: cycle number");
+    let backend = Backend::parse(backend);
     // A failed append panics one thread: end the whole child so the parent sees it at once.
     let hook = std::panic::take_hook();
     std::panic::set_hook(Box::new(move |info| {
         hook(info);
         std::process::exit(101);
     }));
-    let wal = Wal::open_with(&dir, child_config()).expect("child: open");
+    let wal = Wal::open_with(&dir, child_config(backend)).expect("child: open");
     for (index, &(topic, kind)) in WRITERS.iter().enumerate() {
         let writer = wal.writer(TOPICS[topic]).expect("child: writer");
         let tag = cycle * TAGS_PER_CYCLE + index as u32;
@@ -245,8 +286,9 @@ enum Kill {
 }
 
 /// Runs one child, SIGKILLs it at `when`, and returns every ack it printed.
-fn run_and_kill(dir: &Path, cycle: u64, when: Kill) -> Vec<Ack> {
-    let mut child = child_command(ENTRY, dir, &cycle.to_string())
+fn run_and_kill(dir: &Path, cycle: u64, backend: Backend, when: Kill) -> Vec<Ack> {
+    let mode = format!("{cycle}:{}", backend.name());
+    let mut child = child_command(ENTRY, dir, &mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -491,7 +533,18 @@ fn env_u64(name: &str) -> Option<u64> {
 
 #[test]
 fn kill_nine_keeps_every_acknowledged_record() {
-    let cycles = env_u64("TIDELOG_CRASH_CYCLES").unwrap_or(DEFAULT_CYCLES);
+    campaign(Backend::Mmap, DEFAULT_CYCLES);
+}
+
+/// The same campaign with the ring in front of the data files (kills land in appends,
+/// checkpoints, trims, and the replay at open).
+#[test]
+fn kill_nine_keeps_every_acknowledged_record_with_the_ring_backend() {
+    campaign(Backend::Ring, DEFAULT_RING_CYCLES);
+}
+
+fn campaign(backend: Backend, default_cycles: u64) {
+    let cycles = env_u64("TIDELOG_CRASH_CYCLES").unwrap_or(default_cycles);
     let seed = env_u64("TIDELOG_CRASH_SEED").unwrap_or_else(|| {
         SystemTime::now()
             .duration_since(UNIX_EPOCH)
@@ -518,9 +571,12 @@ fn kill_nine_keeps_every_acknowledged_record() {
         } else {
             Kill::AfterFirstAck(Duration::from_millis(rng.range(10, 80)))
         };
-        let acks = run_and_kill(dir.path(), cycle, when);
-        let ctx = format!("cycle {cycle} (TIDELOG_CRASH_SEED={seed}, killed {when:?})");
-        let wal = Wal::open_with(dir.path(), parent_config())
+        let acks = run_and_kill(dir.path(), cycle, backend, when);
+        let ctx = format!(
+            "{} cycle {cycle} (TIDELOG_CRASH_SEED={seed}, killed {when:?})",
+            backend.name()
+        );
+        let wal = Wal::open_with(dir.path(), parent_config(backend))
             .unwrap_or_else(|e| panic!("{ctx}: reopen: {e:?}"));
         let report = wal.recovery_report();
         // Every byte of every record every tenth cycle and in the last.
