@@ -374,5 +374,5 @@ def open(
     device: str | os.PathLike[str] | None = None,
     capacity: int | None = None,
     direct_io: Literal["required", "auto", "off"] = "auto",
-    format: bool = False,
+    format: bool = False,  # noqa: A002 (the documented option name)
 ) -> Wal: ...

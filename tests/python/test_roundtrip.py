@@ -353,7 +353,9 @@ def test_every_documented_option_is_accepted(tmp_path: Path) -> None:
         assert wal.append_batch("t", [b"y"] * 100) == range(0, 100)
 
 
-@pytest.mark.mmap_only("fsync='never' leaves appends pending only on the data files; a ring writes each block at once")
+@pytest.mark.mmap_only(
+    "fsync='never' leaves appends pending only in the data files; a ring writes blocks at once"
+)
 def test_append_handle_waits_for_durability(tmp_path: Path) -> None:
     # Without a background flush nothing becomes durable until flush().
     with open_small(tmp_path, fsync="never") as wal:

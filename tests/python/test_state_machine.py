@@ -5,6 +5,7 @@ from __future__ import annotations
 import shutil
 import tempfile
 from dataclasses import dataclass, field
+from typing import ClassVar
 
 import hypothesis.strategies as st
 import pytest
@@ -48,7 +49,7 @@ class Model:
 
 class WalMachine(RuleBasedStateMachine):
     # Extra `tidelog.open` options: the backend under test.
-    OPTIONS: dict[str, object] = {}
+    OPTIONS: ClassVar[dict[str, object]] = {}
 
     def __init__(self) -> None:
         super().__init__()
@@ -215,7 +216,7 @@ class WalMachine(RuleBasedStateMachine):
 class RingWalMachine(WalMachine):
     """The same machine with a ring in front of the data files."""
 
-    OPTIONS = {"backend": "ring", "capacity": RING_CAPACITY}
+    OPTIONS: ClassVar[dict[str, object]] = {"backend": "ring", "capacity": RING_CAPACITY}
 
 
 for machine in (WalMachine, RingWalMachine):
