@@ -1,7 +1,7 @@
 //! The `Wal` handle: open (lock, recover), topics, writers, readers, flush, close, deletion,
-//! and its three threads: the sync thread (group commits, periodic flush), the housekeeping
-//! thread (spare files, clock, retention, file deletion) and the prefault thread (pages ahead
-//! of each topic's tail).
+//! and its threads: the sync thread (group commits, periodic flush), the housekeeping thread
+//! (spare files, clock, retention, file deletion), the prefault thread (pages ahead of each
+//! topic's tail) and, with the ring backend, the uploader (checkpoints, see `journal`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
