@@ -218,18 +218,26 @@ impl Journal {
             .clone()
             .unwrap_or_else(|| dir.join(RING_FILE));
         let marker = dir.join(MARKER_FILE);
-        if let Some(recorded) = read_marker(&marker)?
-            && !same_file(&recorded, &device)
-        {
-            return Err(Error::invalid(
-                "device",
-                format!(
-                    "{} is fronted by the ring at {}, not {}",
-                    dir.display(),
-                    recorded.display(),
-                    device.display()
-                ),
-            ));
+        if let Some(recorded) = read_marker(&marker)? {
+            if !same_file(&recorded, &device) {
+                return Err(Error::invalid(
+                    "device",
+                    format!(
+                        "{} is fronted by the ring at {}, not {}",
+                        dir.display(),
+                        recorded.display(),
+                        device.display()
+                    ),
+                ));
+            }
+            // A new ring in place of a lost one would drop its appends without a word.
+            if !device.exists() {
+                return Err(Error::io(
+                    "open the directory's ring",
+                    &device,
+                    std::io::Error::from(std::io::ErrorKind::NotFound),
+                ));
+            }
         }
         let entry_bytes_max = entry_bytes_max(config.record_bytes_max(), config.batch_bytes_max());
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);

@@ -195,6 +195,18 @@ fn a_fronted_directory_needs_its_ring() {
         r => panic!("expected InvalidArgument(device), got {r:?}"),
     }
     assert!(!elsewhere.path().join("other.wal").exists());
+    // Its ring is gone: no new, empty one takes its place.
+    let ring = dir.path().join(RING_FILE);
+    let kept = dir.path().join("ring.kept");
+    std::fs::rename(&ring, &kept).expect("move the ring away");
+    match Wal::open_with(dir.path(), ring_config()) {
+        Err(Error::Io { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::NotFound);
+        }
+        r => panic!("expected a NotFound I/O error, got {r:?}"),
+    }
+    assert!(!ring.exists());
+    std::fs::rename(&kept, &ring).expect("bring the ring back");
     // Read-only handles read the data files alone.
     let ro = Wal::open_read_only_with(dir.path(), geometry(8, BLOCK)).expect("read-only");
     assert!(ro.ring_stats().is_none());
