@@ -283,7 +283,9 @@ class RingWal:
     thread-safe.
 
     A missing regular file is created at `capacity` bytes; a file or device that holds no
-    ring is written only with `format=True`. `block_delay` is in seconds.
+    ring is written only with `format=True`. `block_delay` is in seconds. A block is written
+    when it holds `block_bytes`, after `block_delay`, or (with `seal_when_idle`) as soon as no
+    other block is being written.
     """
 
     def __new__(
@@ -295,6 +297,7 @@ class RingWal:
         format: bool = False,  # noqa: A002 (the documented option name)
         block_bytes: int | None = None,
         block_delay: float | None = None,
+        seal_when_idle: bool = True,
         inflight_blocks: int | None = None,
         max_record_bytes: int | None = None,
         io_engine: Literal["auto", "io_uring", "threads"] = "auto",

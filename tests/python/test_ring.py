@@ -279,7 +279,7 @@ def test_space_wait_is_interruptible(ring: tidelog.RingWal) -> None:
 
 def test_durability_wait_is_interruptible(ring_path: Path) -> None:
     # A one-second block delay keeps the record's block open that long.
-    with open_ring(ring_path, block_delay=1.0) as ring:
+    with open_ring(ring_path, block_delay=1.0, seal_when_idle=False) as ring:
         h = ring.append(b"slow")
         assert h.wait(timeout=0.05) is None
         timer = threading.Timer(0.1, _thread.interrupt_main)

@@ -52,12 +52,13 @@ impl PyRingWal {
             format = false,
             block_bytes = None,
             block_delay = None,
+            seal_when_idle = true,
             inflight_blocks = None,
             max_record_bytes = None,
             io_engine = None,
         ),
         text_signature = "(path, capacity=None, *, direct_io='auto', format=False, \
-            block_bytes=None, block_delay=None, inflight_blocks=None, max_record_bytes=None, io_engine='auto')"
+            block_bytes=None, block_delay=None, seal_when_idle=True, inflight_blocks=None, max_record_bytes=None, io_engine='auto')"
     )]
     #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
     fn new(
@@ -68,6 +69,7 @@ impl PyRingWal {
         format: bool,
         block_bytes: Option<u64>,
         block_delay: Option<f64>,
+        seal_when_idle: bool,
         inflight_blocks: Option<usize>,
         max_record_bytes: Option<u64>,
         io_engine: Option<&str>,
@@ -82,7 +84,8 @@ impl PyRingWal {
             max_record_bytes,
             io_engine,
         }
-        .config()?;
+        .config()?
+        .seal_when_idle(seal_when_idle);
         let ring = detached(py, || RingWal::open(&path, config))?;
         Ok(PyRingWal {
             ring: Arc::new(ring),

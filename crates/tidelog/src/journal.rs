@@ -239,6 +239,16 @@ impl Journal {
                 ));
             }
         }
+        if backend.ring.format && marker.exists() {
+            return Err(Error::invalid(
+                "format",
+                format!(
+                    "the ring of {} may hold appends its data files lack: open it without \
+                     format first (a clean close empties the ring)",
+                    dir.display()
+                ),
+            ));
+        }
         let entry_bytes_max = entry_bytes_max(config.record_bytes_max(), config.batch_bytes_max());
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);
         if ring_config.capacity_bytes.is_none() && !device.exists() {
@@ -353,7 +363,8 @@ impl Journal {
         let result = if end > self.ring.trim_offset() {
             flush_store().and_then(|()| self.ring.trim(end.min(self.ring.flushed_offset())))
         } else {
-            Ok(())
+            // Nothing new: the trim may still move past padding written since.
+            self.ring.trim(end)
         };
         let mut st = self.upload.lock().unwrap_or_else(|p| p.into_inner());
         st.done += 1;
@@ -361,9 +372,10 @@ impl Journal {
         result
     }
 
-    /// True when the ring is at least half full (time for a checkpoint).
+    /// True when the ring is at least half full of entries a checkpoint can trim.
     fn half_full(&self) -> bool {
-        self.ring.free_bytes() <= self.ring.ring_bytes() / 2
+        self.ring.next_offset() > self.ring.trim_offset()
+            && self.ring.free_bytes() <= self.ring.ring_bytes() / 2
     }
 
     /// The uploader thread: checkpoints every `interval`, when the ring is half full, and

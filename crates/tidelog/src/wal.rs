@@ -350,18 +350,37 @@ impl Shared {
         };
         journal.check_fits(&topic.name, records)?;
         let deadline = Instant::now() + RING_FULL_WAIT.max(opts.space_wait);
+        // Trim offset at the last full ring, and whether a checkpoint since moved nothing.
+        let mut last_trim = None;
+        let mut stalled = false;
         loop {
             let seen = journal.checkpoints();
             let result = {
                 let _gate = journal.gate();
                 topic.append(&self.ctx(opts), records)
             };
-            match result {
-                Err(Error::RingFull { .. }) if journal.wait_checkpoint(seen, deadline) => {
-                    self.sync.check()?;
+            let Err(Error::RingFull { .. }) = result else {
+                return result;
+            };
+            let trim = journal.ring().trim_offset();
+            if last_trim == Some(trim) {
+                // The last checkpoint moved nothing: let the ring's writes in flight land
+                // (padding among them, which a trim then passes over) and checkpoint here.
+                // If even that frees nothing, the ring is stuck.
+                if stalled {
+                    return result;
                 }
-                other => return other,
+                stalled = true;
+                journal.ring().flush()?;
+                journal.checkpoint(&|| self.flush())?;
+            } else {
+                stalled = false;
+                if !journal.wait_checkpoint(seen, deadline) {
+                    return result;
+                }
             }
+            last_trim = Some(trim);
+            self.sync.check()?;
         }
     }
 

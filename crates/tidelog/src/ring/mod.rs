@@ -88,6 +88,10 @@ pub struct RingConfig {
     pub block_bytes: u64,
     /// A block is sealed once it has been open this long (µs). Default 333 (1/3000 s).
     pub block_delay_us: u64,
+    /// A block is also sealed as soon as no other block is queued or being written, so an
+    /// append on an idle ring waits for one write and not for `block_delay_us`; under load
+    /// blocks still fill while writes are out (group commit). Default true.
+    pub seal_when_idle: bool,
     /// Most blocks written at once. Default 4.
     pub inflight_blocks: usize,
     /// Largest record body. Default 1 MiB.
@@ -104,6 +108,7 @@ impl Default for RingConfig {
             format: false,
             block_bytes: 256 * KIB,
             block_delay_us: 333,
+            seal_when_idle: true,
             inflight_blocks: 4,
             max_record_bytes: MIB,
             io_engine: IoEngine::Auto,
@@ -135,6 +140,11 @@ impl RingConfig {
     /// Sets [`RingConfig::block_delay_us`].
     pub fn block_delay_us(mut self, us: u64) -> Self {
         self.block_delay_us = us;
+        self
+    }
+    /// Sets [`RingConfig::seal_when_idle`].
+    pub fn seal_when_idle(mut self, seal: bool) -> Self {
+        self.seal_when_idle = seal;
         self
     }
     /// Sets [`RingConfig::inflight_blocks`].
@@ -386,6 +396,7 @@ impl RingWal {
             epoch,
             config.block_bytes as usize,
             Duration::from_micros(config.block_delay_us),
+            config.seal_when_idle,
             config.max_record_bytes as usize,
             state,
             uring.as_ref().map(|(u, _)| u.waker()),
@@ -470,10 +481,12 @@ impl RingWal {
 
     /// Discards every record at an offset below `offset` and persists that in the header;
     /// the space is reusable once this returns. `offset` must not pass the flushed offset.
-    /// A smaller offset than the current trim is a no-op.
+    /// A smaller offset than the current trim is a no-op. When no record lies at or past
+    /// `offset` and everything is durable, the trim moves on to the flushed offset, so the
+    /// space of the last block's tail and of padding is freed too.
     pub fn trim(&self, offset: u64) -> Result<()> {
         let mut hs = self.header.lock().unwrap_or_else(|p| p.into_inner());
-        let block = {
+        let (offset, block) = {
             let st = self.shared.lock();
             if let Some(f) = st.failure {
                 return Err(self.shared.poisoned(f));
@@ -481,7 +494,7 @@ impl RingWal {
             if st.closing {
                 return Err(Error::Closed);
             }
-            if offset <= st.trim_offset {
+            if offset < st.trim_offset {
                 return Ok(());
             }
             let durable = self.shared.durable();
@@ -491,13 +504,23 @@ impl RingWal {
                     format!("{offset} is past the flushed offset {durable}"),
                 ));
             }
-            // The last block starting at or below `offset`: a point recovery can parse from.
-            let i = st.block_starts.partition_point(|&s| s <= offset);
-            let listed = i.checked_sub(1).map(|i| st.block_starts[i]);
-            match listed {
-                Some(s) if durable > offset || s == durable => s,
-                _ => durable,
+            let (offset, block) = if offset >= st.appended_end && st.all_written(durable) {
+                (durable, durable)
+            } else {
+                // The last block starting at or below `offset`: a point recovery can parse
+                // from.
+                let i = st.block_starts.partition_point(|&s| s <= offset);
+                let listed = i.checked_sub(1).map(|i| st.block_starts[i]);
+                let block = match listed {
+                    Some(s) if durable > offset || s == durable => s,
+                    _ => durable,
+                };
+                (offset, block)
+            };
+            if offset == st.trim_offset && block <= st.trim_block {
+                return Ok(());
             }
+            (offset, block)
         };
         let next = RingHeader {
             trim_offset: offset,

@@ -32,6 +32,8 @@ pub(crate) struct Shared {
     pub epoch: u32,
     pub soft_block_bytes: usize,
     pub block_delay: Duration,
+    /// Seal the open block at once when no block is queued or in flight.
+    pub seal_when_idle: bool,
     pub max_record_bytes: usize,
     pub state: Mutex<State>,
     /// Workers wait here for a block to write.
@@ -135,6 +137,12 @@ impl State {
         }
     }
 
+    /// True when no block is open and every sealed block is durable (`durable` reached
+    /// the next block's start).
+    pub fn all_written(&self, durable: u64) -> bool {
+        self.cur.is_none() && durable == self.next_block_start
+    }
+
     /// Logical end of everything reserved so far (the open block rounded up).
     pub fn reserved_end(&self) -> u64 {
         match &self.cur {
@@ -218,6 +226,7 @@ impl Shared {
         epoch: u32,
         soft_block_bytes: usize,
         block_delay: Duration,
+        seal_when_idle: bool,
         max_record_bytes: usize,
         state: State,
         waker: Option<Waker>,
@@ -230,6 +239,7 @@ impl Shared {
             epoch,
             soft_block_bytes,
             block_delay,
+            seal_when_idle,
             max_record_bytes,
             state: Mutex::new(state),
             work_cv: Condvar::new(),
@@ -352,7 +362,10 @@ impl Shared {
             let lap_end = start - start % self.ring_bytes + self.ring_bytes;
             let need = align_up((BH_LEN + record_bytes) as u64);
             let pad = need > lap_end - start;
-            let end_needed = if pad { lap_end + need } else { start + need };
+            // Padding goes in as soon as it fits on its own: the record then waits at the
+            // lap start for a trim past the padding (demanding room for both at once would
+            // never succeed for a record longer than the ring's used part).
+            let end_needed = if pad { lap_end } else { start + need };
             if end_needed > st.trim_block + self.ring_bytes {
                 let full = Error::RingFull {
                     requested_bytes: end_needed - start,
@@ -454,6 +467,9 @@ impl Shared {
     /// Frees ring space after a persisted trim.
     pub fn trimmed(&self, st: &mut State, offset: u64, block: u64) {
         st.trim_offset = st.trim_offset.max(offset);
+        // A trim past the last record (over a block tail or padding) moves the next offset
+        // with it: the next record starts at or past the trim.
+        st.appended_end = st.appended_end.max(st.trim_offset);
         st.trim_block = st.trim_block.max(block);
         while st.block_starts.front().is_some_and(|&s| s < st.trim_block) {
             st.block_starts.pop_front();
@@ -479,8 +495,12 @@ impl Shared {
                     jobs.push(job);
                     continue;
                 }
+                // An idle device writes the open block at once: a lone appender waits for one
+                // write, not for the timer; under load blocks fill while writes are out.
                 if let Some(cur) = &st.cur
-                    && (st.closing || cur.opened.elapsed() >= self.block_delay)
+                    && (st.closing
+                        || cur.opened.elapsed() >= self.block_delay
+                        || (self.seal_when_idle && st.pending.is_empty()))
                 {
                     st.seal_current(self.ring_id, self.epoch);
                     continue;
