@@ -195,6 +195,18 @@ fn a_fronted_directory_needs_its_ring() {
         r => panic!("expected InvalidArgument(device), got {r:?}"),
     }
     assert!(!elsewhere.path().join("other.wal").exists());
+    // Formatting would drop what the ring holds.
+    let formatting = geometry(8, BLOCK).ring(
+        RingBackend::default().ring(
+            RingConfig::default()
+                .capacity_bytes(RING_BYTES)
+                .format(true),
+        ),
+    );
+    match Wal::open_with(dir.path(), formatting) {
+        Err(Error::InvalidArgument { name: "format", .. }) => {}
+        r => panic!("expected InvalidArgument(format), got {r:?}"),
+    }
     // Its ring is gone: no new, empty one takes its place.
     let ring = dir.path().join(RING_FILE);
     let kept = dir.path().join("ring.kept");
