@@ -65,6 +65,7 @@ Options (sizes take K/M/G suffixes, powers of 1024):
   --inflight N         inflight_blocks                                         [4]
   --block-bytes BYTES  block seal size                                         [256K]
   --block-delay-us US  block seal time                                         [333]
+  --idle-seal B        seal the open block when no write is out (on | off)     [on]
   --engine E           auto | io_uring | threads                               [auto]
   --direct D           required | auto | off                                   [auto]
   --duration SECONDS   measured run length                                     [10]
@@ -85,6 +86,7 @@ struct Opts {
     inflight: usize,
     block_bytes: u64,
     block_delay_us: u64,
+    idle_seal: bool,
     engine: IoEngine,
     direct: DirectIo,
     duration: Duration,
@@ -128,6 +130,7 @@ fn parse_args(args: &[String]) -> Res<Opts> {
         inflight: 4,
         block_bytes: 256 * KIB,
         block_delay_us: 333,
+        idle_seal: true,
         engine: IoEngine::Auto,
         direct: DirectIo::Auto,
         duration: Duration::from_secs(10),
@@ -183,6 +186,13 @@ fn parse_args(args: &[String]) -> Res<Opts> {
             "--inflight" => o.inflight = int(&value)? as usize,
             "--block-bytes" => o.block_bytes = parse_size(&value)?,
             "--block-delay-us" => o.block_delay_us = int(&value)?,
+            "--idle-seal" => {
+                o.idle_seal = match value.as_str() {
+                    "on" => true,
+                    "off" => false,
+                    other => return Err(format!("--idle-seal takes on or off, not {other:?}")),
+                }
+            }
             "--engine" => {
                 o.engine = match value.as_str() {
                     "auto" => IoEngine::Auto,
@@ -630,6 +640,7 @@ fn run(o: &Opts) -> Res<()> {
         .format(o.format)
         .block_bytes(o.block_bytes)
         .block_delay_us(o.block_delay_us)
+        .seal_when_idle(o.idle_seal)
         .inflight_blocks(o.inflight)
         .io_engine(o.engine)
         .max_record_bytes((o.record_size as u64).max(MIB));
