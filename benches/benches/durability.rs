@@ -20,12 +20,13 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use tidelog::{Config, Durability, Wal, Writer};
-use tidelog_benches::{BLOCK_SIZE, FILE_SIZE, KIB, Result, SETTLE, is_bench_run, median, payload};
+use tidelog_benches::{
+    BLOCK_SIZE, FILE_SIZE, KIB, Result, SETTLE, TimedRun, is_bench_run, median, payload,
+};
 
 /// Records per `fdatasync` in the batched baseline, and appender threads in case 2.
 const THREADS: usize = 64;
@@ -66,25 +67,11 @@ const SMOKE: Plan = Plan {
 };
 
 /// One timed run: records done, wall time, and per-append latencies in ns (if measured).
-struct Run {
-    records: u64,
-    secs: f64,
-    latencies_ns: Vec<u64>,
-}
-
-impl Run {
-    fn rate(&self) -> f64 {
-        self.records as f64 / self.secs
-    }
-}
+type Run = TimedRun;
 
 /// A fresh directory under the target directory (a real disk, unlike a tmpfs `/tmp`).
 fn scratch_dir() -> Result<TempDir> {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(root)?;
-    Ok(tempfile::Builder::new()
-        .prefix("durability-")
-        .tempdir_in(root)?)
+    tidelog_benches::scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "durability-")
 }
 
 /// The bench geometry (tidelog's defaults) with `durability`.
@@ -143,40 +130,7 @@ fn tidelog_always(plan: &Plan, threads: usize, topics: usize) -> Result<Run> {
     }
     std::thread::sleep(plan.pause);
     let value = payload(RECORD);
-    let barrier = Barrier::new(threads + 1);
-    let run = std::thread::scope(|s| -> Result<Run> {
-        let (barrier, value) = (&barrier, &value);
-        let handles: Vec<_> = writers
-            .iter()
-            .map(|w| {
-                s.spawn(move || -> Result<Vec<u64>> {
-                    let mut latencies_ns = Vec::with_capacity(1 << 14);
-                    barrier.wait();
-                    let deadline = Instant::now() + plan.sync_run;
-                    loop {
-                        let t = Instant::now();
-                        if t >= deadline {
-                            break;
-                        }
-                        std::hint::black_box(w.append(value)?);
-                        latencies_ns.push(t.elapsed().as_nanos() as u64);
-                    }
-                    Ok(latencies_ns)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let mut latencies_ns = Vec::new();
-        for h in handles {
-            latencies_ns.extend(h.join().map_err(|_| "appender thread panicked")??);
-        }
-        Ok(Run {
-            records: latencies_ns.len() as u64,
-            secs: start.elapsed().as_secs_f64(),
-            latencies_ns,
-        })
-    })?;
+    let run = tidelog_benches::timed_appends(&writers, &value, plan.sync_run)?;
     drop(writers);
     wal.close()?;
     Ok(run)

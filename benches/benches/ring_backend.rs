@@ -21,12 +21,13 @@
 //! ring_backend`; a trailing argument (`-- 2`) runs only the cases whose number starts with it.
 
 use std::path::Path;
-use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
 use tidelog::{Config, Durability, RingBackend, RingConfig, RingStats, Wal, Writer};
-use tidelog_benches::{BLOCK_SIZE, FILE_SIZE, KIB, MIB, Result, is_bench_run, median, payload};
+use tidelog_benches::{
+    BLOCK_SIZE, FILE_SIZE, KIB, MIB, Result, TimedRun, is_bench_run, median, payload,
+};
 
 /// Volumes of one run.
 struct Plan {
@@ -105,25 +106,13 @@ const CASES: [Case; 4] = [
 /// One timed run: records done, wall time, per-append latencies in ns, and the ring's state
 /// at the end of timing (ring backend only).
 struct Run {
-    records: u64,
-    secs: f64,
-    latencies_ns: Vec<u64>,
+    timed: TimedRun,
     ring: Option<RingStats>,
-}
-
-impl Run {
-    fn rate(&self) -> f64 {
-        self.records as f64 / self.secs
-    }
 }
 
 /// A fresh directory under the target directory (a real disk, unlike a tmpfs `/tmp`).
 fn scratch_dir() -> Result<TempDir> {
-    let root = Path::new(env!("CARGO_TARGET_TMPDIR"));
-    std::fs::create_dir_all(root)?;
-    Ok(tempfile::Builder::new()
-        .prefix("ring-backend-")
-        .tempdir_in(root)?)
+    tidelog_benches::scratch_dir(Path::new(env!("CARGO_TARGET_TMPDIR")), "ring-backend-")
 }
 
 /// The bench geometry (tidelog's defaults) with `Always`, on `backend`.
@@ -154,42 +143,11 @@ fn run_case(plan: &Plan, backend: Backend, case: &Case) -> Result<Run> {
     }
     std::thread::sleep(plan.pause);
     let value = payload(case.value_len);
-    let barrier = Barrier::new(case.threads + 1);
-    let mut run = std::thread::scope(|s| -> Result<Run> {
-        let (barrier, value) = (&barrier, &value);
-        let handles: Vec<_> = writers
-            .iter()
-            .map(|w| {
-                s.spawn(move || -> Result<Vec<u64>> {
-                    let mut latencies_ns = Vec::with_capacity(1 << 14);
-                    barrier.wait();
-                    let deadline = Instant::now() + plan.run;
-                    loop {
-                        let t = Instant::now();
-                        if t >= deadline {
-                            break;
-                        }
-                        std::hint::black_box(w.append(value)?);
-                        latencies_ns.push(t.elapsed().as_nanos() as u64);
-                    }
-                    Ok(latencies_ns)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let mut latencies_ns = Vec::new();
-        for h in handles {
-            latencies_ns.extend(h.join().map_err(|_| "appender thread panicked")??);
-        }
-        Ok(Run {
-            records: latencies_ns.len() as u64,
-            secs: start.elapsed().as_secs_f64(),
-            latencies_ns,
-            ring: None,
-        })
-    })?;
-    run.ring = wal.ring_stats();
+    let timed = tidelog_benches::timed_appends(&writers, &value, plan.run)?;
+    let run = Run {
+        timed,
+        ring: wal.ring_stats(),
+    };
     if (backend == Backend::Ring) != run.ring.is_some() {
         return Err(format!("{backend:?} log reports ring stats {:?}", run.ring).into());
     }
@@ -211,7 +169,7 @@ fn quantile_us(sorted: &[u64], q: f64) -> f64 {
 fn percentiles(runs: &[Run]) -> String {
     let mut all: Vec<u64> = runs
         .iter()
-        .flat_map(|r| r.latencies_ns.iter().copied())
+        .flat_map(|r| r.timed.latencies_ns.iter().copied())
         .collect();
     if all.is_empty() {
         return "-".to_owned();
@@ -225,7 +183,7 @@ fn percentiles(runs: &[Run]) -> String {
 }
 
 fn rates(runs: &[Run]) -> Vec<f64> {
-    runs.iter().map(Run::rate).collect()
+    runs.iter().map(|r| r.timed.rate()).collect()
 }
 
 fn fmt_reps(values: &[f64]) -> String {
@@ -253,7 +211,7 @@ fn paired(plan: &Plan, case: &Case) -> Result<(Vec<Run>, Vec<Run>, Vec<f64>)> {
             let r = run_case(plan, Backend::Ring, case)?;
             (run_case(plan, Backend::Mmap, case)?, r)
         };
-        ratios.push(r.rate() / m.rate());
+        ratios.push(r.timed.rate() / m.timed.rate());
         mmap.push(m);
         ring.push(r);
     }

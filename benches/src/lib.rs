@@ -598,3 +598,67 @@ fn map_read(file: &File, len: u64) -> io::Result<Mmap> {
     // SAFETY: as in `map_mut`: a private file of this process, never changed while mapped.
     unsafe { MmapOptions::new().len(len).map(file) }
 }
+
+/// One timed run: records done, wall time, and per-append latencies in ns (if measured).
+#[derive(Debug)]
+pub struct TimedRun {
+    /// Records appended (or written, for a baseline).
+    pub records: u64,
+    /// Wall time of the run.
+    pub secs: f64,
+    /// One entry per append (or per baseline batch), in ns.
+    pub latencies_ns: Vec<u64>,
+}
+
+impl TimedRun {
+    /// Records per second.
+    pub fn rate(&self) -> f64 {
+        self.records as f64 / self.secs
+    }
+}
+
+/// Appends `value` from one thread per writer, all released at once, until `run` has
+/// passed; each thread times every append.
+pub fn timed_appends(writers: &[Writer], value: &[u8], run: Duration) -> Result<TimedRun> {
+    let barrier = Barrier::new(writers.len() + 1);
+    std::thread::scope(|s| -> Result<TimedRun> {
+        let barrier = &barrier;
+        let handles: Vec<_> = writers
+            .iter()
+            .map(|w| {
+                s.spawn(move || -> Result<Vec<u64>> {
+                    let mut latencies_ns = Vec::with_capacity(1 << 14);
+                    barrier.wait();
+                    let deadline = Instant::now() + run;
+                    loop {
+                        let t = Instant::now();
+                        if t >= deadline {
+                            break;
+                        }
+                        std::hint::black_box(w.append(value)?);
+                        latencies_ns.push(t.elapsed().as_nanos() as u64);
+                    }
+                    Ok(latencies_ns)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut latencies_ns = Vec::new();
+        for h in handles {
+            latencies_ns.extend(h.join().map_err(|_| "appender thread panicked")??);
+        }
+        Ok(TimedRun {
+            records: latencies_ns.len() as u64,
+            secs: start.elapsed().as_secs_f64(),
+            latencies_ns,
+        })
+    })
+}
+
+/// A fresh directory named `prefix...` under `root` (pass the bench's
+/// `CARGO_TARGET_TMPDIR`: a real disk, unlike a tmpfs `/tmp`).
+pub fn scratch_dir(root: &std::path::Path, prefix: &str) -> Result<TempDir> {
+    std::fs::create_dir_all(root)?;
+    Ok(tempfile::Builder::new().prefix(prefix).tempdir_in(root)?)
+}

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import select
+import signal
 import subprocess
 import sys
 import textwrap
@@ -120,3 +122,32 @@ def run_python(code: str, *args: str, timeout: float = 60.0) -> subprocess.Compl
         env=env,
         check=False,
     )
+
+
+def kill_after_first_line(code: str, *args: str, delay_s: float) -> list[str]:
+    """Runs `code` in a fresh interpreter, SIGKILLs it `delay_s` after its first complete
+    output line (a crash at a random moment of its work) and returns its complete lines: a
+    torn last line was never a complete acknowledgement."""
+    proc = subprocess.Popen(
+        [sys.executable, "-c", textwrap.dedent(code), *args],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None
+    out = b""
+    try:
+        deadline = time.monotonic() + 30.0
+        while b"\n" not in out:
+            left = deadline - time.monotonic()
+            assert left > 0, "the child printed nothing"
+            ready, _, _ = select.select([proc.stdout], [], [], left)
+            if ready:
+                chunk = os.read(proc.stdout.fileno(), 65536)
+                assert chunk, "the child exited before its first line"
+                out += chunk
+        time.sleep(delay_s)
+    finally:
+        proc.kill()
+        rest, err = proc.communicate()
+    assert proc.returncode == -signal.SIGKILL, err.decode()
+    return (out + rest).decode().split("\n")[:-1]

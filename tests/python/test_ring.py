@@ -9,13 +9,9 @@ import gc
 import itertools
 import os
 import random
-import select
 import shutil
-import signal
 import subprocess
-import sys
 import tempfile
-import textwrap
 import threading
 import time
 from collections.abc import Iterator
@@ -24,7 +20,7 @@ from typing import Any
 
 import pytest
 import tidelog
-from conftest import payload
+from conftest import kill_after_first_line, payload
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -620,30 +616,9 @@ def crash_value(seq: int) -> bytes:
 def run_and_kill(path: Path, capacity: int, seq: int, rng: random.Random) -> list[tuple[int, int]]:
     """Starts a child appending from `seq`, SIGKILLs it 20-150 ms after its first ack and
     returns every `(seq, offset)` it acknowledged."""
-    proc = subprocess.Popen(
-        [sys.executable, "-c", textwrap.dedent(CHILD), str(path), str(capacity), str(seq)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    lines = kill_after_first_line(
+        CHILD, str(path), str(capacity), str(seq), delay_s=rng.uniform(0.02, 0.15)
     )
-    assert proc.stdout is not None
-    out = b""
-    try:
-        deadline = time.monotonic() + 30.0
-        while b"\n" not in out:
-            left = deadline - time.monotonic()
-            assert left > 0, "the child acknowledged nothing"
-            ready, _, _ = select.select([proc.stdout], [], [], left)
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 65536)
-                if not chunk:
-                    break
-                out += chunk
-        time.sleep(rng.uniform(0.02, 0.15))
-    finally:
-        proc.kill()
-        rest, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode()
-    lines = (out + rest).split(b"\n")[:-1]  # a torn last line was never complete
     return [(int(s), int(o)) for s, o in (line.split() for line in lines)]
 
 

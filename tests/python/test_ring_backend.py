@@ -10,20 +10,24 @@ import inspect
 import json
 import os
 import random
-import select
 import shutil
 import signal
 import subprocess
-import sys
 import textwrap
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import pytest
 import tidelog
-from conftest import RING_CAPACITY, SMALL, data_files, run_python, wait_until
+from conftest import (
+    RING_CAPACITY,
+    SMALL,
+    data_files,
+    kill_after_first_line,
+    run_python,
+    wait_until,
+)
 
 KIB = 1024
 MIB = 1024 * KIB
@@ -555,31 +559,12 @@ signal.pause()
 def run_and_kill(path: Path, rng: random.Random) -> list[str]:
     """Starts RANDOM_CHILD on `path`, SIGKILLs it 10-50 ms after its first acknowledgement
     and returns its complete output lines."""
-    code = VALUE_SOURCE + textwrap.dedent(RANDOM_CHILD)
-    proc = subprocess.Popen(
-        [sys.executable, "-c", code, str(path), json.dumps(durable_options())],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
+    lines = kill_after_first_line(
+        VALUE_SOURCE + textwrap.dedent(RANDOM_CHILD),
+        str(path),
+        json.dumps(durable_options()),
+        delay_s=rng.uniform(0.01, 0.05),  # the crash lands anywhere in the appends
     )
-    assert proc.stdout is not None
-    out = b""
-    try:
-        deadline = time.monotonic() + 30.0
-        while b"\n" not in out:
-            left = deadline - time.monotonic()
-            assert left > 0, "the child acknowledged nothing"
-            ready, _, _ = select.select([proc.stdout], [], [], left)
-            if ready:
-                chunk = os.read(proc.stdout.fileno(), 65536)
-                assert chunk, "the child exited before its first acknowledgement"
-                out += chunk
-        time.sleep(rng.uniform(0.01, 0.05))  # the crash lands anywhere in the appends
-    finally:
-        proc.kill()
-        rest, err = proc.communicate()
-    assert proc.returncode == -signal.SIGKILL, err.decode()
-    # A torn last line was never a complete acknowledgement.
-    lines = (out + rest).decode().split("\n")[:-1]
     assert "budget spent" not in lines, "the child ran out of ring before the kill"
     return lines
 
