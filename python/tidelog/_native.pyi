@@ -378,4 +378,12 @@ def open(
     capacity: int | None = None,
     direct_io: Literal["required", "auto", "off"] = "auto",
     format: bool = False,  # noqa: A002 (the documented option name)
-) -> Wal: ...
+) -> Wal:
+    """Opens (creating if needed) the log directory at `path`.
+
+    `fsync` defaults to "interval" ("always" with `backend="ring"`). `backend="ring"` puts a
+    direct-I/O ring in front of the data files: `device` (default `path/ring.wal`), its
+    `capacity` when the file is created (default 256 MiB), `direct_io` and `format` (write a
+    new ring over a device or file that holds none) are its options, and are refused with
+    the default backend.
+    """
