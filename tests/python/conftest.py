@@ -11,10 +11,13 @@ import textwrap
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import tidelog
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
 
 BLOCK = 64 * 1024
 BLOCKS_PER_FILE = 8
@@ -75,6 +78,35 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
     finally:
         BACKEND["name"] = "mmap"
         del os.environ[BACKEND_ENV]
+
+
+@pytest.fixture(scope="session")
+def spark() -> Iterator[SparkSession]:
+    """One small local Spark session for every Spark test (starting one costs seconds);
+    pyspark is imported only when a test asks for it."""
+    from pyspark.sql import SparkSession
+
+    # Loopback only; workers must run this interpreter (the one with tidelog and pyarrow).
+    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
+    os.environ["PYSPARK_PYTHON"] = sys.executable
+    session = (
+        SparkSession.builder.master("local[2]")
+        .appName("tidelog-tests")
+        .config("spark.ui.enabled", "false")
+        .config("spark.ui.showConsoleProgress", "false")
+        .config("spark.sql.shuffle.partitions", "2")
+        .config("spark.default.parallelism", "2")
+        .config("spark.sql.session.timeZone", "UTC")
+        .config("spark.driver.memory", "1g")
+        # The JVM runs briefly: a cheap JIT and GC start faster.
+        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
+        .getOrCreate()
+    )
+    session.sparkContext.setLogLevel("ERROR")
+    try:
+        yield session
+    finally:
+        session.stop()
 
 
 @pytest.fixture

@@ -1,0 +1,395 @@
+"""The Spark data source (tidelog.spark): batch and streaming reads through PySpark.
+
+One local[2] SparkSession (conftest's `spark` fixture) serves them all. Spark runs the data
+source in its own Python worker processes, which open the directory read-only; the test
+process meanwhile may hold it open for writing, as a producer would.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pytest
+import tidelog
+import tidelog.spark
+from conftest import open_small, payload, run_python
+from pyspark.errors import AnalysisException, StreamingQueryException
+from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.types import (
+    BinaryType,
+    LongType,
+    StringType,
+    StructField,
+    StructType,
+    TimestampType,
+)
+
+TS0 = 1_700_000_000_000_000  # microseconds since the epoch
+
+SPARK_SCHEMA = StructType(
+    [
+        StructField("key", BinaryType()),
+        StructField("value", BinaryType()),
+        StructField("topic", StringType()),
+        StructField("offset", LongType()),
+        StructField("timestamp", TimestampType()),
+    ]
+)
+
+
+def key_of(i: int) -> bytes | None:
+    """Null, empty and non-empty keys in turn."""
+    return (None, b"", b"k%d" % i)[i % 3]
+
+
+def fill(path: Path, counts: dict[str, int]) -> None:
+    """Appends `counts[topic]` records to each topic, and closes (so all are durable)."""
+    with open_small(path) as wal:
+        for topic, count in counts.items():
+            for i in range(count):
+                wal.append(topic, payload(i, 20 + i % 7), key=key_of(i), timestamp=TS0 + i)
+
+
+def rows(df: DataFrame) -> list[tuple[Any, ...]]:
+    """(topic, offset, key, value, microseconds) sorted; timestamps as integers so the
+    machine's time zone does not matter."""
+    got = df.selectExpr("topic", "offset", "key", "value", "unix_micros(timestamp)").collect()
+    return sorted((r[0], r[1], r[2], r[3], r[4]) for r in got)
+
+
+def expected(topic: str, offsets: range) -> list[tuple[Any, ...]]:
+    return [(topic, i, key_of(i), payload(i, 20 + i % 7), TS0 + i) for i in offsets]
+
+
+def read(spark: SparkSession, path: Path, **options: Any) -> DataFrame:
+    return spark.read.format("tidelog").options(**options).load(str(path))
+
+
+# --- batch reads ---
+
+
+def test_import_tidelog_does_not_import_pyspark() -> None:
+    proc = run_python(
+        """
+        import sys
+        import tidelog
+        loaded = sorted(m for m in sys.modules if m.startswith("pyspark"))
+        assert not loaded, loaded
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+
+
+def test_batch_read_round_trip_without_register(spark: SparkSession, tmp_path: Path) -> None:
+    # First use in the session: format("tidelog") resolves through the pyspark_tidelog module.
+    fill(tmp_path, {"a": 45, "b": 12, "c": 3})
+    df = read(spark, tmp_path, subscribe="a,b", maxRecordsPerPartition=10)
+    assert df.schema == SPARK_SCHEMA
+    # 45 records split into 5 partitions, 12 into 2.
+    assert df.rdd.getNumPartitions() == 7
+    assert rows(df) == expected("a", range(45)) + expected("b", range(12))
+
+
+def test_register_and_arrow_types(spark: SparkSession, tmp_path: Path) -> None:
+    tidelog.spark.register(spark)
+    fill(tmp_path, {"t": 5})
+    table = read(spark, tmp_path, subscribe="t").toArrow()
+    assert [(f.name, f.type) for f in table.schema] == [
+        ("key", pa.binary()),
+        ("value", pa.binary()),
+        ("topic", pa.string()),
+        ("offset", pa.int64()),
+        ("timestamp", pa.timestamp("us", tz="UTC")),
+    ]
+    assert table.column("timestamp").cast(pa.int64()).to_pylist() == [TS0 + i for i in range(5)]
+    assert table.column("key").to_pylist() == [key_of(i) for i in range(5)]
+
+
+def test_starting_and_ending_offsets(spark: SparkSession, tmp_path: Path) -> None:
+    fill(tmp_path, {"a": 30, "b": 20})
+
+    def offsets(**options: Any) -> dict[str, list[int]]:
+        got: dict[str, list[int]] = {"a": [], "b": []}
+        for topic, offset, *_ in rows(read(spark, tmp_path, subscribe="a, b", **options)):
+            got[topic].append(offset)
+        return got
+
+    assert offsets(startingOffsets="earliest", endingOffsets="latest") == {
+        "a": list(range(30)),
+        "b": list(range(20)),
+    }
+    # The ending offset is exclusive; a topic left out of the JSON takes the default.
+    assert offsets(startingOffsets='{"a": 5}', endingOffsets='{"a": 9, "b": 3}') == {
+        "a": [5, 6, 7, 8],
+        "b": [0, 1, 2],
+    }
+    # Kafka's -2 (earliest) and -1 (latest) inside the JSON.
+    assert offsets(startingOffsets='{"a": 28, "b": -1}', endingOffsets='{"a": -1}') == {
+        "a": [28, 29],
+        "b": [],
+    }
+    assert offsets(startingOffsets="latest") == {"a": [], "b": []}
+    assert offsets(endingOffsets="earliest") == {"a": [], "b": []}
+    assert offsets(startingOffsets='{"a": 30, "b": 20}') == {"a": [], "b": []}
+
+
+def test_sql_temporary_view(spark: SparkSession, tmp_path: Path) -> None:
+    fill(tmp_path, {"orders": 25})
+    spark.sql(
+        f"""CREATE OR REPLACE TEMPORARY VIEW orders USING tidelog OPTIONS (
+            path '{tmp_path}', subscribe 'orders', startingOffsets '{{"orders": 10}}')"""
+    )
+    got = spark.sql("SELECT count(*), min(offset), max(offset) FROM orders").collect()
+    assert tuple(got[0]) == (15, 10, 24)
+    spark.catalog.dropTempView("orders")
+
+
+@pytest.mark.usefixtures("backend")
+def test_reads_while_a_writer_appends(spark: SparkSession, tmp_path: Path) -> None:
+    """The common set-up: this process holds the directory open for writing and keeps
+    appending; Spark's workers read what is durable, a contiguous prefix, without a lock."""
+    wal = open_small(tmp_path)
+    stop = threading.Event()
+    written = [0]
+
+    def produce() -> None:
+        # Paced and capped, so the reads overlap the appends yet stay small on a fast disk.
+        while not stop.wait(0.005) and written[0] < 4000:
+            n = written[0]
+            wal.append_batch("events", [payload(n + i, 30) for i in range(20)])
+            wal.flush()  # durable, so read-only handles see it
+            written[0] = n + 20
+
+    try:
+        wal.append_batch("events", [payload(i, 30) for i in range(100)])
+        wal.flush()
+        written[0] = 100
+        producer = threading.Thread(target=produce)
+        producer.start()
+        try:
+            counts = []
+            for _ in range(2):
+                got = read(spark, tmp_path, subscribe="events", maxRecordsPerPartition=1000)
+                values = got.select("offset", "value").collect()
+                offsets = sorted(r.offset for r in values)
+                assert offsets == list(range(len(offsets)))
+                assert all(r.value == payload(r.offset, 30) for r in values)
+                counts.append(len(offsets))
+        finally:
+            stop.set()
+            producer.join()
+        assert 100 <= counts[0] <= counts[1] <= written[0]
+        # Once the producer is done, a read sees every record, the writer still open.
+        assert read(spark, tmp_path, subscribe="events").count() == written[0]
+    finally:
+        wal.close()
+
+
+def test_map_in_arrow_with_read_arrow(spark: SparkSession, tmp_path: Path) -> None:
+    """Plain per-partition use: each task reads its own range with read_arrow."""
+    fill(tmp_path, {"t": 40})
+    path = str(tmp_path)
+    out_schema = pa.schema([pa.field("offset", pa.int64()), pa.field("value", pa.binary())])
+
+    def read_ranges(batches: Iterator[pa.RecordBatch]) -> Iterator[pa.RecordBatch]:
+        with tidelog.open(path, readonly=True) as wal:
+            for ranges in batches:
+                for start, end in zip(*ranges.to_pydict().values(), strict=True):
+                    batch = wal.read_arrow("t", start, end)
+                    yield pa.RecordBatch.from_arrays(
+                        [batch.column("offset"), batch.column("value")], schema=out_schema
+                    )
+
+    ranges = spark.createDataFrame([(0, 15), (15, 30), (30, 40)], "start BIGINT, end BIGINT")
+    got = ranges.repartition(2).mapInArrow(read_ranges, "offset BIGINT, value BINARY").collect()
+    assert sorted((r.offset, r.value) for r in got) == [
+        (i, payload(i, 20 + i % 7)) for i in range(40)
+    ]
+
+
+# --- streaming reads ---
+
+
+def test_stream_available_now_with_admission_control_and_restart(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    data = tmp_path / "data"
+    checkpoint = tmp_path / "checkpoint"
+    # The producer holds the directory open for writing all along.
+    wal = open_small(data)
+    batches: list[tuple[int, list[tuple[str, int, bytes]]]] = []
+
+    def sink(df: DataFrame, batch_id: int) -> None:
+        got = [
+            (r.topic, r.offset, r.value) for r in df.select("topic", "offset", "value").collect()
+        ]
+        batches.append((batch_id, sorted(got)))
+
+    def append(topic: str, offsets: range) -> None:
+        wal.append_batch(topic, [payload(i, 10) for i in offsets])
+
+    def run_query() -> None:
+        query = (
+            spark.readStream.format("tidelog")
+            .option("subscribe", "a,b")
+            .option("startingOffsets", "earliest")
+            .option("maxOffsetsPerTrigger", 40)
+            .option("maxRecordsPerPartition", 15)
+            .load(str(data))
+            .writeStream.foreachBatch(sink)
+            .option("checkpointLocation", str(checkpoint))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(120)
+        assert not query.isActive
+        assert query.exception() is None
+
+    try:
+        append("a", range(50))
+        append("b", range(30))
+        wal.flush()
+        run_query()
+        # 40 per batch, an equal share each: 20 + 20, then b's last 10 and 30 from a.
+        assert [len(b) for _, b in batches] == [40, 40]
+        assert [sum(t == "b" for t, _, _ in b) for _, b in batches] == [20, 10]
+
+        append("a", range(50, 70))
+        append("b", range(30, 35))
+        wal.flush()
+        run_query()
+        # The restart reads only what was appended since: 25 records, one batch.
+        assert [len(b) for _, b in batches] == [40, 40, 25]
+        assert [batch_id for batch_id, _ in batches] == [0, 1, 2]
+        seen = [(t, o) for _, b in batches for t, o, _ in b]
+        assert sorted(seen) == [("a", i) for i in range(70)] + [("b", i) for i in range(35)]
+        assert all(v == payload(o, 10) for _, b in batches for _, o, v in b)
+    finally:
+        wal.close()
+
+
+def stream_reader(path: Path, **options: Any) -> tidelog.spark.TidelogStreamReader:
+    """The stream reader Spark would build, called directly (its offsets logic needs no
+    Spark job)."""
+    source = tidelog.spark.TidelogDataSource({k.lower(): str(v) for k, v in options.items()})
+    source.options["path"] = str(path)
+    return source.streamReader(SPARK_SCHEMA)
+
+
+def test_stream_offsets_and_available_now_target(tmp_path: Path) -> None:
+    fill(tmp_path, {"a": 10, "b": 4, "c": 1})
+    with open_small(tmp_path) as wal:
+        reader = stream_reader(tmp_path, subscribe="a,b,c", maxOffsetsPerTrigger=9)
+        assert reader.getDefaultReadLimit() == ReadMaxRows(9)
+        # startingOffsets defaults to latest, as in Spark's Kafka source.
+        assert reader.initialOffset() == {"a": 10, "b": 4, "c": 1}
+        start = {"a": 0, "b": 0, "c": 0}
+        # 9 over three topics: c takes its 1, b its 4, a the 4 left.
+        assert reader.latestOffset(start, ReadMaxRows(9)) == {"a": 4, "b": 4, "c": 1}
+        assert reader.latestOffset(start, ReadMaxRows(2)) == {"a": 0, "b": 1, "c": 1}
+        assert reader.latestOffset(start, ReadAllAvailable()) == {"a": 10, "b": 4, "c": 1}
+        # A topic missing from a checkpointed offset starts at its earliest.
+        assert reader.latestOffset({"a": 10}, ReadMaxRows(100)) == {"a": 10, "b": 4, "c": 1}
+
+        reader.prepareForTriggerAvailableNow()
+        wal.append("a", b"late")
+        wal.flush()
+        # Never past the target recorded when AvailableNow started...
+        assert reader.latestOffset(start, ReadAllAvailable()) == {"a": 10, "b": 4, "c": 1}
+        assert reader.latestOffset({"a": 10, "b": 4, "c": 1}, ReadMaxRows(9)) == {
+            "a": 10,
+            "b": 4,
+            "c": 1,
+        }
+        # ...while a plain trigger sees the new record.
+        fresh = stream_reader(tmp_path, subscribe="a,b,c")
+        assert fresh.getDefaultReadLimit() == ReadAllAvailable()
+        assert fresh.latestOffset(start, ReadAllAvailable())["a"] == 11
+        assert fresh.reportLatestOffset() == {"a": 11, "b": 4, "c": 1}
+
+    end = {"a": 10, "b": 4, "c": 1}
+    assert reader.partitions(end, end) == []
+    parts = stream_reader(tmp_path, subscribe="a,b,c", maxRecordsPerPartition=4).partitions(
+        {"a": 1, "b": 4, "c": 0}, end
+    )
+    assert [(p.topic, p.start, p.end) for p in parts] == [
+        ("a", 1, 5),
+        ("a", 5, 9),
+        ("a", 9, 10),
+        ("c", 0, 1),
+    ]
+    earliest = stream_reader(tmp_path, subscribe="a,b", startingOffsets='{"b": 3}')
+    assert earliest.initialOffset() == {"a": 0, "b": 3}
+
+
+# --- user mistakes ---
+
+
+def load_and_collect(spark: SparkSession, path: Path | None, **options: Any) -> None:
+    reader = spark.read.format("tidelog").options(**options)
+    (reader.load() if path is None else reader.load(str(path))).collect()
+
+
+@pytest.mark.parametrize(
+    ("options", "message"),
+    [
+        ({"path": None, "subscribe": "a"}, "option path is required"),
+        ({"path": "missing", "subscribe": "a"}, "No such file or directory"),
+        ({}, "option subscribe is required"),
+        ({"subscribe": " , "}, "option subscribe is required"),
+        ({"subscribe": "a,nope"}, "topic 'nope', which does not exist"),
+        ({"subscribe": "a", "startingOffsets": "{oops"}, "option startingOffsets must be"),
+        ({"subscribe": "a", "endingOffsets": "[1]"}, "option endingOffsets must be a JSON object"),
+        ({"subscribe": "a", "startingOffsets": '{"b": 0}'}, "names topic 'b', which is not"),
+        ({"subscribe": "a", "startingOffsets": '{"a": "x"}'}, "must be an integer >= 0"),
+        ({"subscribe": "a", "startingOffsets": '{"a": 99}'}, "offset 99 of topic 'a' is out of"),
+        ({"subscribe": "a", "endingOffsets": '{"a": 11}'}, "stored offsets are 0..10"),
+        ({"subscribe": "a", "startingOffsets": '{"a": 5}', "endingOffsets": '{"a": 2}'}, "past"),
+        ({"subscribe": "a", "maxOffsetsPerTrigger": "many"}, "maxOffsetsPerTrigger must be a"),
+        ({"subscribe": "a", "maxRecordsPerPartition": "0"}, "maxRecordsPerPartition must be a"),
+    ],
+)
+def test_batch_mistakes(
+    spark: SparkSession, tmp_path: Path, options: dict[str, Any], message: str
+) -> None:
+    fill(tmp_path / "wal", {"a": 10})
+    options = dict(options)
+    path: Path | None = tmp_path / "wal"
+    if "path" in options:
+        given = options.pop("path")
+        path = None if given is None else tmp_path / given
+    with pytest.raises(AnalysisException) as info:
+        load_and_collect(spark, path, **options)
+    assert message in str(info.value)
+
+
+def test_fixed_schema_and_stream_mistakes(spark: SparkSession, tmp_path: Path) -> None:
+    fill(tmp_path / "wal", {"a": 3})
+    with pytest.raises(AnalysisException, match="the schema is fixed"):
+        spark.read.format("tidelog").schema("value BINARY").option("subscribe", "a").load(
+            str(tmp_path / "wal")
+        ).collect()
+
+    def stream(name: str, **options: Any) -> None:
+        query = (
+            spark.readStream.format("tidelog")
+            .options(subscribe="a", **options)
+            .load(str(tmp_path / "wal"))
+            .writeStream.format("noop")
+            .option("checkpointLocation", str(tmp_path / name))
+            .trigger(availableNow=True)
+            .start()
+        )
+        query.awaitTermination(60)
+
+    # A stream checks its options when the query starts.
+    with pytest.raises(StreamingQueryException, match="endingOffsets is for batch reads only"):
+        stream("ending", endingOffsets="latest")
+    with pytest.raises(StreamingQueryException, match="offset 7 of topic 'a' is out of range"):
+        stream("range", startingOffsets=json.dumps({"a": 7}))
