@@ -7,6 +7,12 @@
 ...         print(record.offset, bytes(record))
 """
 
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable
+from typing import Any
+
 from tidelog import exceptions
 from tidelog._native import (
     AppendHandle,
@@ -15,11 +21,16 @@ from tidelog._native import (
     RingAppendHandle,
     RingRecovery,
     RingWal,
+    StagedWriter,
     TopicInfo,
     Wal,
     Writer,
     __version__,
     open,
+    stage_abort,
+    stage_commit,
+    stage_sink_batch,
+    stage_wait,
 )
 from tidelog.exceptions import (
     CapacityError,
@@ -69,6 +80,7 @@ __all__ = [
     "RingFullError",
     "RingRecovery",
     "RingWal",
+    "StagedWriter",
     "TidelogError",
     "TopicInfo",
     "UnknownGroupError",
@@ -77,6 +89,37 @@ __all__ = [
     "Wal",
     "Writer",
     "__version__",
+    "commit_staged",
     "exceptions",
     "open",
+    "stage_abort",
+    "stage_commit",
+    "stage_sink_batch",
+    "stage_wait",
 ]
+
+
+def commit_staged(
+    path: str | os.PathLike[str],
+    job: str,
+    parts: Iterable[str],
+    *,
+    sink: str | None = None,
+    batch: int | None = None,
+    timeout: float = 60.0,
+    **options: Any,
+) -> None:
+    """Commits the staged `parts` of `job` (written with `StagedWriter`) and returns once
+    they are published, exactly once. It opens `path` with `options` (as `tidelog.open`)
+    to publish them itself; when another process holds the directory for writing, that
+    process publishes them, and this waits up to `timeout` seconds. With `sink` and `batch`
+    (a streaming sink's micro-batch id) the publish also records `batch` as the sink's last,
+    so `stage_sink_batch` can recognise a replayed micro-batch."""
+    stage_commit(path, job, list(parts), sink=sink, batch=batch)
+    try:
+        wal = open(path, **options)
+    except exceptions.LockedError:
+        stage_wait(path, job, timeout)
+        return
+    # Opening published every committed job.
+    wal.close()

@@ -16,11 +16,16 @@ __all__ = [
     "RingRecoverIter",
     "RingRecovery",
     "RingWal",
+    "StagedWriter",
     "TopicInfo",
     "Wal",
     "Writer",
     "__version__",
     "open",
+    "stage_abort",
+    "stage_commit",
+    "stage_sink_batch",
+    "stage_wait",
 ]
 
 __version__: str
@@ -209,6 +214,9 @@ class Wal:
     def close(self) -> None: ...
     def topics(self) -> list[str]: ...
     def topic_info(self, topic: str) -> TopicInfo: ...
+    def commit_staged(self, job: str, parts: list[str]) -> dict[str, range]:
+        """Publishes the staged `parts` of `job` exactly once, in order; returns the offsets
+        the job got per topic. Other appends to those topics wait meanwhile."""
     def delete_topic(self, topic: str) -> None: ...
     def delete_group(self, topic: str, group: str) -> None: ...
     def refresh(self) -> None: ...
@@ -387,3 +395,48 @@ def open(
     new ring over a device or file that holds none) are its options, and are refused with
     the default backend.
     """
+
+@final
+class StagedWriter:
+    """One part of a staged job (e.g. one Spark task attempt): records written without the
+    directory's lock, invisible until a commit names the part. Thread-safe."""
+
+    def __new__(cls, path: str | os.PathLike[str], job: str, part: str) -> Self: ...
+    @property
+    def part(self) -> str: ...
+    @property
+    def records(self) -> int:
+        """Records staged so far."""
+    def append(
+        self,
+        topic: str,
+        value: Buffer,
+        *,
+        key: Buffer | None = None,
+        timestamp: int | None = None,
+    ) -> None: ...
+    def append_arrow(self, topic: str, data: Any) -> None:
+        """Stages a pyarrow binary/string array, or a batch/table with a `value` column and
+        optional `key` and `timestamp` columns."""
+    def finish(self) -> int:
+        """Makes the part durable and complete; returns its record count."""
+
+def stage_commit(
+    path: str | os.PathLike[str],
+    job: str,
+    parts: list[str],
+    *,
+    sink: str | None = None,
+    batch: int | None = None,
+) -> None:
+    """Records the commit of `job`; the process holding the directory (or the next to open
+    it) publishes it."""
+
+def stage_wait(path: str | os.PathLike[str], job: str, timeout: float = 60.0) -> None:
+    """Waits until committed `job` is published; `TimeoutError` after `timeout` seconds."""
+
+def stage_abort(path: str | os.PathLike[str], job: str) -> None:
+    """Discards a job that is not being published."""
+
+def stage_sink_batch(path: str | os.PathLike[str], sink: str) -> int | None:
+    """The last micro-batch id streaming sink `sink` published, or None."""

@@ -334,6 +334,17 @@ pub fn append(
     topic: &str,
     data: &Bound<'_, PyAny>,
 ) -> PyResult<Range<u64>> {
+    with_records(py, data, |records| wal.append_batch_records(topic, records))
+}
+
+/// Runs `sink` (without the GIL) on the records of `data`: a pyarrow binary/string array,
+/// or a batch/table with a `value` column and optional `key` and `timestamp` columns. The
+/// records borrow the Arrow buffers.
+pub fn with_records<T: Send>(
+    py: Python<'_>,
+    data: &Bound<'_, PyAny>,
+    sink: impl FnOnce(&[Append<'_>]) -> tidelog::Result<T> + Send,
+) -> PyResult<T> {
     let parts = helper(py)?.call_method1("append_parts", (data,))?;
     let (length, values, keys, timestamps): AppendParts<'_> = parts.extract()?;
     if length == 0 {
@@ -362,5 +373,5 @@ pub fn append(
             timestamp_us: stamps.as_ref().and_then(|s| s[i]),
         })
         .collect();
-    detached(py, || wal.append_batch_records(topic, &records))
+    detached(py, || sink(&records))
 }

@@ -11,6 +11,7 @@ mod options;
 mod reader;
 mod record;
 mod ring;
+mod stage;
 mod wal;
 
 use std::collections::HashMap;
@@ -126,5 +127,10 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ring::PyRingAppendHandle>()?;
     m.add_class::<ring::PyRingRecovery>()?;
     m.add_class::<ring::PyRingRecoverIter>()?;
+    m.add_class::<stage::PyStagedWriter>()?;
+    m.add_function(wrap_pyfunction!(stage::stage_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::stage_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::stage_abort, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::stage_sink_batch, m)?)?;
     Ok(())
 }

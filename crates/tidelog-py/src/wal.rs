@@ -311,6 +311,24 @@ impl PyWal {
         Ok(PyTopicInfo { info })
     }
 
+    /// Publishes the staged parts of `job` exactly once; returns `{topic: range}` of the
+    /// offsets the job got.
+    fn commit_staged<'py>(
+        &self,
+        py: Python<'py>,
+        job: &str,
+        parts: Vec<String>,
+    ) -> PyResult<Bound<'py, PyDict>> {
+        let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+        let wal = &self.wal;
+        let ranges = detached(py, || wal.commit_staged(job, &parts))?;
+        let dict = PyDict::new(py);
+        for (topic, offsets) in ranges {
+            dict.set_item(topic, range(py, offsets)?)?;
+        }
+        Ok(dict)
+    }
+
     fn delete_topic(&self, py: Python<'_>, topic: &str) -> PyResult<()> {
         detached(py, || self.wal.delete_topic(topic))
     }

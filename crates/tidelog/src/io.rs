@@ -72,6 +72,41 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// Replaces `path` (in `dir`) with `bytes` atomically: written to `path.tmp`, synced,
+/// renamed over `path`, and the directory synced. `what` names the file in errors.
+pub(crate) fn replace_file(
+    storage: &dyn Storage,
+    dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    what: &'static str,
+) -> crate::Result<()> {
+    use crate::Error;
+    let mut tmp = path.as_os_str().to_owned();
+    tmp.push(".tmp");
+    let tmp = std::path::PathBuf::from(tmp);
+    match storage.remove_file(&tmp) {
+        Ok(()) => {}
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+        Err(e) => return Err(Error::io(what, &tmp, e)),
+    }
+    let file = storage
+        .create_new(&tmp)
+        .map_err(|e| Error::io(what, &tmp, e))?;
+    storage
+        .write_at(&file, &tmp, bytes, 0)
+        .map_err(|e| Error::io(what, &tmp, e))?;
+    storage
+        .sync_file(&file, &tmp)
+        .map_err(|e| Error::io(what, &tmp, e))?;
+    storage
+        .rename(&tmp, path)
+        .map_err(|e| Error::io(what, path, e))?;
+    storage
+        .sync_dir(dir)
+        .map_err(|e| Error::io("fsync directory", dir, e))
+}
+
 /// The real filesystem.
 #[derive(Debug, Default, Clone, Copy)]
 pub struct StdStorage;

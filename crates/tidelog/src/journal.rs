@@ -66,7 +66,7 @@ pub fn entry_len(name: &str, records: &[Append<'_>]) -> u64 {
 
 /// Encodes the entry of `records` (of `name`, starting at offset `first`; records without a
 /// timestamp get `now_us`) into `buf`, replacing what it held.
-fn encode(buf: &mut Vec<u8>, name: &str, first: u64, records: &[Append<'_>], now_us: u64) {
+pub fn encode(buf: &mut Vec<u8>, name: &str, first: u64, records: &[Append<'_>], now_us: u64) {
     buf.clear();
     buf.reserve(entry_len(name, records) as usize);
     buf.push(ENTRY_KIND_BATCH);
@@ -482,27 +482,7 @@ fn write_marker(storage: &dyn Storage, dir: &Path, marker: &Path, device: &Path)
     if std::fs::read_to_string(marker).is_ok_and(|t| t == text) {
         return Ok(());
     }
-    let tmp = dir.join(format!("{MARKER_FILE}.tmp"));
-    match storage.remove_file(&tmp) {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("remove ring marker", &tmp, e)),
-    }
-    let file = storage
-        .create_new(&tmp)
-        .map_err(|e| Error::io("create ring marker", &tmp, e))?;
-    storage
-        .write_at(&file, &tmp, text.as_bytes(), 0)
-        .map_err(|e| Error::io("write ring marker", &tmp, e))?;
-    storage
-        .sync_file(&file, &tmp)
-        .map_err(|e| Error::io("fsync ring marker", &tmp, e))?;
-    storage
-        .rename(&tmp, marker)
-        .map_err(|e| Error::io("rename ring marker", marker, e))?;
-    storage
-        .sync_dir(dir)
-        .map_err(|e| Error::io("fsync directory", dir, e))
+    crate::io::replace_file(storage, dir, marker, text.as_bytes(), "write ring marker")
 }
 
 /// True when `a` and `b` name the same file (or the same path, where one does not exist).

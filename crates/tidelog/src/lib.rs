@@ -50,6 +50,7 @@ mod reclaim;
 mod recovery;
 pub mod ring;
 mod spin;
+pub mod stage;
 mod sync;
 mod topic;
 mod uring;
@@ -65,9 +66,10 @@ pub use journal::MARKER_FILE as RING_MARKER_FILE;
 pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
+pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
 pub use topic::Append;
-pub use wal::{DiskUsage, LOCK_FILE, RingStats, TopicInfo, Wal, Writer};
+pub use wal::{DiskUsage, LOCK_FILE, RingStats, TopicInfo, Wal, Writer, commit_staged};
 
 /// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each
 /// `Wal`'s own clock, which tracks this one to within about a microsecond.

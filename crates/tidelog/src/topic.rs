@@ -25,6 +25,8 @@ const PUBLISH_SPINS: u32 = 128;
 const PUBLISH_YIELDS: u32 = 8;
 /// Bound on a missed wake-up of a parked appender.
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
+/// How long an append sleeps between looks while a staged job is being published.
+const INGEST_WAIT: Duration = Duration::from_micros(200);
 
 /// One record to append: optional key, value, optional timestamp (default: now).
 #[derive(Debug, Clone, Copy, Default)]
@@ -72,6 +74,8 @@ pub struct Ctx<'a> {
     pub prefault: Option<&'a Prefaulter>,
     /// The ring fronting the data files: each append writes its entry there first.
     pub journal: Option<&'a Journal>,
+    /// The append publishes a staged job (it alone may append while the topic ingests).
+    pub ingest: bool,
 }
 
 /// Writer-side state, under the topic lock.
@@ -90,6 +94,8 @@ pub struct Tail {
     pub max_ts: u64,
     /// Set on close and on deletion: no more appends.
     pub closed: bool,
+    /// A staged job is being published into the topic: other appends wait.
+    pub ingesting: bool,
     /// Position in `block` up to which pages were asked to be prefaulted.
     pub prefaulted_to: u64,
 }
@@ -147,6 +153,33 @@ impl Topic {
             std::thread::yield_now();
         }
         true
+    }
+
+    /// Makes the topic exclusive to a staged job's ingest: later appends wait, and this
+    /// returns once every append already reserved is published, with the next offset.
+    pub fn begin_ingest(&self) -> Result<u64> {
+        let mut tail = self.tail();
+        if tail.closed {
+            return Err(if self.is_deleted() {
+                Error::UnknownTopic {
+                    topic: self.name.clone(),
+                }
+            } else {
+                Error::Closed
+            });
+        }
+        tail.ingesting = true;
+        let reserved = tail.next_offset;
+        drop(tail);
+        while self.next_offset() != reserved {
+            std::thread::yield_now();
+        }
+        Ok(reserved)
+    }
+
+    /// Ends [`Topic::begin_ingest`]: waiting appends go on.
+    pub fn end_ingest(&self) {
+        self.tail().ingesting = false;
     }
 
     /// True once the topic was deleted.
@@ -279,7 +312,14 @@ impl Topic {
         let interval = ctx.config.index_interval_bytes;
 
         // Reserve: offsets, positions and index entries, under the topic lock.
-        let mut tail = self.tail();
+        let mut tail = loop {
+            let tail = self.tail();
+            if !tail.ingesting || ctx.ingest || tail.closed {
+                break tail;
+            }
+            drop(tail);
+            std::thread::sleep(INGEST_WAIT);
+        };
         if tail.closed {
             if self.is_deleted() {
                 return Err(Error::UnknownTopic {

@@ -28,6 +28,7 @@ use crate::reader::{self, Reader, ReaderOptions, Record};
 use crate::reclaim;
 use crate::recovery::{self, Known, RecoveryReport};
 use crate::ring::{RingAppend, format::RING_START};
+use crate::stage;
 use crate::sync::{AppendHandle, GroupLimits, SyncQueue, Wake};
 use crate::topic::{Append, Ctx, Topic};
 
@@ -84,6 +85,8 @@ pub(crate) struct Shared {
     fork_generation: u64,
     /// The ring in front of the data files (the ring backend; writable handles only).
     journal: Option<Journal>,
+    /// One staged job is published at a time.
+    ingest_lock: Mutex<()>,
 }
 
 /// How one append becomes durable and waits for space: the Wal's defaults or a writer's.
@@ -133,6 +136,7 @@ impl Shared {
             sync: &self.sync,
             prefault: Some(&self.prefault),
             journal: self.journal.as_ref(),
+            ingest: false,
         }
     }
 
@@ -335,6 +339,177 @@ impl Shared {
             }
         }
         Ok((replayed, held))
+    }
+
+    /// Publishes every committed staged job found in the directory.
+    fn ingest_committed(&self) -> Result<()> {
+        let staging = self.dir.join(stage::STAGING_DIR);
+        let entries = match std::fs::read_dir(&staging) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("list staging directory", &staging, e)),
+        };
+        let mut jobs: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join(stage::COMMIT_FILE).exists())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .collect();
+        jobs.sort();
+        for job in jobs {
+            self.ingest_job(&job)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes committed job `job`: each of its topics is made exclusive, the offset where
+    /// the job starts in each is recorded (once), its records are appended after whatever
+    /// of them the data files already hold, the data files are made durable and the job's
+    /// directory is removed. Returns the offsets the job got, per topic.
+    fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
+        let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let job_dir = stage::job_dir(&self.dir, job)?;
+        let Some(manifest) = stage::read_commit(&job_dir)? else {
+            // Published meanwhile (by this handle's housekeeping thread).
+            return Ok(Vec::new());
+        };
+        let bytes = stage::read_parts(&job_dir, &manifest.parts)?;
+        // Records per topic, topics in order of first appearance.
+        let mut by_topic: Vec<(&str, Vec<Append<'_>>)> = Vec::new();
+        for part in &bytes {
+            for chunk in stage::chunks_of(part) {
+                let chunk = chunk.map_err(|r| self.staged_corruption(&job_dir, r))?;
+                let entry =
+                    journal::decode(chunk).map_err(|r| self.staged_corruption(&job_dir, &r))?;
+                match by_topic.iter_mut().find(|(t, _)| *t == entry.topic) {
+                    Some((_, records)) => records.extend(entry.records),
+                    None => by_topic.push((entry.topic, entry.records)),
+                }
+            }
+        }
+        for (_, records) in &by_topic {
+            for r in records {
+                if r.payload_len() > self.record_bytes_max {
+                    return Err(Error::limit(
+                        "max_record_bytes",
+                        r.payload_len(),
+                        self.record_bytes_max,
+                    ));
+                }
+            }
+        }
+        let topics = by_topic
+            .iter()
+            .map(|(name, _)| self.topic_or_create(name))
+            .collect::<Result<Vec<_>>>()?;
+        // Exclusive from here; released however this ends.
+        struct Exclusive<'a>(Vec<&'a Topic>);
+        impl Drop for Exclusive<'_> {
+            fn drop(&mut self) {
+                for t in &self.0 {
+                    t.end_ingest();
+                }
+            }
+        }
+        let mut exclusive = Exclusive(Vec::new());
+        let mut next = Vec::with_capacity(topics.len());
+        for t in &topics {
+            next.push(t.begin_ingest()?);
+            exclusive.0.push(t);
+        }
+        let recorded = stage::read_ingest(&job_dir)?;
+        let mut starts: Vec<(String, u64)> = match &recorded {
+            Some(ledger) => by_topic
+                .iter()
+                .map(|(name, _)| {
+                    ledger
+                        .iter()
+                        .find(|(t, _)| t == name)
+                        .map(|(t, s)| (t.clone(), *s))
+                        .ok_or_else(|| {
+                            self.staged_corruption(&job_dir, "the ledger lacks one of its topics")
+                        })
+                })
+                .collect::<Result<_>>()?,
+            None => by_topic
+                .iter()
+                .zip(&next)
+                .map(|((name, _), n)| ((*name).to_owned(), *n))
+                .collect(),
+        };
+        // A topic that lost records below the job's start (appends that were never durable)
+        // starts the job where it now ends: record that before appending.
+        let mut moved = false;
+        for ((_, start), n) in starts.iter_mut().zip(&next) {
+            if *n < *start {
+                *start = *n;
+                moved = true;
+            }
+        }
+        if recorded.is_none() || moved {
+            stage::write_ingest(self.storage.as_ref(), &job_dir, &starts)?;
+        }
+        let ctx = Ctx {
+            write_through: false,
+            journal: None,
+            ingest: true,
+            ..self.ctx(self.default_opts())
+        };
+        let mut ranges = Vec::with_capacity(topics.len());
+        for ((t, (_, records)), ((name, start), n)) in
+            topics.iter().zip(&by_topic).zip(starts.iter().zip(&next))
+        {
+            let count = records.len() as u64;
+            let have = (n - start).min(count) as usize;
+            for batch in self.batches(&records[have..]) {
+                t.append(&ctx, batch)?;
+            }
+            ranges.push((name.clone(), *start..*start + count));
+        }
+        self.flush()?;
+        // Durable records first, then the sink's ledger, then the job goes: a crash between
+        // two steps repeats only steps that append nothing.
+        if let Some((sink, batch)) = &manifest.sink {
+            stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
+        }
+        std::fs::remove_dir_all(&job_dir)
+            .map_err(|e| Error::io("remove published staged job", &job_dir, e))?;
+        if let Some(staging) = job_dir.parent() {
+            self.storage
+                .sync_dir(staging)
+                .map_err(|e| Error::io("fsync directory", staging, e))?;
+        }
+        Ok(ranges)
+    }
+
+    /// `records` cut into batches within the batch limits.
+    fn batches<'r, 'a>(&self, records: &'r [Append<'a>]) -> Vec<&'r [Append<'a>]> {
+        let mut out = Vec::new();
+        let (mut from, mut bytes) = (0, 0u64);
+        for (i, r) in records.iter().enumerate() {
+            let len = r.payload_len();
+            let count = (i - from) as u64;
+            if i > from
+                && (bytes + len > self.batch_bytes_max || count >= self.config.max_batch_records)
+            {
+                out.push(&records[from..i]);
+                (from, bytes) = (i, 0);
+            }
+            bytes += len;
+        }
+        if from < records.len() {
+            out.push(&records[from..]);
+        }
+        out
+    }
+
+    fn staged_corruption(&self, job_dir: &Path, reason: &str) -> Error {
+        Error::Corruption {
+            topic: String::new(),
+            offset: 0,
+            path: job_dir.to_owned(),
+            position: 0,
+            reason: format!("staged job: {reason}"),
+        }
     }
 
     /// One append into the topic, through the ring when there is one. A full ring waits for
@@ -853,6 +1028,7 @@ impl Wal {
             interval_writers: AtomicBool::new(false),
             prefault: Prefaulter::default(),
             journal,
+            ingest_lock: Mutex::new(()),
         });
         let mut threads = Vec::new();
         if !read_only {
@@ -869,6 +1045,9 @@ impl Wal {
             if let Some(journal) = &shared.journal {
                 journal.ring().reset()?;
             }
+            // Committed staged jobs (one cut by a crash resumes from its ledger) go in before
+            // any new append could take the offsets the ledger gives them.
+            shared.ingest_committed()?;
             // Rebuild consumption from the persisted cursors and retention; delete what is
             // done, so space from before the restart comes back now.
             shared
@@ -1103,6 +1282,35 @@ impl Wal {
             extents: t.block_count(),
             groups: CursorTable::list(&self.shared.dir, topic),
         })
+    }
+
+    /// Publishes the staged parts `parts` of `job` (see [`crate::stage`]) into their topics,
+    /// in order, exactly once: after this returns every record of those parts is appended
+    /// and durable, and none of another part of the job is; after a crash in between, the
+    /// next open finishes the job without appending a record twice. Returns the offsets the
+    /// job got in each topic. A published job's directory is gone: committing it again is
+    /// an error. Other appends to the job's topics wait while it is published, so each
+    /// topic's share of the job is one contiguous offset range.
+    pub fn commit_staged(&self, job: &str, parts: &[&str]) -> Result<Vec<(String, Range<u64>)>> {
+        self.shared.check_writable()?;
+        let job_dir = stage::job_dir(&self.shared.dir, job)?;
+        if parts.is_empty() {
+            return Ok(Vec::new());
+        }
+        if !job_dir.exists() {
+            return Err(Error::invalid(
+                "job",
+                format!("job {job:?} has no staged parts (or was published already)"),
+            ));
+        }
+        stage::write_commit(
+            self.shared.storage.as_ref(),
+            &self.shared.dir,
+            job,
+            parts,
+            None,
+        )?;
+        self.shared.ingest_job(job)
     }
 
     /// Deletes `topic`: its records, its cursors, and (once no other topic needs them) its
@@ -1365,6 +1573,30 @@ impl Writer {
     }
 }
 
+/// Commits the staged parts `parts` of `job` in `dir` from a process that may not hold the
+/// directory: records the commit, then publishes it with a handle opened with `config`, or,
+/// when another process holds the directory for writing, waits up to `wait` for that
+/// process (its housekeeping thread) to publish it.
+pub fn commit_staged(
+    dir: impl AsRef<Path>,
+    config: Config,
+    job: &str,
+    parts: &[&str],
+    wait: Duration,
+) -> Result<()> {
+    let dir = dir.as_ref();
+    if parts.is_empty() {
+        return Ok(());
+    }
+    stage::commit(dir, job, parts)?;
+    match Wal::open_with(dir, config) {
+        // Opening publishes every committed job.
+        Ok(wal) => wal.close(),
+        Err(Error::Locked { .. }) => stage::wait_published(dir, job, wait),
+        Err(e) => Err(e),
+    }
+}
+
 /// Releases the directory lock explicitly: a child process being spawned at this moment holds a
 /// copy of the descriptor until its exec, and a flock belongs to the shared open file, so only
 /// an explicit unlock frees it at once.
@@ -1482,6 +1714,10 @@ fn housekeeping_loop(shared: &Shared) {
             if !shared.config.retention_for(&topic.name).is_unlimited() {
                 shared.reclaim_topic(&topic);
             }
+        }
+        // Staged jobs another process committed while we hold the directory.
+        if let Err(e) = shared.ingest_committed() {
+            shared.report_background(e);
         }
         // Failed unlinks wait for the next tick, so a persistent failure does not spin.
         for file in retry.drain(..) {

@@ -1,0 +1,181 @@
+//! `StagedWriter` and the staged-job functions: records written without the directory's
+//! lock (Spark tasks) and published exactly once by a commit (the Spark driver).
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::Instant;
+
+use pyo3::prelude::*;
+use pyo3::sync::MutexExt;
+use tidelog::Append;
+
+use crate::arrow;
+use crate::buffer::InputBytes;
+use crate::call::{detached, sliced};
+use crate::options::timeout_seconds;
+
+/// One part of a staged job, written by one task attempt.
+#[pyclass(module = "tidelog._native", name = "StagedWriter", frozen)]
+#[derive(Debug)]
+pub struct PyStagedWriter {
+    /// `None` once finished.
+    writer: Mutex<Option<tidelog::StagedWriter>>,
+    part: String,
+}
+
+impl PyStagedWriter {
+    fn with<T: Send>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut tidelog::StagedWriter) -> tidelog::Result<T> + Send,
+    ) -> PyResult<T> {
+        let mut guard = self.writer.lock_py_attached(py).map_err(|_| {
+            crate::error::to_py(tidelog::Error::InvalidArgument {
+                name: "part",
+                reason: "the staged writer is poisoned".to_owned(),
+            })
+        })?;
+        let Some(writer) = guard.as_mut() else {
+            return Err(crate::error::to_py(tidelog::Error::Closed));
+        };
+        detached(py, || f(writer))
+    }
+}
+
+#[pymethods]
+impl PyStagedWriter {
+    #[new]
+    fn new(py: Python<'_>, path: PathBuf, job: &str, part: &str) -> PyResult<Self> {
+        let writer = detached(py, || tidelog::StagedWriter::create(&path, job, part))?;
+        Ok(PyStagedWriter {
+            writer: Mutex::new(Some(writer)),
+            part: part.to_owned(),
+        })
+    }
+
+    #[getter]
+    fn part(&self) -> &str {
+        &self.part
+    }
+
+    /// Records staged so far.
+    #[getter]
+    fn records(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |w| Ok(w.records()))
+    }
+
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    fn append(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        value: &Bound<'_, PyAny>,
+        key: Option<&Bound<'_, PyAny>>,
+        timestamp: Option<u64>,
+    ) -> PyResult<()> {
+        let value = InputBytes::extract(value, "value")?;
+        let key = key.map(|k| InputBytes::extract(k, "key")).transpose()?;
+        let record = Append {
+            key: key.as_ref().map(InputBytes::as_slice),
+            value: value.as_slice(),
+            timestamp_us: timestamp,
+        };
+        self.with(py, |w| w.append(topic, std::slice::from_ref(&record)))
+    }
+
+    /// Stages a pyarrow binary/string array, or a batch/table with a `value` column and
+    /// optional `key` and `timestamp` columns, for `topic`.
+    fn append_arrow(&self, py: Python<'_>, topic: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
+        let mut guard = self.writer.lock_py_attached(py).map_err(|_| {
+            crate::error::to_py(tidelog::Error::InvalidArgument {
+                name: "part",
+                reason: "the staged writer is poisoned".to_owned(),
+            })
+        })?;
+        let Some(writer) = guard.as_mut() else {
+            return Err(crate::error::to_py(tidelog::Error::Closed));
+        };
+        arrow::with_records(py, data, |records| writer.append(topic, records))
+    }
+
+    /// Makes the part durable and complete; returns its record count. Name the part in the
+    /// job's commit.
+    fn finish(&self, py: Python<'_>) -> PyResult<u64> {
+        let taken = self
+            .writer
+            .lock_py_attached(py)
+            .map(|mut g| g.take())
+            .unwrap_or(None);
+        let Some(writer) = taken else {
+            return Err(crate::error::to_py(tidelog::Error::Closed));
+        };
+        detached(py, || writer.finish()).map(|p| p.records)
+    }
+
+    fn __repr__(&self) -> String {
+        format!("StagedWriter(part={:?})", self.part)
+    }
+}
+
+/// Records the commit of `job` (the parts to publish, in order; for a streaming sink, its
+/// name and micro-batch id); the directory's writer publishes it.
+#[pyfunction]
+#[pyo3(signature = (path, job, parts, *, sink = None, batch = None))]
+pub fn stage_commit(
+    py: Python<'_>,
+    path: PathBuf,
+    job: &str,
+    parts: Vec<String>,
+    sink: Option<String>,
+    batch: Option<u64>,
+) -> PyResult<()> {
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    match (sink, batch) {
+        (None, None) => detached(py, || tidelog::stage::commit(&path, job, &parts)),
+        (Some(sink), Some(batch)) => detached(py, || {
+            tidelog::stage::commit_for_sink(&path, job, &parts, &sink, batch)
+        }),
+        _ => Err(crate::error::to_py(tidelog::Error::InvalidArgument {
+            name: "sink",
+            reason: "sink and batch go together".to_owned(),
+        })),
+    }
+}
+
+/// The last micro-batch id of streaming sink `sink` published in `path`, or None.
+#[pyfunction]
+pub fn stage_sink_batch(py: Python<'_>, path: PathBuf, sink: &str) -> PyResult<Option<u64>> {
+    detached(py, || tidelog::stage::sink_batch(&path, sink))
+}
+
+/// Waits up to `timeout` seconds until committed `job` is published (by the process that
+/// holds the directory); raises `TimeoutError` after that.
+#[pyfunction]
+#[pyo3(signature = (path, job, timeout = 60.0))]
+pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyResult<()> {
+    let deadline = Instant::now() + timeout_seconds(timeout)?;
+    let done = sliced(py, Some(deadline), |slice_end| {
+        let left = slice_end.saturating_duration_since(Instant::now());
+        match tidelog::stage::wait_published(&path, job, left) {
+            Ok(()) => Ok(Some(())),
+            Err(tidelog::Error::Io { source, .. })
+                if source.kind() == std::io::ErrorKind::TimedOut =>
+            {
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    })?;
+    done.ok_or_else(|| {
+        pyo3::exceptions::PyTimeoutError::new_err(format!(
+            "job {job:?} was not published within {timeout} s: does the process holding the \
+             directory run?"
+        ))
+    })
+}
+
+/// Discards an uncommitted (or committed but not yet publishing) job.
+#[pyfunction]
+pub fn stage_abort(py: Python<'_>, path: PathBuf, job: &str) -> PyResult<()> {
+    detached(py, || tidelog::stage::abort(&path, job))
+}
