@@ -356,6 +356,7 @@ impl Shared {
             .collect();
         jobs.sort();
         for job in jobs {
+            let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
             self.ingest_job(&job)?;
         }
         Ok(())
@@ -364,9 +365,9 @@ impl Shared {
     /// Publishes committed job `job`: each of its topics is made exclusive, the offset where
     /// the job starts in each is recorded (once), its records are appended after whatever
     /// of them the data files already hold, the data files are made durable and the job's
-    /// directory is removed. Returns the offsets the job got, per topic.
+    /// directory is removed. Returns the offsets the job got, per topic. The caller holds
+    /// `ingest_lock`.
     fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
-        let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
         let job_dir = stage::job_dir(&self.dir, job)?;
         let Some(manifest) = stage::read_commit(&job_dir)? else {
             // Published meanwhile (by this handle's housekeeping thread).
@@ -1303,6 +1304,12 @@ impl Wal {
                 format!("job {job:?} has no staged parts (or was published already)"),
             ));
         }
+        // Held across both steps, so the housekeeping thread cannot publish it in between.
+        let _one = self
+            .shared
+            .ingest_lock
+            .lock()
+            .unwrap_or_else(|p| p.into_inner());
         stage::write_commit(
             self.shared.storage.as_ref(),
             &self.shared.dir,
