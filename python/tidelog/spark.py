@@ -15,23 +15,45 @@ Each Spark task opens the directory read-only in its own process (no lock, so a 
 hold it meanwhile) and yields Arrow record batches built in Rust: no Python object per record.
 Streams (``spark.readStream``) keep ``{"topic": next offset}`` as their offsets, honour
 ``maxOffsetsPerTrigger`` and ``trigger(availableNow=True)``, and resume from their checkpoint.
-Writes are not supported yet.
+
+Writes take ``value`` (binary or string), optional ``key`` (binary or string) and
+``timestamp`` (null: the time of the write) columns, and the topic from a ``topic`` column or
+the ``topic`` option (which overrides the column, as in Kafka's sink)::
+
+    (df.write.format("tidelog").mode("append")            # the only save mode
+       .option("topic", "results").save("data"))
+    (events.writeStream.format("tidelog").option("topic", "results")
+       .option("checkpointLocation", "checkpoints/results").start("data"))
+
+Each task stages its records (``tidelog.StagedWriter``, no lock) and the driver's commit
+publishes the parts of the tasks that succeeded, once: a batch job is exactly-once, and a
+streaming query's micro-batch is published at most once per id, so a replayed batch is
+dropped. Offsets are assigned at the commit.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator, Mapping
+import math
+import os
+import re
+import uuid
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, overload
 
 import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark import TaskContext
 from pyspark.sql import SparkSession
 from pyspark.sql.datasource import (
     DataSource,
+    DataSourceArrowWriter,
     DataSourceReader,
+    DataSourceStreamArrowWriter,
     DataSourceStreamReader,
     InputPartition,
+    WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
@@ -41,6 +63,7 @@ from pyspark.sql.streaming.datasource import (
 )
 from pyspark.sql.types import (
     BinaryType,
+    DataType,
     LongType,
     StringType,
     StructField,
@@ -51,7 +74,16 @@ from pyspark.sql.types import (
 import tidelog
 from tidelog.exceptions import InvalidArgumentError, UnknownTopicError
 
-__all__ = ["ARROW_SCHEMA", "FORMAT", "SCHEMA", "TidelogDataSource", "register"]
+__all__ = [
+    "ARROW_SCHEMA",
+    "FORMAT",
+    "SCHEMA",
+    "StagedPart",
+    "TidelogBatchWriter",
+    "TidelogDataSource",
+    "TidelogStreamWriter",
+    "register",
+]
 
 FORMAT = "tidelog"
 SCHEMA = "key BINARY, value BINARY, topic STRING, offset BIGINT, timestamp TIMESTAMP"
@@ -301,7 +333,8 @@ def _check_schema(schema: StructType) -> None:
 
 
 class TidelogDataSource(DataSource):
-    """Format "tidelog": reads topics of a tidelog directory, in batches or as a stream."""
+    """Format "tidelog": reads topics of a tidelog directory and writes records into them,
+    in batches or as a stream."""
 
     @classmethod
     def name(cls) -> str:
@@ -328,6 +361,15 @@ class TidelogDataSource(DataSource):
                 "(trigger(availableNow=True) stops at the end found when it starts)",
             )
         return TidelogStreamReader(options)
+
+    def writer(self, schema: StructType, overwrite: bool) -> TidelogBatchWriter:
+        options = _WriteOptions.parse(self.options, schema, overwrite, '.mode("append")')
+        # One job per write; the writer is pickled to the tasks and to the commit.
+        return TidelogBatchWriter(options, job=f"spark-{uuid.uuid4().hex}")
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> TidelogStreamWriter:
+        options = _WriteOptions.parse(self.options, schema, overwrite, '.outputMode("append")')
+        return TidelogStreamWriter(options, sink_id=_sink_id(self.options))
 
 
 class TidelogBatchReader(DataSourceReader):
@@ -420,6 +462,298 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
     def commit(self, end: dict[str, Any]) -> None:
         """Nothing to release: the log keeps records by its own retention."""
+
+
+# --- writes ---
+
+# Most bytes one append_arrow call stages (a staged chunk holds at most 64 MiB).
+CHUNK_BYTES_MAX = 16 << 20
+# Topic, job, part and sink names: the engine's rule.
+_NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}")
+# Room for the "-b<micro-batch id>" of a sink's job names within 249 characters.
+SINK_ID_MAX = 200
+_NAME_RULE = "ASCII letters, digits, '.', '_' and '-', not starting with '.'"
+# Options passed on to tidelog.open when the commit publishes the job itself.
+_OPEN_OPTIONS = ("backend", "device")
+
+
+def _column_type(
+    types: Mapping[str, DataType], column: str, allowed: tuple[type[DataType], ...], hint: str
+) -> bool:
+    """Whether the input has `column`; an error if it has it with another type."""
+    found = types.get(column)
+    if found is None:
+        return False
+    if not isinstance(found, allowed):
+        raise _invalid(
+            column,
+            f"column {column} must be {hint}, not {found.simpleString().upper()} (cast it, "
+            f"e.g. cast({column} AS {hint.split()[0]}))",
+        )
+    return True
+
+
+@dataclass(frozen=True)
+class _WriteOptions:
+    """What a write needs, checked on the driver before any task runs: plain data, pickled
+    to the tasks and the commit."""
+
+    path: str
+    # The topic option; None: each row's topic column.
+    topic: str | None
+    key: bool
+    timestamp: bool
+    open_options: dict[str, Any]
+
+    @classmethod
+    def parse(
+        cls, options: Mapping[str, str], schema: StructType, overwrite: bool, append_hint: str
+    ) -> _WriteOptions:
+        path = options.get("path")
+        if not path:
+            raise _invalid(
+                "path",
+                "option path is required: the tidelog directory, as "
+                'df.write.format("tidelog").save(path) or .option("path", ...)',
+            )
+        if overwrite:
+            raise _invalid(
+                "mode",
+                f"a tidelog topic is an append-only log and cannot be overwritten: use "
+                f"{append_hint}",
+            )
+        types = {f.name: f.dataType for f in schema.fields}
+        bytes_hint = "BINARY or STRING"
+        if not _column_type(types, "value", (BinaryType, StringType), bytes_hint):
+            raise _invalid(
+                "value",
+                f"the input needs a value column (BINARY or STRING); it has "
+                f"{', '.join(types) or 'no columns'}",
+            )
+        key = _column_type(types, "key", (BinaryType, StringType), bytes_hint)
+        timestamp = _column_type(types, "timestamp", (TimestampType,), "TIMESTAMP")
+        topic = options.get("topic")
+        if topic is not None:
+            # Overrides the topic column, as in Kafka's sink.
+            topic = str(topic).strip()
+            if not _NAME.fullmatch(topic):
+                raise _invalid(
+                    "topic",
+                    f"option topic: {topic!r} is not a topic name ({_NAME_RULE}, at most "
+                    f"249 characters)",
+                )
+        elif not _column_type(types, "topic", (StringType,), "STRING"):
+            raise _invalid(
+                "topic",
+                'no topic: set option topic (.option("topic", "results")) or give the '
+                "input a topic column (STRING)",
+            )
+        return cls(
+            path=str(path),
+            topic=topic,
+            key=key,
+            timestamp=timestamp,
+            open_options={o: str(options[o]) for o in _OPEN_OPTIONS if options.get(o)},
+        )
+
+
+def _sink_id(options: Mapping[str, str]) -> str | None:
+    text = options.get("sinkid")
+    if text is None:
+        return None
+    sink = str(text).strip()
+    if len(sink) > SINK_ID_MAX or not _NAME.fullmatch(sink):
+        raise _invalid(
+            "sinkId",
+            f"option sinkId: {sink!r} is not a sink name ({_NAME_RULE}, at most "
+            f"{SINK_ID_MAX} characters)",
+        )
+    return sink
+
+
+@dataclass(frozen=True)
+class StagedPart(WriterCommitMessage):
+    """What a task tells the commit: the part of `job` it staged (None: it had no rows)."""
+
+    job: str
+    part: str | None
+    records: int
+    # The streaming sink whose micro-batch the job is.
+    sink: str | None = None
+
+
+def _part_name(prefix: str = "") -> str:
+    """One part per task attempt: a retried or speculative attempt writes its own."""
+    ctx = TaskContext.get()
+    if ctx is None:  # called outside a Spark task
+        return f"{prefix}{uuid.uuid4().hex}"
+    return f"{prefix}p{ctx.partitionId()}-a{ctx.taskAttemptId()}"
+
+
+def _sized(topic: str, data: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """`data` in slices of at most CHUNK_BYTES_MAX bytes (about)."""
+    pieces = max(1, math.ceil(data.nbytes / CHUNK_BYTES_MAX))
+    rows = max(1, math.ceil(data.num_rows / pieces))
+    for start in range(0, data.num_rows, rows):
+        yield topic, data.slice(start, rows)
+
+
+def _by_topic(
+    options: _WriteOptions, batch: pa.RecordBatch
+) -> Iterator[tuple[str, pa.RecordBatch]]:
+    """The rows of a batch from Spark as (topic, value/key/timestamp batch), each topic's rows
+    in their order; Arrow compute only, no Python object per row."""
+    if batch.num_rows == 0:
+        return
+    values = batch.column("value")
+    if values.null_count:
+        raise _invalid(
+            "value",
+            f"column value has {values.null_count} null(s): every record needs a value "
+            "(filter those rows out, or fill them)",
+        )
+    names = ["value"] + ["key"] * options.key + ["timestamp"] * options.timestamp
+    data = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
+    if options.topic is not None:
+        yield from _sized(options.topic, data)
+        return
+    topics = batch.column("topic")
+    if topics.null_count:
+        raise _invalid(
+            "topic",
+            f"column topic has {topics.null_count} null(s): give every row a topic, or set "
+            "option topic",
+        )
+    encoded = pc.dictionary_encode(topics)
+    topic_names = encoded.dictionary.to_pylist()
+    if len(topic_names) == 1:
+        yield from _sized(topic_names[0], data)
+        return
+    # A stable sort groups each topic's rows and keeps their order.
+    data = data.take(pc.sort_indices(encoded.indices))
+    counts = pc.value_counts(encoded.indices)
+    count_of = dict(
+        zip(counts.field("values").to_pylist(), counts.field("counts").to_pylist(), strict=True)
+    )
+    start = 0
+    for index, topic in enumerate(topic_names):
+        yield from _sized(topic, data.slice(start, count_of[index]))
+        start += count_of[index]
+
+
+def _stage(
+    options: _WriteOptions,
+    job: str,
+    part: str,
+    batches: Iterable[pa.RecordBatch],
+    sink: str | None = None,
+) -> StagedPart:
+    """Stages a task's rows as part `part` of `job`; a task without rows stages nothing."""
+    staged = None
+    for batch in batches:
+        for topic, chunk in _by_topic(options, batch):
+            if staged is None:
+                staged = tidelog.StagedWriter(options.path, job, part)
+            staged.append_arrow(topic, chunk)
+    if staged is None:
+        return StagedPart(job, None, 0, sink)
+    return StagedPart(job, part, staged.finish(), sink)
+
+
+def _publish(
+    options: _WriteOptions,
+    job: str,
+    messages: Iterable[WriterCommitMessage | None],
+    sink: str | None = None,
+    batch: int | None = None,
+) -> None:
+    """Publishes the parts the messages name, in their order (Spark's partition order)."""
+    parts = [m.part for m in messages if isinstance(m, StagedPart) and m.part is not None]
+    if not parts:
+        tidelog.stage_abort(options.path, job)
+        return
+    # Opens the directory to publish; if a process holds it for writing, that one
+    # publishes, and this waits.
+    try:
+        tidelog.commit_staged(
+            options.path, job, parts, sink=sink, batch=batch, **options.open_options
+        )
+    except InvalidArgumentError as e:
+        if e.name != "backend" or "backend" in options.open_options:
+            raise
+        raise _invalid("backend", f'{e}: set .option("backend", "ring")') from e
+
+
+class TidelogBatchWriter(DataSourceArrowWriter):
+    """Exactly once per job: each task attempt stages its own part of the job; the commit
+    publishes the parts of the attempts that succeeded, abort discards them all. Nothing is
+    visible until the commit, and everything then."""
+
+    def __init__(self, options: _WriteOptions, job: str) -> None:
+        self.options = options
+        self.job = job
+        os.makedirs(options.path, exist_ok=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
+        return _stage(self.options, self.job, _part_name(), iterator)
+
+    def commit(self, messages: list[WriterCommitMessage | None]) -> None:
+        _publish(self.options, self.job, messages)
+
+    def abort(self, messages: list[WriterCommitMessage | None]) -> None:
+        tidelog.stage_abort(self.options.path, self.job)
+
+
+def _stream_job(sink: str, batch_id: int) -> str:
+    return f"{sink}-b{batch_id}"
+
+
+class TidelogStreamWriter(DataSourceStreamArrowWriter):
+    """Each micro-batch is staged as job "<sink>-b<batch id>" and published with the batch
+    id recorded as the sink's last, in one step; a batch id the sink already published (a
+    replay after a crash) is dropped. The sink is option sinkId, by default
+    "spark-<query id>" (the id lives in the checkpoint, so a restart keeps it)."""
+
+    def __init__(self, options: _WriteOptions, sink_id: str | None) -> None:
+        self.options = options
+        self.sink_id = sink_id
+        # Task attempt ids restart with the SparkContext: part names must not collide with
+        # those of a replayed batch's earlier run.
+        self.run = uuid.uuid4().hex[:12]
+        os.makedirs(options.path, exist_ok=True)
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
+        ctx = TaskContext.get()
+        batch_id = ctx.getLocalProperty("streaming.sql.batchId") if ctx else None
+        query_id = ctx.getLocalProperty("sql.streaming.queryId") if ctx else None
+        if batch_id is None or query_id is None:
+            raise RuntimeError(
+                "tidelog data source: the stream writer runs only in micro-batch queries "
+                "(found no micro-batch id in the task)"
+            )
+        sink = self.sink_id or f"spark-{query_id}"
+        job = _stream_job(sink, int(batch_id))
+        return _stage(self.options, job, _part_name(f"{self.run}-"), iterator, sink)
+
+    def commit(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        staged = [m for m in messages if isinstance(m, StagedPart)]
+        if not staged:
+            return
+        sink, job = staged[0].sink, staged[0].job
+        assert sink is not None and job == _stream_job(sink, batchId), (job, batchId)
+        last = tidelog.stage_sink_batch(self.options.path, sink)
+        if last is not None and last >= batchId:
+            # A replay: Spark stopped after the publish but before recording its commit.
+            tidelog.stage_abort(self.options.path, job)
+            return
+        _publish(self.options, job, staged, sink=sink, batch=batchId)
+
+    def abort(self, messages: list[WriterCommitMessage | None], batchId: int) -> None:
+        jobs = {m.job for m in messages if isinstance(m, StagedPart)}
+        if self.sink_id is not None:
+            jobs.add(_stream_job(self.sink_id, batchId))
+        for job in sorted(jobs):
+            tidelog.stage_abort(self.options.path, job)
 
 
 def _share(backlog: dict[str, int], budget: int) -> dict[str, int]:

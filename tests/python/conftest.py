@@ -89,8 +89,10 @@ def spark() -> Iterator[SparkSession]:
     # Loopback only; workers must run this interpreter (the one with tidelog and pyarrow).
     os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
     os.environ["PYSPARK_PYTHON"] = sys.executable
+    # local[N, maxFailures]: a failed task is retried once, as on a cluster (plain local[2]
+    # never retries); the write tests inject such a failure.
     session = (
-        SparkSession.builder.master("local[2]")
+        SparkSession.builder.master("local[2,2]")
         .appName("tidelog-tests")
         .config("spark.ui.enabled", "false")
         .config("spark.ui.showConsoleProgress", "false")

@@ -239,7 +239,8 @@ def test_ring_stats_stay_consistent_while_appending(tmp_path: Path) -> None:
             # fsync="always": everything appended is durable.
             assert stats["flushed_offset"] >= nxt
             assert nxt > last_next
-            assert 0 < stats["free_bytes"] <= MIB - RING_HEADER_BYTES
+            # A ring full for a moment (a checkpoint is due) has no free bytes.
+            assert 0 <= stats["free_bytes"] <= MIB - RING_HEADER_BYTES
             last_next = nxt
         # 300 appends of up to 3 KiB, one block each, wrap a 1 MiB ring: checkpoints ran.
         assert last_next > MIB

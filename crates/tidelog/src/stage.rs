@@ -215,10 +215,46 @@ impl StagedWriter {
     }
 }
 
-/// Discards job `job` of `dir`: its parts, and its commit if ingestion has not started.
-/// Fails for a job whose ingestion started (its records are being published).
+/// Name of the lock file a publish or an abort holds (`flock`) inside a job's directory.
+pub const JOB_LOCK_FILE: &str = "LOCK";
+
+/// Takes the job's lock without waiting: `None` when another process (or handle) holds it,
+/// or the job's directory is gone. A publish holds it from start to end; an abort while it
+/// removes the job.
+pub(crate) fn try_lock_job(job_dir: &Path) -> Result<Option<std::fs::File>> {
+    let path = job_dir.join(JOB_LOCK_FILE);
+    let file = match std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(Error::io("open staged job lock", &path, e)),
+    };
+    match file.try_lock() {
+        Ok(()) => Ok(Some(file)),
+        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
+        Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock staged job", &path, e)),
+    }
+}
+
+/// Discards job `job` of `dir`: its parts, and its commit if publishing has not started.
+/// Fails for a job being published (or whose publish started and was cut: the directory's
+/// holder finishes it).
 pub fn abort(dir: &Path, job: &str) -> Result<()> {
     let job_dir = job_dir(dir, job)?;
+    if !job_dir.exists() {
+        return Ok(());
+    }
+    let Some(_lock) = try_lock_job(&job_dir)? else {
+        return Err(Error::invalid(
+            "job",
+            format!("job {job:?} is being published and cannot be aborted"),
+        ));
+    };
     if job_dir.join(INGEST_FILE).exists() {
         return Err(Error::invalid(
             "job",
@@ -235,6 +271,10 @@ pub fn abort(dir: &Path, job: &str) -> Result<()> {
 /// Records the commit of `job` in `dir`: the parts to publish, in order. The process that
 /// holds the directory (or the next to open it) publishes the job.
 pub fn commit(dir: &Path, job: &str, parts: &[&str]) -> Result<()> {
+    if parts.is_empty() {
+        // Nothing to publish: whatever the job staged goes.
+        return abort(dir, job);
+    }
     write_commit(&StdStorage, dir, job, parts, None)
 }
 
@@ -249,6 +289,9 @@ pub fn commit_for_sink(
     batch: u64,
 ) -> Result<()> {
     validate_name(sink)?;
+    if parts.is_empty() {
+        return abort(dir, job);
+    }
     write_commit(&StdStorage, dir, job, parts, Some((sink, batch)))
 }
 

@@ -369,10 +369,21 @@ impl Shared {
     /// `ingest_lock`.
     fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
         let job_dir = stage::job_dir(&self.dir, job)?;
-        let Some(manifest) = stage::read_commit(&job_dir)? else {
-            // Published meanwhile (by this handle's housekeeping thread).
+        // An abort in another process holds it: the job is going, not to be published.
+        let Some(_job_lock) = stage::try_lock_job(&job_dir)? else {
             return Ok(Vec::new());
         };
+        let Some(manifest) = stage::read_commit(&job_dir)? else {
+            // Published meanwhile (by this handle's housekeeping thread), or aborted.
+            return Ok(Vec::new());
+        };
+        // A micro-batch its sink already published (a replay committed twice) adds nothing.
+        if let Some((sink, batch)) = &manifest.sink
+            && stage::sink_batch(&self.dir, sink)?.is_some_and(|last| last >= *batch)
+        {
+            self.remove_job(&job_dir)?;
+            return Ok(Vec::new());
+        }
         let bytes = stage::read_parts(&job_dir, &manifest.parts)?;
         // Records per topic, topics in order of first appearance.
         let mut by_topic: Vec<(&str, Vec<Append<'_>>)> = Vec::new();
@@ -472,14 +483,20 @@ impl Shared {
         if let Some((sink, batch)) = &manifest.sink {
             stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
         }
-        std::fs::remove_dir_all(&job_dir)
-            .map_err(|e| Error::io("remove published staged job", &job_dir, e))?;
+        self.remove_job(&job_dir)?;
+        Ok(ranges)
+    }
+
+    /// Removes a published job's directory, durably.
+    fn remove_job(&self, job_dir: &Path) -> Result<()> {
+        std::fs::remove_dir_all(job_dir)
+            .map_err(|e| Error::io("remove published staged job", job_dir, e))?;
         if let Some(staging) = job_dir.parent() {
             self.storage
                 .sync_dir(staging)
                 .map_err(|e| Error::io("fsync directory", staging, e))?;
         }
-        Ok(ranges)
+        Ok(())
     }
 
     /// `records` cut into batches within the batch limits.

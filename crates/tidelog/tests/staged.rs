@@ -302,7 +302,9 @@ fn a_sink_micro_batch_is_recorded_with_its_publish() {
     );
     assert_eq!(values_of(&wal, "out", 0..4), expected(&["p0"], "out", 4));
     drop(wal);
-    // An older batch never moves the ledger back.
+    // A batch the sink already published (a replay) adds nothing and goes.
+    stage_part(dir.path(), "q-7-again", "p0", &["out"], 4);
+    stage::commit_for_sink(dir.path(), "q-7-again", &["p0"], "orders-sink", 7).expect("commit");
     stage_part(dir.path(), "q-6", "p0", &["out"], 1);
     stage::commit_for_sink(dir.path(), "q-6", &["p0"], "orders-sink", 6).expect("commit");
     let wal = Wal::open_with(dir.path(), config()).expect("open publishes");
@@ -310,7 +312,18 @@ fn a_sink_micro_batch_is_recorded_with_its_publish() {
         stage::sink_batch(dir.path(), "orders-sink").expect("ledger"),
         Some(7)
     );
-    assert_eq!(read_all(&wal, "out").len(), 5);
+    assert_eq!(read_all(&wal, "out").len(), 4);
+    assert!(!dir.path().join(stage::STAGING_DIR).join("q-6").exists());
+    assert!(
+        !dir.path()
+            .join(stage::STAGING_DIR)
+            .join("q-7-again")
+            .exists()
+    );
+    // Committing nothing discards what the job staged.
+    stage_part(dir.path(), "empty", "p0", &["out"], 2);
+    stage::commit(dir.path(), "empty", &[]).expect("empty commit");
+    assert!(!dir.path().join(stage::STAGING_DIR).join("empty").exists());
     assert!(matches!(
         stage::sink_batch(dir.path(), "../x"),
         Err(Error::InvalidTopic { .. })
