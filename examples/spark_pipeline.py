@@ -87,7 +87,7 @@ def spark_session():  # type: ignore[no-untyped-def]
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession
 
-    return (
+    spark = (
         SparkSession.builder.master("local[2]")
         .appName("tidelog-pipeline")
         .config("spark.ui.enabled", "false")
@@ -96,6 +96,8 @@ def spark_session():  # type: ignore[no-untyped-def]
         .config("spark.sql.session.timeZone", "UTC")
         .getOrCreate()
     )
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
 
 
 ORDER_SCHEMA = "order BIGINT, customer STRING, country STRING, cents BIGINT"
