@@ -108,7 +108,10 @@ ARROW_SCHEMA = pa.schema(
     ]
 )
 
-MAX_RECORDS_PER_PARTITION_DEFAULT = 100_000
+# Without maxRecordsPerPartition, a read is split into one partition per core, of at least
+# this many records: each Spark task costs tens of milliseconds, so fewer, larger ones read
+# faster (1M records on 2 cores: 2.5M rows/s in 2 partitions, 1.2M rows/s in 10).
+PARTITION_RECORDS_MIN = 100_000
 # Rows per Arrow batch a task yields (Spark's own Arrow batches default to 10000 rows).
 MAX_RECORDS_PER_BATCH_DEFAULT = 10_000
 # Kafka's conventions inside offset JSON.
@@ -192,7 +195,7 @@ class _Options:
     starting: OffsetSpec | None
     ending: OffsetSpec | None
     max_offsets_per_trigger: int | None
-    max_records_per_partition: int
+    max_records_per_partition: int | None
     max_records_per_batch: int
 
     @classmethod
@@ -218,9 +221,7 @@ class _Options:
             starting=_offset_spec(options, "startingOffsets", topics),
             ending=_offset_spec(options, "endingOffsets", topics),
             max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
-            max_records_per_partition=_positive_int(
-                options, "maxRecordsPerPartition", MAX_RECORDS_PER_PARTITION_DEFAULT
-            ),
+            max_records_per_partition=_positive_int(options, "maxRecordsPerPartition", None),
             max_records_per_batch=_positive_int(
                 options, "maxRecordsPerBatch", MAX_RECORDS_PER_BATCH_DEFAULT
             ),
@@ -287,7 +288,11 @@ class TopicRange(InputPartition):
     end: int
 
 
-def _split(ranges: Mapping[str, tuple[int, int]], size: int) -> list[TopicRange]:
+def _split(ranges: Mapping[str, tuple[int, int]], size: int | None) -> list[TopicRange]:
+    if size is None:
+        total = sum(end - start for start, end in ranges.values())
+        cores = os.cpu_count() or 1
+        size = max(PARTITION_RECORDS_MIN, -(-total // cores))
     return [
         TopicRange(topic, lo, min(lo + size, end))
         for topic, (start, end) in ranges.items()
