@@ -169,15 +169,17 @@ impl StagedWriter {
                 u64::from(u32::MAX),
             )
         })?;
-        let mut entry = std::mem::take(&mut self.buf);
-        journal::encode(&mut entry, topic, 0, records, clock::now_us());
-        let mut frame = Vec::with_capacity(SC_HEADER_LEN + entry.len());
-        frame.extend_from_slice(&(entry.len() as u32).to_le_bytes());
-        frame.extend_from_slice(&crc32fast::hash(&entry).to_le_bytes());
-        frame.extend_from_slice(&entry);
-        self.buf = entry;
+        // The chunk header, then the entry encoded right after it: one copy of the records.
+        let frame = &mut self.buf;
+        frame.clear();
+        frame.extend_from_slice(&[0u8; SC_HEADER_LEN]);
+        journal::encode_after(frame, topic, 0, records, clock::now_us());
+        let body_len = (frame.len() - SC_HEADER_LEN) as u32;
+        let crc = crc32fast::hash(&frame[SC_HEADER_LEN..]);
+        frame[..4].copy_from_slice(&body_len.to_le_bytes());
+        frame[4..SC_HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
         self.storage
-            .write_at(&self.file, &self.tmp, &frame, self.pos)
+            .write_at(&self.file, &self.tmp, frame, self.pos)
             .map_err(|e| Error::io("write staged part", &self.tmp, e))?;
         self.pos += frame.len() as u64;
         self.records += records.len() as u64;
