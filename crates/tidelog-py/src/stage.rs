@@ -7,12 +7,11 @@ use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
-use tidelog::Append;
 
 use crate::arrow;
-use crate::buffer::InputBytes;
 use crate::call::{detached, sliced};
 use crate::options::timeout_seconds;
+use crate::wal::Parts;
 
 /// One part of a staged job, written by one task attempt.
 #[pyclass(module = "tidelog._native", name = "StagedWriter", frozen)]
@@ -24,10 +23,11 @@ pub struct PyStagedWriter {
 }
 
 impl PyStagedWriter {
-    fn with<T: Send>(
+    /// Runs `f` on the open writer, under its lock; a finished writer is `ClosedError`.
+    fn with<T>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut tidelog::StagedWriter) -> tidelog::Result<T> + Send,
+        f: impl FnOnce(&mut tidelog::StagedWriter) -> PyResult<T>,
     ) -> PyResult<T> {
         let mut guard = self.writer.lock_py_attached(py).map_err(|_| {
             crate::error::to_py(tidelog::Error::InvalidArgument {
@@ -35,10 +35,10 @@ impl PyStagedWriter {
                 reason: "the staged writer is poisoned".to_owned(),
             })
         })?;
-        let Some(writer) = guard.as_mut() else {
-            return Err(crate::error::to_py(tidelog::Error::Closed));
-        };
-        detached(py, || f(writer))
+        match guard.as_mut() {
+            Some(writer) => f(writer),
+            None => Err(crate::error::to_py(tidelog::Error::Closed)),
+        }
     }
 }
 
@@ -73,29 +73,20 @@ impl PyStagedWriter {
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
     ) -> PyResult<()> {
-        let value = InputBytes::extract(value, "value")?;
-        let key = key.map(|k| InputBytes::extract(k, "key")).transpose()?;
-        let record = Append {
-            key: key.as_ref().map(InputBytes::as_slice),
-            value: value.as_slice(),
-            timestamp_us: timestamp,
-        };
-        self.with(py, |w| w.append(topic, std::slice::from_ref(&record)))
+        let parts = Parts::extract(value, key, timestamp)?;
+        self.with(py, |w| {
+            detached(py, || {
+                w.append(topic, std::slice::from_ref(&parts.append()))
+            })
+        })
     }
 
     /// Stages a pyarrow binary/string array, or a batch/table with a `value` column and
     /// optional `key` and `timestamp` columns, for `topic`.
     fn append_arrow(&self, py: Python<'_>, topic: &str, data: &Bound<'_, PyAny>) -> PyResult<()> {
-        let mut guard = self.writer.lock_py_attached(py).map_err(|_| {
-            crate::error::to_py(tidelog::Error::InvalidArgument {
-                name: "part",
-                reason: "the staged writer is poisoned".to_owned(),
-            })
-        })?;
-        let Some(writer) = guard.as_mut() else {
-            return Err(crate::error::to_py(tidelog::Error::Closed));
-        };
-        arrow::with_records(py, data, |records| writer.append(topic, records))
+        self.with(py, |w| {
+            arrow::with_records(py, data, |records| w.append(topic, records))
+        })
     }
 
     /// Makes the part durable and complete; returns its record count. Name the part in the

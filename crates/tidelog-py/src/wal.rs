@@ -42,14 +42,14 @@ fn releases_gil(durability: Durability, space_wait: bool, bytes: usize) -> bool 
 }
 
 /// A record's parts borrowed from Python for one append.
-struct Parts<'a> {
+pub(crate) struct Parts<'a> {
     value: InputBytes<'a>,
     key: Option<InputBytes<'a>>,
     timestamp_us: Option<u64>,
 }
 
 impl<'a> Parts<'a> {
-    fn extract(
+    pub(crate) fn extract(
         value: &'a Bound<'_, PyAny>,
         key: Option<&'a Bound<'_, PyAny>>,
         timestamp_us: Option<u64>,
@@ -61,7 +61,7 @@ impl<'a> Parts<'a> {
         })
     }
 
-    fn append(&self) -> Append<'_> {
+    pub(crate) fn append(&self) -> Append<'_> {
         Append {
             key: self.key.as_ref().map(InputBytes::as_slice),
             value: self.value.as_slice(),

@@ -33,22 +33,12 @@ fn value(topic: usize, offset: u64) -> Vec<u8> {
     seed.bytes().cycle().take(len).collect()
 }
 
-/// Every record of `topic` from offset 0.
+/// Every record of `topic` from the first stored one, as `(offset, value)`.
 fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
-    let mut reader = wal
-        .reader_with(
-            topic,
-            ReaderOptions {
-                start: StartPosition::Earliest,
-                ..ReaderOptions::default()
-            },
-        )
-        .expect("reader");
-    let mut out = Vec::new();
-    while let Some(r) = reader.next().expect("read") {
-        out.push((r.offset, r.value.to_vec()));
-    }
-    out
+    common::read_all(wal, topic)
+        .into_iter()
+        .map(|(offset, _, value)| (offset, value))
+        .collect()
 }
 
 fn data_files(dir: &Path) -> Vec<std::path::PathBuf> {

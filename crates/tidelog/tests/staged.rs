@@ -10,7 +10,7 @@ use std::time::Duration;
 use common::{geometry, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::stage::{self, StagedWriter};
-use tidelog::{Append, Config, Error, ReaderOptions, StartPosition, Wal};
+use tidelog::{Append, Config, Error, Wal};
 
 fn config() -> Config {
     geometry(8, 64 * 1024)
@@ -43,21 +43,12 @@ fn stage_part(dir: &std::path::Path, job: &str, part: &str, topics: &[&str], n: 
     done.records
 }
 
+/// Every record of `topic` from the first stored one, as `(offset, value)`.
 fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
-    let mut r = wal
-        .reader_with(
-            topic,
-            ReaderOptions {
-                start: StartPosition::Earliest,
-                ..ReaderOptions::default()
-            },
-        )
-        .expect("reader");
-    let mut out = Vec::new();
-    while let Some(rec) = r.next().expect("read") {
-        out.push((rec.offset, rec.value.to_vec()));
-    }
-    out
+    common::read_all(wal, topic)
+        .into_iter()
+        .map(|(offset, _, value)| (offset, value))
+        .collect()
 }
 
 fn values_of(wal: &Wal, topic: &str, range: Range<u64>) -> Vec<Vec<u8>> {

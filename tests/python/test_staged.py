@@ -1,0 +1,95 @@
+"""Staged appends from Python, without Spark: parts, commit, abort, sink ledgers, errors."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pyarrow as pa
+import pytest
+import tidelog
+
+
+def stage(path: Path, job: str, part: str, values: list[bytes], topic: str = "t") -> int:
+    w = tidelog.StagedWriter(path, job, part)
+    assert w.part == part
+    w.append(topic, values[0], key=b"k", timestamp=1_000)
+    if values[1:]:
+        w.append_arrow(topic, pa.array(values[1:], pa.binary()))
+    assert w.records == len(values)
+    return w.finish()
+
+
+def test_commit_publishes_named_parts_in_order(tmp_path: Path) -> None:
+    assert stage(tmp_path, "job", "p1", [b"c", b"d"]) == 2
+    assert stage(tmp_path, "job", "p0", [b"a", b"b"]) == 2
+    stage(tmp_path, "job", "p0-retry", [b"x", b"y"])  # an attempt the commit leaves out
+    with tidelog.open(tmp_path) as wal:
+        wal.append("t", b"first")
+        assert wal.commit_staged("job", ["p0", "p1"]) == {"t": range(1, 5)}
+        assert [bytes(r) for r in wal.reader("t", start="earliest")] == [
+            b"first",
+            b"a",
+            b"b",
+            b"c",
+            b"d",
+        ]
+        record = wal.read("t", 1)
+        assert (record.key, record.timestamp) == (b"k", 1_000)
+        with pytest.raises(tidelog.InvalidArgumentError):
+            wal.commit_staged("job", ["p0"])  # published already: its directory is gone
+    assert not (tmp_path / "staging" / "job").exists()
+
+
+def test_a_finished_writer_is_closed_and_names_are_checked(tmp_path: Path) -> None:
+    w = tidelog.StagedWriter(tmp_path, "job", "p0")
+    w.append("t", b"v")
+    w.finish()
+    with pytest.raises(tidelog.ClosedError):
+        w.append("t", b"late")
+    with pytest.raises(tidelog.ClosedError):
+        w.finish()
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.StagedWriter(tmp_path, "job", "p0")  # the part exists
+    with pytest.raises(tidelog.InvalidTopicError):
+        tidelog.StagedWriter(tmp_path, "../escape", "p")
+    with pytest.raises(tidelog.InvalidTopicError):
+        w2 = tidelog.StagedWriter(tmp_path, "job", "p1")
+        w2.append("bad/topic", b"v")
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.stage_commit(tmp_path, "job", ["p0", "never-staged"])
+
+
+def test_abort_and_empty_commit_leave_nothing(tmp_path: Path) -> None:
+    stage(tmp_path, "gone", "p0", [b"a", b"b"])
+    tidelog.stage_abort(tmp_path, "gone")
+    stage(tmp_path, "empty", "p0", [b"a", b"b"])
+    tidelog.commit_staged(tmp_path, "empty", [])
+    with tidelog.open(tmp_path) as wal:
+        assert wal.topics() == []
+    assert list((tmp_path / "staging").iterdir()) == []
+
+
+def test_sink_batches_publish_once(tmp_path: Path) -> None:
+    assert tidelog.stage_sink_batch(tmp_path, "sink") is None
+    stage(tmp_path, "b3", "p0", [b"a", b"b"])
+    tidelog.commit_staged(tmp_path, "b3", ["p0"], sink="sink", batch=3)
+    assert tidelog.stage_sink_batch(tmp_path, "sink") == 3
+    # A replay of batch 3 committed again adds nothing.
+    stage(tmp_path, "b3-again", "p0", [b"a", b"b"])
+    tidelog.commit_staged(tmp_path, "b3-again", ["p0"], sink="sink", batch=3)
+    with tidelog.open(tmp_path) as wal:
+        assert wal.topic_info("t").next_offset == 2
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.stage_commit(tmp_path, "b4", ["p0"], sink="sink")  # batch missing
+
+
+def test_a_holder_publishes_another_process_commit(tmp_path: Path) -> None:
+    with tidelog.open(tmp_path, fsync_interval_ms=20) as holder:
+        stage(tmp_path, "job", "p0", [b"a", b"b", b"c"])
+        # This process holds the directory: the commit hands the job over and waits.
+        tidelog.commit_staged(tmp_path, "job", ["p0"], timeout=20.0)
+        assert holder.topic_info("t").next_offset == 3
+        stage(tmp_path, "late", "p0", [b"z"])
+        tidelog.stage_commit(tmp_path, "late", ["p0"])
+        tidelog.stage_wait(tmp_path, "late", timeout=20.0)
+        assert holder.topic_info("t").next_offset == 4
