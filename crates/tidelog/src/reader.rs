@@ -89,6 +89,15 @@ pub struct RecordRef<'a> {
 }
 
 impl<'a> RecordRef<'a> {
+    /// The data file holding the record and the byte position of its value in that file
+    /// (for inspection tools).
+    pub fn location(&self) -> (&'a std::path::Path, u64) {
+        (
+            &self.block.file.path,
+            self.block.abs(self.value_range.0 as u64) as u64,
+        )
+    }
+
     /// The record `view` decoded in `block`, with its key and value already borrowed.
     fn from_view(
         block: &'a Arc<Block>,

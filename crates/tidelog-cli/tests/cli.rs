@@ -1,0 +1,191 @@
+//! The `tidelog` command end to end: each subcommand, its JSON, and its bad-input errors.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn tidelog(args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidelog");
+    // A command that fails early closes its stdin: its exit status is what counts.
+    let _ = child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(stdin.as_bytes());
+    child.wait_with_output().expect("wait")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn dir_arg(dir: &Path) -> String {
+    dir.display().to_string()
+}
+
+#[test]
+fn produce_consume_dump_stat_verify() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = dir_arg(&tmp.path().join("log"));
+    let out = tidelog(
+        &["produce", &dir, "orders", "--fsync", "always"],
+        "a\nbb\nccc\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "appended 3 records to orders (offsets 0..3)\n"
+    );
+
+    let out = tidelog(
+        &[
+            "consume", &dir, "orders", "--group", "billing", "--limit", "2",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "a\nbb\n");
+    let out = tidelog(
+        &[
+            "consume",
+            &dir,
+            "orders",
+            "--group",
+            "billing",
+            "--from",
+            "committed",
+        ],
+        "",
+    );
+    assert_eq!(text(&out.stdout), "ccc\n");
+    let out = tidelog(&["consume", &dir, "orders", "--from", "1", "--json"], "");
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 2);
+    assert!(lines[0].starts_with("{\"offset\":1,"), "{}", lines[0]);
+    assert!(
+        lines[0].ends_with("\"key\":null,\"value\":\"bb\"}"),
+        "{}",
+        lines[0]
+    );
+
+    let out = tidelog(&["dump", &dir, "--json"], "");
+    assert!(out.status.success());
+    let dump = text(&out.stdout);
+    assert_eq!(dump.lines().count(), 3);
+    assert!(dump.contains("\"offset\":2,") && dump.contains("\"value_bytes\":3,"));
+    assert!(dump.contains("\"file\":\"00000000000000000000.tdl\""));
+    let out = tidelog(&["dump", &dir, "--topic", "orders", "--from", "2"], "");
+    assert!(
+        text(&out.stdout).contains("offset 2 "),
+        "{}",
+        text(&out.stdout)
+    );
+
+    let out = tidelog(&["stat", &dir, "--json"], "");
+    let stat = text(&out.stdout);
+    assert!(
+        stat.contains("\"topic\":\"orders\",\"first_offset\":0,\"next_offset\":3"),
+        "{stat}"
+    );
+    assert!(
+        stat.contains("{\"group\":\"billing\",\"committed\":3,\"lag\":0}"),
+        "{stat}"
+    );
+    let out = tidelog(&["stat", &dir], "");
+    assert!(text(&out.stdout).contains("group billing: committed 3, lag 0"));
+
+    let out = tidelog(&["verify", &dir], "");
+    assert!(out.status.success(), "{}", text(&out.stdout));
+    assert!(text(&out.stdout).starts_with("ok: 1 topics, 3 records checked"));
+}
+
+#[test]
+fn verify_names_a_corrupt_record_and_fails() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    let values: String = (0..50).map(|i| format!("value-{i:04}\n")).collect();
+    let out = tidelog(
+        &["produce", &dir_arg(&dir), "t", "--fsync", "always"],
+        &values,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    // Flip a byte inside record 20's value: find it through dump.
+    let out = tidelog(
+        &[
+            "dump",
+            &dir_arg(&dir),
+            "--from",
+            "20",
+            "--limit",
+            "1",
+            "--json",
+        ],
+        "",
+    );
+    let line = text(&out.stdout);
+    let position: u64 = line
+        .split("\"position\":")
+        .nth(1)
+        .and_then(|p| p.trim_end_matches(['}', '\n']).parse().ok())
+        .expect("a position");
+    let file = dir.join("00000000000000000000.tdl");
+    let mut bytes = std::fs::read(&file).expect("read");
+    bytes[position as usize] ^= 0xFF;
+    std::fs::write(&file, &bytes).expect("write");
+    let out = tidelog(&["verify", &dir_arg(&dir)], "");
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out.stdout));
+    let report = text(&out.stdout);
+    assert!(
+        report.contains("corrupt:") && report.contains("20"),
+        "{report}"
+    );
+    let out = tidelog(&["verify", &dir_arg(&dir), "--json"], "");
+    assert!(text(&out.stdout).contains("\"ok\":false"));
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let missing = dir_arg(&tmp.path().join("missing"));
+    for args in [
+        vec!["stat", missing.as_str()],
+        vec!["verify", missing.as_str()],
+        vec!["dump", missing.as_str()],
+        vec!["consume", missing.as_str(), "t"],
+    ] {
+        let out = tidelog(&args, "");
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = text(&out.stderr);
+        assert_eq!(err.lines().count(), 1, "{args:?}: {err}");
+        assert!(err.contains("not a directory"), "{err}");
+    }
+    let dir = tmp.path().join("log");
+    let out = tidelog(&["produce", &dir_arg(&dir), "t"], "x\n");
+    assert!(out.status.success());
+    let out = tidelog(&["consume", &dir_arg(&dir), "nosuch"], "");
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(text(&out.stderr), "tidelog: unknown topic \"nosuch\"\n");
+    let out = tidelog(&["consume", &dir_arg(&dir), "t", "--from", "soon"], "");
+    assert_eq!(out.status.code(), Some(2));
+    let out = tidelog(&["produce", &dir_arg(&dir), "bad/topic"], "x\n");
+    assert_eq!(out.status.code(), Some(2));
+    // A directory another handle holds for writing.
+    let holder = tidelog::Wal::open(&dir).expect("hold the directory");
+    let out = tidelog(&["produce", &dir_arg(&dir), "t"], "y\n");
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        text(&out.stderr).contains("in use"),
+        "{}",
+        text(&out.stderr)
+    );
+    // Reading needs no lock.
+    let out = tidelog(&["consume", &dir_arg(&dir), "t"], "");
+    assert_eq!(text(&out.stdout), "x\n");
+    drop(holder);
+}
