@@ -419,7 +419,10 @@ fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<ExitCode, Failure> 
     }
     let mut files = String::new();
     for f in wal.file_states() {
-        let why = if f.deletable {
+        let why = if f.total_blocks == 0 && f.held_blocks == 0 {
+            // Allocation is counted by the process that writes; this view only reads.
+            "kept: no allocation counted by this read-only view".to_owned()
+        } else if f.deletable {
             "deletable: every block consumed".to_owned()
         } else if !f.fully_allocated {
             "kept: still handing out blocks".to_owned()
