@@ -72,6 +72,15 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// The text of `path`, or `None` when it does not exist. `what` names the file in errors.
+pub(crate) fn read_optional(path: &Path, what: &'static str) -> crate::Result<Option<String>> {
+    match fs::read_to_string(path) {
+        Ok(text) => Ok(Some(text)),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(what, path, e)),
+    }
+}
+
 /// Replaces `path` (in `dir`) with `bytes` atomically: written to `path.tmp`, synced,
 /// renamed over `path`, and the directory synced. `what` names the file in errors.
 pub(crate) fn replace_file(

@@ -462,10 +462,8 @@ impl Journal {
 
 /// The device a directory's marker names, if it has one.
 fn read_marker(marker: &Path) -> Result<Option<PathBuf>> {
-    let text = match std::fs::read_to_string(marker) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read ring marker", marker, e)),
+    let Some(text) = crate::io::read_optional(marker, "read ring marker")? else {
+        return Ok(None);
     };
     let device = text
         .strip_prefix(MARKER_PREFIX)

@@ -18,7 +18,7 @@ use std::sync::Arc;
 use crate::clock;
 use crate::config::validate_name;
 use crate::error::{Error, Result};
-use crate::io::{StdStorage, Storage};
+use crate::io::{StdStorage, Storage, read_optional};
 use crate::journal;
 use crate::topic::Append;
 
@@ -301,10 +301,8 @@ pub fn commit_for_sink(
 pub fn sink_batch(dir: &Path, sink: &str) -> Result<Option<u64>> {
     validate_name(sink)?;
     let path = dir.join(STAGING_DIR).join(SINKS_DIR).join(sink);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read sink ledger", &path, e)),
+    let Some(text) = read_optional(&path, "read sink ledger")? else {
+        return Ok(None);
     };
     text.strip_prefix(SINK_HEADER)
         .and_then(|b| b.trim_end().parse().ok())
@@ -361,16 +359,15 @@ pub(crate) fn write_commit(
         text.push('\n');
     }
     let commit = job_dir.join(COMMIT_FILE);
-    match std::fs::read_to_string(&commit) {
-        Ok(existing) if existing == text => return Ok(()),
-        Ok(_) => {
+    match read_optional(&commit, "read staged commit")? {
+        Some(existing) if existing == text => return Ok(()),
+        Some(_) => {
             return Err(Error::invalid(
                 "parts",
                 format!("job {job:?} was committed with other parts"),
             ));
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(Error::io("read staged commit", &commit, e)),
+        None => {}
     }
     crate::io::replace_file(
         storage,
@@ -409,10 +406,8 @@ pub(crate) struct Manifest {
 /// The parts a commit lists.
 pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
     let path = job_dir.join(COMMIT_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read staged commit", &path, e)),
+    let Some(text) = read_optional(&path, "read staged commit")? else {
+        return Ok(None);
     };
     let body = text
         .strip_prefix(COMMIT_HEADER)
@@ -438,10 +433,8 @@ pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
 /// Each topic's first offset for the job, as recorded before its records were appended.
 pub(crate) fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
     let path = job_dir.join(INGEST_FILE);
-    let text = match std::fs::read_to_string(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("read staged ingest ledger", &path, e)),
+    let Some(text) = read_optional(&path, "read staged ingest ledger")? else {
+        return Ok(None);
     };
     let body = text
         .strip_prefix(INGEST_HEADER)
