@@ -20,9 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import shutil
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -83,21 +81,10 @@ def produce(wal: tidelog.Wal, total: int) -> tuple[float, dict[str, int], int]:
 
 
 def spark_session():  # type: ignore[no-untyped-def]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    # Local Spark with its Python workers on this interpreter (see tidelog.spark).
+    from tidelog.spark import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidelog-pipeline")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("tidelog-pipeline")
 
 
 ORDER_SCHEMA = "order BIGINT, customer STRING, country STRING, cents BIGINT"

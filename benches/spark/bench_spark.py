@@ -19,7 +19,6 @@ import argparse
 import os
 import shutil
 import statistics
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -33,22 +32,9 @@ TARGETS = {"read": (1.5e6, 0.5), "write": (1.0e6, 1.0)}
 
 
 def session():  # type: ignore[no-untyped-def]
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
-    from pyspark.sql import SparkSession
+    from tidelog.spark import local_session
 
-    spark = (
-        SparkSession.builder.master("local[2]")
-        .appName("tidelog-bench")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.driver.memory", "2g")
-        .config("spark.sql.session.timeZone", "UTC")
-        .getOrCreate()
-    )
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
+    return local_session("tidelog-bench", conf={"spark.driver.memory": "2g"})
 
 
 def fill_topic(path: Path, rows: int) -> None:

@@ -37,6 +37,7 @@ import json
 import math
 import os
 import re
+import sys
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -116,6 +117,34 @@ PARTITION_RECORDS_MIN = 100_000
 MAX_RECORDS_PER_BATCH_DEFAULT = 10_000
 # Kafka's conventions inside offset JSON.
 EARLIEST, LATEST = -2, -1
+
+
+def local_session(
+    app_name: str = "tidelog",
+    master: str = "local[2]",
+    conf: Mapping[str, str] | None = None,
+) -> SparkSession:
+    """A local SparkSession set up for tidelog: Python workers run this interpreter (so
+    they import this tidelog and pyarrow), traffic stays on loopback, the UI and console
+    progress are off, shuffles use 2 partitions, time is UTC, logs are errors only. `conf`
+    adds or overrides Spark settings."""
+    from pyspark.sql import SparkSession
+
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+    settings = {
+        "spark.ui.enabled": "false",
+        "spark.ui.showConsoleProgress": "false",
+        "spark.sql.shuffle.partitions": "2",
+        "spark.sql.session.timeZone": "UTC",
+        **(conf or {}),
+    }
+    builder = SparkSession.builder.master(master).appName(app_name)
+    for key, value in settings.items():
+        builder = builder.config(key, value)
+    session = builder.getOrCreate()
+    session.sparkContext.setLogLevel("ERROR")
+    return session
 
 
 def register(spark: SparkSession) -> None:

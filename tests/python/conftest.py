@@ -84,27 +84,20 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
 def spark() -> Iterator[SparkSession]:
     """One small local Spark session for every Spark test (starting one costs seconds);
     pyspark is imported only when a test asks for it."""
-    from pyspark.sql import SparkSession
+    from tidelog.spark import local_session
 
-    # Loopback only; workers must run this interpreter (the one with tidelog and pyarrow).
-    os.environ["SPARK_LOCAL_IP"] = "127.0.0.1"
-    os.environ["PYSPARK_PYTHON"] = sys.executable
     # local[N, maxFailures]: a failed task is retried once, as on a cluster (plain local[2]
     # never retries); the write tests inject such a failure.
-    session = (
-        SparkSession.builder.master("local[2,2]")
-        .appName("tidelog-tests")
-        .config("spark.ui.enabled", "false")
-        .config("spark.ui.showConsoleProgress", "false")
-        .config("spark.sql.shuffle.partitions", "2")
-        .config("spark.default.parallelism", "2")
-        .config("spark.sql.session.timeZone", "UTC")
-        .config("spark.driver.memory", "1g")
-        # The JVM runs briefly: a cheap JIT and GC start faster.
-        .config("spark.driver.extraJavaOptions", "-XX:+UseSerialGC -XX:TieredStopAtLevel=1")
-        .getOrCreate()
+    session = local_session(
+        "tidelog-tests",
+        "local[2,2]",
+        {
+            "spark.default.parallelism": "2",
+            "spark.driver.memory": "1g",
+            # The JVM runs briefly: a cheap JIT and GC start faster.
+            "spark.driver.extraJavaOptions": "-XX:+UseSerialGC -XX:TieredStopAtLevel=1",
+        },
     )
-    session.sparkContext.setLogLevel("ERROR")
     try:
         yield session
     finally:
