@@ -1,0 +1,211 @@
+//! `tidelog`: produce into, consume from, dump, inspect and verify a log directory, and
+//! benchmark the engine.
+//!
+//! The command is a library so the Python wheel can ship it too: its `tidelog` console
+//! script calls [`run`] through the binding. Every subcommand prints human-readable text, or
+//! one JSON document with `--json`. Errors are one line on stderr and a non-zero exit: 2 for
+//! bad usage or input (missing directory, locked directory, unknown topic), 1 for corruption
+//! found by `verify` or an I/O failure.
+
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand, ValueEnum};
+use tidelog::Error;
+
+mod log;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidelog",
+    version,
+    about = "Inspect and use a tidelog directory"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Appends one record per input line (stdin, or --file) to TOPIC.
+    Produce {
+        dir: PathBuf,
+        topic: String,
+        /// Read lines from this file instead of stdin.
+        #[arg(long)]
+        file: Option<PathBuf>,
+        /// When appends are durable.
+        #[arg(long, value_enum, default_value = "interval")]
+        fsync: Fsync,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prints TOPIC's records, one value per line.
+    Consume {
+        dir: PathBuf,
+        topic: String,
+        /// Consumer group: start at its committed offset and commit what was read (opens the
+        /// directory for writing).
+        #[arg(long)]
+        group: Option<String>,
+        /// earliest, latest, committed (with --group) or an offset.
+        #[arg(long, default_value = "earliest")]
+        from: String,
+        /// Stop after this many records.
+        #[arg(long)]
+        limit: Option<u64>,
+        /// Keep waiting for new records (Ctrl-C to stop).
+        #[arg(long)]
+        follow: bool,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Lists records with offset, timestamp, sizes, value checksum, file and position.
+    Dump {
+        dir: PathBuf,
+        /// Only this topic (default: all).
+        #[arg(long)]
+        topic: Option<String>,
+        /// First offset of each topic to show.
+        #[arg(long, default_value_t = 0)]
+        from: u64,
+        /// Most records per topic.
+        #[arg(long)]
+        limit: Option<u64>,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Topics with offsets and bytes, groups with their lag, files with their deletion
+    /// counters, disk use.
+    Stat {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+    /// Reads every record and checks every checksum; exits 1 naming each corrupt record.
+    Verify {
+        dir: PathBuf,
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub(crate) enum Fsync {
+    Interval,
+    Always,
+    Never,
+}
+
+/// What a subcommand failed with: bad input (exit 2) or a failure of the log (exit 1).
+#[derive(Debug)]
+pub(crate) enum Failure {
+    Usage(String),
+    /// A record failed validation.
+    Corrupt(String),
+    Log(String),
+}
+
+impl From<Error> for Failure {
+    fn from(e: Error) -> Self {
+        match e {
+            Error::Locked { .. }
+            | Error::UnknownTopic { .. }
+            | Error::UnknownGroup { .. }
+            | Error::InvalidTopic { .. }
+            | Error::InvalidArgument { .. }
+            | Error::OffsetOutOfRange { .. } => Failure::Usage(e.to_string()),
+            Error::Io { ref source, .. } if source.kind() == std::io::ErrorKind::NotFound => {
+                Failure::Usage(e.to_string())
+            }
+            Error::Corruption { .. } => Failure::Corrupt(e.to_string()),
+            _ => Failure::Log(e.to_string()),
+        }
+    }
+}
+
+/// Runs the command line `args` (the program name first) and returns the exit status: 0 on
+/// success, 1 for corruption or a failure of the log, 2 for bad usage or input.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let cli = match Cli::try_parse_from(args) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; usage errors exit 2.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let result = match cli.command {
+        Command::Produce {
+            dir,
+            topic,
+            file,
+            fsync,
+            json,
+        } => log::produce(&mut out, &dir, &topic, file.as_deref(), fsync, json),
+        Command::Consume {
+            dir,
+            topic,
+            group,
+            from,
+            limit,
+            follow,
+            json,
+        } => log::consume(&mut out, &dir, &topic, group, &from, limit, follow, json),
+        Command::Dump {
+            dir,
+            topic,
+            from,
+            limit,
+            json,
+        } => log::dump(&mut out, &dir, topic.as_deref(), from, limit, json),
+        Command::Stat { dir, json } => log::stat(&mut out, &dir, json),
+        Command::Verify { dir, json } => log::verify(&mut out, &dir, json),
+    };
+    match result {
+        Ok(code) => code,
+        Err(Failure::Usage(m)) => {
+            eprintln!("tidelog: {m}");
+            2
+        }
+        Err(Failure::Log(m) | Failure::Corrupt(m)) => {
+            eprintln!("tidelog: {m}");
+            1
+        }
+    }
+}
+
+pub(crate) type Out<'a> = std::io::StdoutLock<'a>;
+
+pub(crate) fn write_err(e: std::io::Error) -> Failure {
+    Failure::Log(format!("cannot write output: {e}"))
+}
+
+/// A JSON string literal.
+pub(crate) fn quote(s: &str) -> String {
+    let mut q = String::with_capacity(s.len() + 2);
+    q.push('"');
+    for c in s.chars() {
+        match c {
+            '"' => q.push_str("\\\""),
+            '\\' => q.push_str("\\\\"),
+            '\n' => q.push_str("\\n"),
+            '\r' => q.push_str("\\r"),
+            '\t' => q.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(q, "\\u{:04x}", c as u32);
+            }
+            c => q.push(c),
+        }
+    }
+    q.push('"');
+    q
+}

@@ -1,0 +1,376 @@
+//! The subcommands that work on a log directory: produce, consume, dump, stat, verify.
+
+use std::fmt::Write as _;
+use std::io::{BufRead, Write};
+use std::path::Path;
+use std::time::Duration;
+
+use tidelog::{Durability, Error, ReaderOptions, StartPosition, Wal};
+
+use crate::{Failure, Fsync, Out, quote, write_err};
+
+/// Opens `dir` read-only, refusing a missing directory with a clear message.
+pub(crate) fn open_read_only(dir: &Path) -> Result<Wal, Failure> {
+    if !dir.is_dir() {
+        return Err(Failure::Usage(format!(
+            "{} is not a directory",
+            dir.display()
+        )));
+    }
+    Ok(Wal::open_read_only(dir)?)
+}
+
+pub(crate) fn produce(
+    out: &mut Out<'_>,
+    dir: &Path,
+    topic: &str,
+    file: Option<&Path>,
+    fsync: Fsync,
+    json: bool,
+) -> Result<u8, Failure> {
+    let input: Box<dyn BufRead> = match file {
+        Some(f) => Box::new(std::io::BufReader::new(
+            std::fs::File::open(f)
+                .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", f.display())))?,
+        )),
+        None => Box::new(std::io::stdin().lock()),
+    };
+    let durability = match fsync {
+        Fsync::Interval => Durability::Interval,
+        Fsync::Always => Durability::Always,
+        Fsync::Never => Durability::Never,
+    };
+    let wal = Wal::open(dir)?;
+    let writer = wal.writer(topic)?.with_durability(durability);
+    let (mut first, mut count) = (None, 0u64);
+    for line in input.lines() {
+        let line = line.map_err(|e| Failure::Usage(format!("cannot read input: {e}")))?;
+        let offset = writer.append(line.as_bytes())?;
+        first.get_or_insert(offset);
+        count += 1;
+    }
+    wal.close()?;
+    let first = first.unwrap_or_else(|| writer.next_offset());
+    if json {
+        writeln!(
+            out,
+            "{{\"topic\":{},\"records\":{count},\"first_offset\":{first},\"next_offset\":{}}}",
+            quote(topic),
+            first + count
+        )
+    } else {
+        writeln!(
+            out,
+            "appended {count} records to {topic} (offsets {first}..{})",
+            first + count
+        )
+    }
+    .map_err(write_err)?;
+    Ok(0)
+}
+
+#[expect(clippy::too_many_arguments, reason = "one per command-line option")]
+pub(crate) fn consume(
+    out: &mut Out<'_>,
+    dir: &Path,
+    topic: &str,
+    group: Option<String>,
+    from: &str,
+    limit: Option<u64>,
+    follow: bool,
+    json: bool,
+) -> Result<u8, Failure> {
+    let start = match from {
+        "earliest" => StartPosition::Earliest,
+        "latest" => StartPosition::Latest,
+        "committed" if group.is_some() => StartPosition::Committed,
+        "committed" => return Err(Failure::Usage("--from committed needs --group".into())),
+        n => StartPosition::Offset(n.parse().map_err(|_| {
+            Failure::Usage(format!(
+                "--from {n:?} is not earliest, latest, committed or an offset"
+            ))
+        })?),
+    };
+    let wal = match &group {
+        // Committing a group writes its cursor: that needs the directory.
+        Some(_) => Wal::open(dir)?,
+        None => open_read_only(dir)?,
+    };
+    let options = ReaderOptions {
+        group: group.clone(),
+        start,
+        ..ReaderOptions::default()
+    };
+    let mut reader = wal.reader_with(topic, options)?;
+    let mut n = 0u64;
+    while limit.is_none_or(|l| n < l) {
+        let record = match reader.next()? {
+            Some(r) => r,
+            None if follow => {
+                std::thread::sleep(Duration::from_millis(50));
+                wal.refresh()?;
+                continue;
+            }
+            None => break,
+        };
+        if json {
+            writeln!(
+                out,
+                "{{\"offset\":{},\"timestamp_us\":{},\"key\":{},\"value\":{}}}",
+                record.offset,
+                record.timestamp_us,
+                record
+                    .key
+                    .map_or("null".into(), |k| quote(&String::from_utf8_lossy(k))),
+                quote(&String::from_utf8_lossy(record.value))
+            )
+        } else {
+            writeln!(out, "{}", String::from_utf8_lossy(record.value))
+        }
+        .map_err(write_err)?;
+        n += 1;
+    }
+    if group.is_some() {
+        reader.commit()?;
+    }
+    drop(reader);
+    wal.close()?;
+    Ok(0)
+}
+
+pub(crate) fn dump(
+    out: &mut Out<'_>,
+    dir: &Path,
+    topic: Option<&str>,
+    from: u64,
+    limit: Option<u64>,
+    json: bool,
+) -> Result<u8, Failure> {
+    let wal = open_read_only(dir)?;
+    let topics = match topic {
+        Some(t) => vec![t.to_owned()],
+        None => wal.topics(),
+    };
+    for t in topics {
+        let info = wal.topic_info(&t)?;
+        let start = from.max(info.first_offset);
+        let options = ReaderOptions {
+            start: StartPosition::Offset(start.min(info.next_offset)),
+            ..ReaderOptions::default()
+        };
+        let mut reader = wal.reader_with(&t, options)?;
+        if !json {
+            writeln!(
+                out,
+                "topic {t}: offsets {}..{}",
+                info.first_offset, info.next_offset
+            )
+            .map_err(write_err)?;
+        }
+        let mut n = 0u64;
+        while limit.is_none_or(|l| n < l) {
+            let Some(r) = reader.next()? else { break };
+            let (file, position) = r.location();
+            let crc = crc32fast::hash(r.value);
+            let file = file.file_name().map_or_else(
+                || file.display().to_string(),
+                |f| f.to_string_lossy().into_owned(),
+            );
+            if json {
+                writeln!(
+                    out,
+                    "{{\"topic\":{},\"offset\":{},\"timestamp_us\":{},\"key_bytes\":{},\"value_bytes\":{},\"value_crc32\":{crc},\"file\":{},\"position\":{position}}}",
+                    quote(&t),
+                    r.offset,
+                    r.timestamp_us,
+                    r.key.map_or("null".into(), |k| k.len().to_string()),
+                    r.value.len(),
+                    quote(&file)
+                )
+            } else {
+                writeln!(
+                    out,
+                    "  offset {} ts {} key {} value {} B crc32 {crc:08x} at {file}:{position}",
+                    r.offset,
+                    r.timestamp_us,
+                    r.key.map_or("-".into(), |k| format!("{} B", k.len())),
+                    r.value.len()
+                )
+            }
+            .map_err(write_err)?;
+            n += 1;
+        }
+    }
+    Ok(0)
+}
+
+pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Failure> {
+    let wal = open_read_only(dir)?;
+    let mut topics = String::new();
+    let mut text = String::new();
+    for name in wal.topics() {
+        let info = wal.topic_info(&name)?;
+        let groups: Vec<(String, Option<u64>)> = info
+            .groups
+            .iter()
+            .map(|g| (g.clone(), committed(&wal, &name, g)))
+            .collect();
+        let _ = writeln!(
+            text,
+            "topic {name}: offsets {}..{} ({} records), {} B in {} extents",
+            info.first_offset,
+            info.next_offset,
+            info.next_offset - info.first_offset,
+            info.bytes,
+            info.extents
+        );
+        let mut gj = String::new();
+        for (g, c) in &groups {
+            let lag = c.map(|c| info.next_offset.saturating_sub(c));
+            let _ = writeln!(
+                text,
+                "  group {g}: committed {}, lag {}",
+                c.map_or("-".into(), |c| c.to_string()),
+                lag.map_or("-".into(), |l| l.to_string())
+            );
+            let _ = write!(
+                gj,
+                "{}{{\"group\":{},\"committed\":{},\"lag\":{}}}",
+                if gj.is_empty() { "" } else { "," },
+                quote(g),
+                c.map_or("null".into(), |c| c.to_string()),
+                lag.map_or("null".into(), |l| l.to_string())
+            );
+        }
+        let _ = write!(
+            topics,
+            "{}{{\"topic\":{},\"first_offset\":{},\"next_offset\":{},\"bytes\":{},\"extents\":{},\"groups\":[{gj}]}}",
+            if topics.is_empty() { "" } else { "," },
+            quote(&name),
+            info.first_offset,
+            info.next_offset,
+            info.bytes,
+            info.extents
+        );
+    }
+    let mut files = String::new();
+    for f in wal.file_states() {
+        let why = if f.total_blocks == 0 && f.held_blocks == 0 {
+            // Allocation is counted by the process that writes; this view only reads.
+            "kept: no allocation counted by this read-only view".to_owned()
+        } else if f.deletable {
+            "deletable: every block consumed".to_owned()
+        } else if !f.fully_allocated {
+            "kept: still handing out blocks".to_owned()
+        } else {
+            format!(
+                "kept: {} of {} blocks not consumed",
+                f.total_blocks - f.consumed_blocks,
+                f.total_blocks
+            )
+        };
+        let name = f
+            .path
+            .file_name()
+            .map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+        let _ = writeln!(
+            text,
+            "file {name}: held {} consumed {} total {} blocks, {why}",
+            f.held_blocks, f.consumed_blocks, f.total_blocks
+        );
+        let _ = write!(
+            files,
+            "{}{{\"file\":{},\"held_blocks\":{},\"consumed_blocks\":{},\"total_blocks\":{},\"fully_allocated\":{},\"deletable\":{},\"why\":{}}}",
+            if files.is_empty() { "" } else { "," },
+            quote(&name),
+            f.held_blocks,
+            f.consumed_blocks,
+            f.total_blocks,
+            f.fully_allocated,
+            f.deletable,
+            quote(&why)
+        );
+    }
+    let usage = wal.disk_usage();
+    let _ = writeln!(
+        text,
+        "disk: {} files, {} B reserved",
+        usage.files, usage.bytes
+    );
+    if json {
+        writeln!(
+            out,
+            "{{\"topics\":[{topics}],\"files\":[{files}],\"disk\":{{\"files\":{},\"bytes\":{}}}}}",
+            usage.files, usage.bytes
+        )
+    } else {
+        write!(out, "{text}")
+    }
+    .map_err(write_err)?;
+    Ok(0)
+}
+
+/// The committed offset of `group` on `topic`, read without writing anything.
+pub(crate) fn committed(wal: &Wal, topic: &str, group: &str) -> Option<u64> {
+    wal.reader_with(topic, ReaderOptions::group(group))
+        .ok()
+        .and_then(|r| r.committed())
+}
+
+pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Failure> {
+    let mut bad = Vec::new();
+    // Opening validates what it trusts without reading (sealed extents, clean ends): a
+    // record that fails there is a finding like any other.
+    let (topics, torn_tails, wal) = match open_read_only(dir) {
+        Ok(wal) => (wal.topics(), wal.recovery_report().torn_tails, Some(wal)),
+        Err(Failure::Corrupt(m)) => {
+            bad.push(m);
+            (Vec::new(), 0, None)
+        }
+        Err(e) => return Err(e),
+    };
+    let mut records = 0u64;
+    for t in wal.iter().flat_map(|w| topics.iter().map(move |t| (w, t))) {
+        let (wal, t) = t;
+        let mut reader = wal.reader_with(
+            t,
+            ReaderOptions {
+                start: StartPosition::Earliest,
+                ..ReaderOptions::default()
+            },
+        )?;
+        loop {
+            match reader.next() {
+                Ok(Some(_)) => records += 1,
+                Ok(None) => break,
+                Err(e @ Error::Corruption { .. }) => {
+                    bad.push(e.to_string());
+                    break;
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+    if json {
+        let list: Vec<String> = bad.iter().map(|b| quote(b)).collect();
+        writeln!(
+            out,
+            "{{\"topics\":{},\"records\":{records},\"torn_tails\":{torn_tails},\"corrupt\":[{}],\"ok\":{}}}",
+            topics.len(),
+            list.join(","),
+            bad.is_empty()
+        )
+    } else {
+        for b in &bad {
+            writeln!(out, "corrupt: {b}").map_err(write_err)?;
+        }
+        writeln!(
+            out,
+            "{}: {} topics, {records} records checked, {torn_tails} torn tails cut at open",
+            if bad.is_empty() { "ok" } else { "CORRUPT" },
+            topics.len(),
+        )
+    }
+    .map_err(write_err)?;
+    Ok(if bad.is_empty() { 0 } else { 1 })
+}
