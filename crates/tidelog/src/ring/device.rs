@@ -24,7 +24,7 @@ const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct Device {
     pub path: PathBuf,
-    /// Also holds the writer lock.
+    /// Also holds the writer lock (not when opened read-only).
     file: File,
     storage: Arc<dyn Storage>,
     /// `O_DIRECT` is on.
@@ -158,6 +158,37 @@ impl Device {
             file,
             storage,
             direct,
+            is_block_device,
+            size_bytes,
+            created: false,
+        })
+    }
+
+    /// Opens an existing `path` read-only with buffered I/O, taking no lock: for inspection
+    /// alongside a writer, which may hold the writer lock.
+    pub fn open_read_only(path: &Path, storage: Arc<dyn Storage>) -> Result<Device> {
+        let meta = std::fs::metadata(path).map_err(|e| Error::io("stat ring path", path, e))?;
+        let is_block_device = meta.file_type().is_block_device();
+        if !is_block_device && !meta.is_file() {
+            return Err(Error::invalid(
+                "path",
+                format!(
+                    "{} is neither a regular file nor a block device",
+                    path.display()
+                ),
+            ));
+        }
+        let mut file = storage
+            .open(path, false)
+            .map_err(|e| Error::io("open ring", path, e))?;
+        let size_bytes = file
+            .seek(SeekFrom::End(0))
+            .map_err(|e| Error::io("size ring device", path, e))?;
+        Ok(Device {
+            path: path.to_owned(),
+            file,
+            storage,
+            direct: false,
             is_block_device,
             size_bytes,
             created: false,

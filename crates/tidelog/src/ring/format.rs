@@ -296,9 +296,18 @@ pub fn encode_record(dst: &mut [u8], offset: u64, body: &[u8], body_crc: u32) {
     put_u32(head, RR_HEADER_CRC, crc);
 }
 
-/// Validates the record at logical `offset` whose bytes start at `b[0]`; returns its body
-/// length. `b` may run past the record.
-pub fn decode_record(b: &[u8], offset: u64) -> Result<usize, &'static str> {
+/// A record header that passed [`decode_record_header`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordHeader {
+    /// Body bytes.
+    pub len: usize,
+    /// The stored CRC-32 of the body.
+    pub body_crc: u32,
+}
+
+/// Validates the header of the record at logical `offset` whose bytes start at `b[0]`, and
+/// that its body lies within `b`; the body checksum is not checked.
+pub fn decode_record_header(b: &[u8], offset: u64) -> Result<RecordHeader, &'static str> {
     if b.len() < RR_HEADER_LEN {
         return Err("short record header");
     }
@@ -312,13 +321,23 @@ pub fn decode_record(b: &[u8], offset: u64) -> Result<usize, &'static str> {
         return Err("record from an earlier lap (offset mismatch)");
     }
     let len = get_u32(b, RR_LEN) as usize;
-    let body = b
-        .get(RR_HEADER_LEN..RR_HEADER_LEN + len)
-        .ok_or("record runs past its block")?;
-    if crc32fast::hash(body) != get_u32(b, RR_BODY_CRC) {
+    if b.len() - RR_HEADER_LEN < len {
+        return Err("record runs past its block");
+    }
+    Ok(RecordHeader {
+        len,
+        body_crc: get_u32(b, RR_BODY_CRC),
+    })
+}
+
+/// Validates the record at logical `offset` whose bytes start at `b[0]`; returns its body
+/// length. `b` may run past the record.
+pub fn decode_record(b: &[u8], offset: u64) -> Result<usize, &'static str> {
+    let h = decode_record_header(b, offset)?;
+    if crc32fast::hash(&b[RR_HEADER_LEN..RR_HEADER_LEN + h.len]) != h.body_crc {
         return Err("record body checksum mismatch");
     }
-    Ok(len)
+    Ok(h.len)
 }
 
 /// Largest block (header, records and padding): bounds recovery's buffers.

@@ -9,12 +9,14 @@
 //! is dropped (a per-open epoch in every block keeps stale blocks of an earlier session
 //! from passing as current, so no lap has to be skipped).
 //!
-//! Module map: [`format`] (every byte), `device` (open, create, probe), `writer` (blocks,
-//! window, workers, completion), `scan` (recovery and read-back).
+//! Module map: [`format`](mod@format) (every byte), `device` (open, create, probe), `writer`
+//! (blocks, window, workers, completion), `scan` (recovery and read-back), `inspect`
+//! (read-only inspection: [`inspect()`]).
 
 pub mod format;
 
 mod device;
+mod inspect;
 mod scan;
 mod writer;
 
@@ -33,6 +35,10 @@ use device::Device;
 use format::{
     ALIGN_BYTES, BH_LEN, HEADER_SLOT_BYTES, HeaderProblem, RING_START, RING_VERSION, RR_HEADER_LEN,
     RingHeader, Shutdown, align_down, align_up,
+};
+pub use inspect::{
+    CorruptionKind, HeaderSlot, InspectedRecord, JournalEntrySummary, RingCorruption,
+    RingInspection, RingRecords, RingScan, inspect, inspect_with_storage,
 };
 pub use scan::{RecoverIter, RingRecovery};
 use scan::{Scanner, Step};
@@ -318,10 +324,10 @@ impl RingWal {
                 Step::Data { start, records, .. } => {
                     block_starts.push_back(start);
                     report.blocks += 1;
-                    for (offset, body) in records {
-                        if offset >= header.trim_offset {
+                    for r in records {
+                        if r.offset >= header.trim_offset {
                             report.records += 1;
-                            report.record_bytes += body.len() as u64;
+                            report.record_bytes += r.body.len() as u64;
                         }
                     }
                 }
@@ -670,24 +676,38 @@ fn new_ring_id(avoid: &[u32]) -> u32 {
     }
 }
 
-/// Reads both header slots and returns the newest valid header, or formats the target.
-/// The bool is true when this call formatted it.
-fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, bool)> {
+/// Both header slots as decoded: each the header or why it is not one.
+type Slots = [std::result::Result<RingHeader, HeaderProblem>; 2];
+
+/// Reads and decodes both header slots.
+fn read_slots(dev: &Device) -> Result<Slots> {
     let mut slots = AlignedBuf::zeroed((2 * HEADER_SLOT_BYTES) as usize)
         .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?;
     let got = dev
         .read_at(&mut slots, 0)
         .map_err(|e| Error::io("read ring header", &dev.path, e))?;
     let unit = HEADER_SLOT_BYTES as usize;
-    let decoded = [
+    Ok([
         RingHeader::decode(&slots[..got.min(unit)]),
         RingHeader::decode(&slots[unit..got.max(unit)]),
-    ];
-    let newest = decoded
+    ])
+}
+
+/// The valid slot with the largest generation, and its header.
+fn newest_slot(decoded: &Slots) -> Option<(u64, RingHeader)> {
+    decoded
         .iter()
         .enumerate()
         .filter_map(|(i, h)| h.as_ref().ok().map(|h| (i as u64, *h)))
-        .max_by_key(|(_, h)| h.generation);
+        .max_by_key(|(_, h)| h.generation)
+}
+
+/// Reads both header slots and returns the newest valid header, or formats the target.
+/// The bool is true when this call formatted it.
+fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, bool)> {
+    let decoded = read_slots(dev)?;
+    let newest = newest_slot(&decoded);
+    let unit = HEADER_SLOT_BYTES as usize;
 
     if dev.created || config.format {
         let capacity = match config.capacity_bytes {
@@ -732,7 +752,26 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
         return Ok((hs, true));
     }
 
-    for h in &decoded {
+    let (slot, header) = current_header(dev, &decoded, config.capacity_bytes)?;
+    Ok((
+        HeaderState {
+            current: header,
+            slot,
+            buf: AlignedBuf::zeroed(unit)
+                .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?,
+        },
+        false,
+    ))
+}
+
+/// The current header of an existing ring (the newest valid slot), checked against the
+/// target's size, `capacity_bytes` if given, and itself.
+fn current_header(
+    dev: &Device,
+    decoded: &Slots,
+    capacity_bytes: Option<u64>,
+) -> Result<(u64, RingHeader)> {
+    for h in decoded {
         if let Err(HeaderProblem::Version(found)) = h {
             return Err(Error::UnsupportedVersion {
                 path: dev.path.clone(),
@@ -741,8 +780,8 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
             });
         }
     }
-    let Some((slot, header)) = newest else {
-        let reason = match decoded {
+    let Some((slot, header)) = newest_slot(decoded) else {
+        let reason = match *decoded {
             [Err(HeaderProblem::Zero), Err(HeaderProblem::Zero)] => {
                 "both header slots are empty".to_owned()
             }
@@ -767,7 +806,7 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
             found,
         })
     };
-    if let Some(c) = config.capacity_bytes
+    if let Some(c) = capacity_bytes
         && c != header.capacity_bytes
     {
         return mismatch(
@@ -804,15 +843,7 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
             reason: "ring header fields are inconsistent".into(),
         });
     }
-    Ok((
-        HeaderState {
-            current: header,
-            slot,
-            buf: AlignedBuf::zeroed(unit)
-                .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?,
-        },
-        false,
-    ))
+    Ok((slot, header))
 }
 
 /// Writes `next` (with the next generation) to the slot that does not hold the newest header,

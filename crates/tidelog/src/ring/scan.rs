@@ -11,7 +11,7 @@ use std::sync::Arc;
 use super::device::Device;
 use super::format::{
     ALIGN_BYTES, BH_LEN, BLOCK_BYTES_MAX, BLOCK_KIND_PAD, BlockHeader, RING_START, RR_HEADER_LEN,
-    align_up, decode_record,
+    align_up, decode_record_header,
 };
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
@@ -43,12 +43,46 @@ pub struct RingRecovery {
     pub clean_end_offset: Option<u64>,
 }
 
+/// A record of a block whose header checked, as [`Scanner::parse_block`] read it.
+pub(crate) struct ParsedRecord {
+    /// Logical offset of the record (of its header).
+    pub offset: u64,
+    /// The body's range in the scanner's buffer.
+    pub body: std::ops::Range<usize>,
+    /// The body checksum its header stores.
+    pub body_crc: u32,
+    /// The body matches `body_crc`.
+    pub body_ok: bool,
+}
+
+/// The block at an offset as read, before it is accepted or rejected.
+pub(crate) enum Parsed {
+    /// The block header failed a check: why.
+    Bad(&'static str),
+    /// A padding block.
+    Pad(BlockHeader),
+    /// A data block whose header checked.
+    Data {
+        header: BlockHeader,
+        /// Its length rounded up to [`ALIGN_BYTES`]: the next block starts this far on.
+        aligned_bytes: u64,
+        /// Its records, up to the first whose header fails (the rest cannot be framed).
+        records: Vec<ParsedRecord>,
+        /// The first record check that failed, as `(offset, why)`: the block is torn or
+        /// corrupt.
+        problem: Option<(u64, &'static str)>,
+        /// The record header that failed, or the end of the records when they do not fill
+        /// the block exactly, as `(offset, why)`: the rest of the block cannot be framed.
+        framing: Option<(u64, &'static str)>,
+    },
+}
+
 /// A block accepted by [`Scanner::next_block`].
 pub(crate) enum Step {
-    /// A data block: its records as `(offset, body range in the scanner's buffer)`.
+    /// A data block and its records (every one checked).
     Data {
         start: u64,
-        records: Vec<(u64, std::ops::Range<usize>)>,
+        records: Vec<ParsedRecord>,
     },
     /// A padding block up to the lap end.
     Pad { start: u64 },
@@ -59,14 +93,15 @@ pub(crate) enum Step {
 /// Walks blocks from a start offset through a chunked read buffer.
 pub(crate) struct Scanner {
     dev: Arc<Device>,
-    ring_bytes: u64,
+    pub(super) ring_bytes: u64,
     ring_id: u32,
     max_epoch: u32,
-    prev_epoch: u32,
+    /// The epoch of the last accepted block: the next may not be lower.
+    pub(super) prev_epoch: u32,
     /// The next block starts here.
     pub pos: u64,
     /// Never read at or past this logical offset.
-    limit: u64,
+    pub(super) limit: u64,
     buf: AlignedBuf,
     /// Logical offset of `buf[0]`, and valid bytes in it.
     chunk_start: u64,
@@ -102,7 +137,7 @@ impl Scanner {
         &self.dev
     }
 
-    fn lap_end(&self, at: u64) -> u64 {
+    pub(super) fn lap_end(&self, at: u64) -> u64 {
         at - at % self.ring_bytes + self.ring_bytes
     }
 
@@ -141,6 +176,75 @@ impl Scanner {
         &self.buf[range]
     }
 
+    /// Drops what the buffer holds, so the next look reads the device again (a writer may
+    /// have written since).
+    pub fn forget_buffer(&mut self) {
+        self.chunk_len = 0;
+    }
+
+    /// Reads the block at `at` and checks everything [`Scanner::next_block`] does, without
+    /// moving: a data block's records are read past a body checksum mismatch, up to the first
+    /// record header that fails.
+    pub fn parse_block(&mut self, at: u64) -> Result<Parsed> {
+        let ring_id = self.ring_id;
+        let header = match BlockHeader::decode(self.load(at, ALIGN_BYTES as usize)?, at, ring_id) {
+            Ok(h) => h,
+            Err(reason) => return Ok(Parsed::Bad(reason)),
+        };
+        if header.epoch < self.prev_epoch || header.epoch > self.max_epoch {
+            return Ok(Parsed::Bad(
+                "block of an older session past the end it left (stale)",
+            ));
+        }
+        if header.kind == BLOCK_KIND_PAD {
+            return Ok(Parsed::Pad(header));
+        }
+        let total = BH_LEN as u64 + u64::from(header.payload_bytes);
+        if total > BLOCK_BYTES_MAX || align_up(total) > self.lap_end(at) - at {
+            return Ok(Parsed::Bad("block length runs past the ring end"));
+        }
+        self.load(at, total as usize)?;
+        let base = (at - self.chunk_start) as usize;
+        let block = &self.buf[base..base + total as usize];
+        let mut records = Vec::with_capacity(header.record_count as usize);
+        let mut bad_body = None;
+        let mut framing = None;
+        let mut q = BH_LEN;
+        for _ in 0..header.record_count {
+            let offset = at + q as u64;
+            match decode_record_header(&block[q..], offset) {
+                Ok(h) => {
+                    let body = q + RR_HEADER_LEN..q + RR_HEADER_LEN + h.len;
+                    let body_ok = crc32fast::hash(&block[body.clone()]) == h.body_crc;
+                    if !body_ok && bad_body.is_none() {
+                        bad_body = Some((offset, "record body checksum mismatch"));
+                    }
+                    records.push(ParsedRecord {
+                        offset,
+                        body: base + body.start..base + body.end,
+                        body_crc: h.body_crc,
+                        body_ok,
+                    });
+                    q = body.end;
+                }
+                Err(reason) => {
+                    framing = Some((offset, reason));
+                    break;
+                }
+            }
+        }
+        if framing.is_none() && q as u64 != total {
+            framing = Some((at + q as u64, "record lengths disagree with the block"));
+        }
+        Ok(Parsed::Data {
+            header,
+            aligned_bytes: align_up(total),
+            records,
+            problem: bad_body.or(framing),
+            framing,
+        })
+    }
+
     /// Reads and validates the block at [`Scanner::pos`], and moves past it if accepted.
     pub fn next_block(&mut self) -> Result<Step> {
         let at = self.pos;
@@ -150,51 +254,40 @@ impl Scanner {
                 reason: "reached the end of the durable log".into(),
             });
         }
-        let ring_id = self.ring_id;
-        let header = match BlockHeader::decode(self.load(at, ALIGN_BYTES as usize)?, at, ring_id) {
-            Ok(h) => h,
-            Err(reason) => return Ok(end(at, reason)),
-        };
-        if header.epoch < self.prev_epoch || header.epoch > self.max_epoch {
-            return Ok(end(
-                at,
-                "block of an older session past the end it left (stale)",
-            ));
-        }
-        let to_lap_end = self.lap_end(at) - at;
-        if header.kind == BLOCK_KIND_PAD {
-            self.prev_epoch = header.epoch;
-            self.pos = at + to_lap_end;
-            return Ok(Step::Pad { start: at });
-        }
-        let total = BH_LEN as u64 + u64::from(header.payload_bytes);
-        if total > BLOCK_BYTES_MAX || align_up(total) > to_lap_end {
-            return Ok(end(at, "block length runs past the ring end"));
-        }
-        self.load(at, total as usize)?;
-        let base = (at - self.chunk_start) as usize;
-        let block = &self.buf[base..base + total as usize];
-        let mut records = Vec::with_capacity(header.record_count as usize);
-        let mut q = BH_LEN;
-        for _ in 0..header.record_count {
-            match decode_record(&block[q..], at + q as u64) {
-                Ok(len) => {
-                    let body = base + q + RR_HEADER_LEN;
-                    records.push((at + q as u64, body..body + len));
-                    q += RR_HEADER_LEN + len;
-                }
-                Err(reason) => return Ok(end(at, &format!("torn block: {reason}"))),
+        match self.parse_block(at)? {
+            Parsed::Bad(reason) => Ok(end(at, reason)),
+            Parsed::Pad(header) => {
+                self.prev_epoch = header.epoch;
+                self.pos = self.lap_end(at);
+                Ok(Step::Pad { start: at })
+            }
+            Parsed::Data {
+                problem: Some((_, reason)),
+                ..
+            } => Ok(end(at, &format!("torn block: {reason}"))),
+            Parsed::Data {
+                header,
+                aligned_bytes,
+                records,
+                problem: None,
+                ..
+            } => {
+                self.prev_epoch = header.epoch;
+                self.pos = at + aligned_bytes;
+                Ok(Step::Data { start: at, records })
             }
         }
-        if q as u64 != total {
-            return Ok(end(
-                at,
-                "torn block: record lengths disagree with the block",
-            ));
-        }
-        self.prev_epoch = header.epoch;
-        self.pos = at + align_up(total);
-        Ok(Step::Data { start: at, records })
+    }
+
+    /// The header of a well-formed block at `at` (any kind, epoch at most the header's), or
+    /// `None`.
+    pub fn block_at(&mut self, at: u64) -> Result<Option<BlockHeader>> {
+        let (ring_id, max_epoch) = (self.ring_id, self.max_epoch);
+        Ok(
+            BlockHeader::decode(self.load(at, ALIGN_BYTES as usize)?, at, ring_id)
+                .ok()
+                .filter(|h| h.epoch <= max_epoch),
+        )
     }
 
     /// Counts well-formed blocks in `(from, from + window_bytes)`, stepping unit by unit.
@@ -202,10 +295,7 @@ impl Scanner {
         let mut found = 0;
         let mut at = from + ALIGN_BYTES;
         while at < from + window_bytes && at < self.limit {
-            let (ring_id, max_epoch) = (self.ring_id, self.max_epoch);
-            let ok = BlockHeader::decode(self.load(at, ALIGN_BYTES as usize)?, at, ring_id)
-                .is_ok_and(|h| h.epoch <= max_epoch);
-            found += u64::from(ok);
+            found += u64::from(self.block_at(at)?.is_some());
             at += ALIGN_BYTES;
         }
         Ok(found)
@@ -260,10 +350,10 @@ impl RecoverIter {
             };
             match scanner.next_block()? {
                 Step::Data { records, .. } => {
-                    for (offset, range) in records {
-                        if offset >= self.trim_offset {
+                    for r in records {
+                        if r.offset >= self.trim_offset {
                             self.pending
-                                .push_back((offset, scanner.body(range).to_vec()));
+                                .push_back((r.offset, scanner.body(r.body).to_vec()));
                         }
                     }
                 }
