@@ -21,6 +21,7 @@ __all__ = [
     "Wal",
     "Writer",
     "__version__",
+    "cli",
     "open",
     "stage_abort",
     "stage_commit",
@@ -361,6 +362,10 @@ class RingWal:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None: ...
+
+def cli(argv: list[str | os.PathLike[str]]) -> int:
+    """Runs the `tidelog` command line `argv` (program name first) with the GIL released;
+    returns its exit status. The `tidelog` console script calls it."""
 
 def open(
     path: str | os.PathLike[str],

@@ -9,12 +9,16 @@
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
+use std::io::Write as _;
 use std::path::PathBuf;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tidelog::Error;
 
+mod bench;
 mod log;
+mod progress;
+mod ring;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -33,9 +37,13 @@ enum Command {
     Produce {
         dir: PathBuf,
         topic: String,
-        /// Read lines from this file instead of stdin.
+        /// Read records from this file instead of stdin.
         #[arg(long)]
         file: Option<PathBuf>,
+        /// How records are delimited: one per line (the newline is not part of it), or each
+        /// after its length as a 4-byte little-endian integer (tidelog's byte order).
+        #[arg(long, value_enum, default_value = "lines")]
+        format: InputFormat,
         /// When appends are durable.
         #[arg(long, value_enum, default_value = "interval")]
         fsync: Fsync,
@@ -62,16 +70,23 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Lists records with offset, timestamp, sizes, value checksum, file and position.
+    /// Lists records with offset, timestamp, sizes, value checksum, file and position; with
+    /// --ring, a ring's header slots and records.
     Dump {
-        dir: PathBuf,
+        /// The log directory (or give --ring).
+        #[arg(required_unless_present = "ring", conflicts_with = "ring")]
+        dir: Option<PathBuf>,
+        /// A ring file or block device instead of a directory; read without writing or
+        /// locking, so a ring in use can be dumped.
+        #[arg(long, value_name = "PATH")]
+        ring: Option<PathBuf>,
         /// Only this topic (default: all).
-        #[arg(long)]
+        #[arg(long, conflicts_with = "ring")]
         topic: Option<String>,
-        /// First offset of each topic to show.
+        /// First offset of each topic to show (with --ring: first ring offset).
         #[arg(long, default_value_t = 0)]
         from: u64,
-        /// Most records per topic.
+        /// Most records per topic (with --ring: in all).
         #[arg(long)]
         limit: Option<u64>,
         #[arg(long)]
@@ -86,10 +101,25 @@ enum Command {
     },
     /// Reads every record and checks every checksum; exits 1 naming each corrupt record.
     Verify {
-        dir: PathBuf,
+        /// The log directory (or give --ring).
+        #[arg(required_unless_present = "ring", conflicts_with = "ring")]
+        dir: Option<PathBuf>,
+        /// A ring file or block device instead of a directory: checks every record from the
+        /// trim offset to the end of the log, without writing or locking.
+        #[arg(long, value_name = "PATH")]
+        ring: Option<PathBuf>,
         #[arg(long)]
         json: bool,
     },
+    /// Measures this machine's ceilings, tidelog and its peers on the same workloads, and
+    /// prints medians with ratios to the ceiling and to the best peer.
+    Bench(bench::BenchArgs),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum InputFormat {
+    Lines,
+    LengthPrefixed,
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -148,9 +178,10 @@ where
             dir,
             topic,
             file,
+            format,
             fsync,
             json,
-        } => log::produce(&mut out, &dir, &topic, file.as_deref(), fsync, json),
+        } => log::produce(&mut out, &dir, &topic, file.as_deref(), format, fsync, json),
         Command::Consume {
             dir,
             topic,
@@ -162,14 +193,26 @@ where
         } => log::consume(&mut out, &dir, &topic, group, &from, limit, follow, json),
         Command::Dump {
             dir,
+            ring,
             topic,
             from,
             limit,
             json,
-        } => log::dump(&mut out, &dir, topic.as_deref(), from, limit, json),
+        } => match (dir, ring) {
+            (_, Some(ring)) => ring::dump(&mut out, &ring, from, limit, json),
+            (Some(dir), None) => log::dump(&mut out, &dir, topic.as_deref(), from, limit, json),
+            (None, None) => Err(Failure::Usage("give a directory or --ring PATH".into())),
+        },
         Command::Stat { dir, json } => log::stat(&mut out, &dir, json),
-        Command::Verify { dir, json } => log::verify(&mut out, &dir, json),
+        Command::Verify { dir, ring, json } => match (dir, ring) {
+            (_, Some(ring)) => ring::verify(&mut out, &ring, json),
+            (Some(dir), None) => log::verify(&mut out, &dir, json),
+            (None, None) => Err(Failure::Usage("give a directory or --ring PATH".into())),
+        },
+        Command::Bench(args) => bench::bench(&mut out, args),
     };
+    // The binding calls this inside Python, where nothing flushes Rust's stdout at exit.
+    let _ = out.flush();
     match result {
         Ok(code) => code,
         Err(Failure::Usage(m)) => {

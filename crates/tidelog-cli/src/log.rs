@@ -7,7 +7,8 @@ use std::time::Duration;
 
 use tidelog::{Durability, Error, ReaderOptions, StartPosition, Wal};
 
-use crate::{Failure, Fsync, Out, quote, write_err};
+use crate::progress::Progress;
+use crate::{Failure, Fsync, InputFormat, Out, quote, write_err};
 
 /// Opens `dir` read-only, refusing a missing directory with a clear message.
 pub(crate) fn open_read_only(dir: &Path) -> Result<Wal, Failure> {
@@ -25,10 +26,11 @@ pub(crate) fn produce(
     dir: &Path,
     topic: &str,
     file: Option<&Path>,
+    format: InputFormat,
     fsync: Fsync,
     json: bool,
 ) -> Result<u8, Failure> {
-    let input: Box<dyn BufRead> = match file {
+    let mut input: Box<dyn BufRead> = match file {
         Some(f) => Box::new(std::io::BufReader::new(
             std::fs::File::open(f)
                 .map_err(|e| Failure::Usage(format!("cannot read {}: {e}", f.display())))?,
@@ -43,12 +45,15 @@ pub(crate) fn produce(
     let wal = Wal::open(dir)?;
     let writer = wal.writer(topic)?.with_durability(durability);
     let (mut first, mut count) = (None, 0u64);
-    for line in input.lines() {
-        let line = line.map_err(|e| Failure::Usage(format!("cannot read input: {e}")))?;
-        let offset = writer.append(line.as_bytes())?;
+    let mut progress = Progress::new("records", None);
+    let mut record = Vec::new();
+    while next_record(&mut input, format, &mut record)? {
+        let offset = writer.append(&record)?;
         first.get_or_insert(offset);
         count += 1;
+        progress.inc(1);
     }
+    progress.finish();
     wal.close()?;
     let first = first.unwrap_or_else(|| writer.next_offset());
     if json {
@@ -67,6 +72,61 @@ pub(crate) fn produce(
     }
     .map_err(write_err)?;
     Ok(0)
+}
+
+/// Reads the next input record into `record`; false at the end of the input.
+fn next_record(
+    input: &mut dyn BufRead,
+    format: InputFormat,
+    record: &mut Vec<u8>,
+) -> Result<bool, Failure> {
+    let bad = |e: std::io::Error| Failure::Usage(format!("cannot read input: {e}"));
+    record.clear();
+    match format {
+        InputFormat::Lines => {
+            if input.read_until(b'\n', record).map_err(bad)? == 0 {
+                return Ok(false);
+            }
+            if record.last() == Some(&b'\n') {
+                record.pop();
+            }
+            Ok(true)
+        }
+        InputFormat::LengthPrefixed => {
+            let mut len = [0u8; 4];
+            let got = read_full(input, &mut len).map_err(bad)?;
+            if got == 0 {
+                return Ok(false);
+            }
+            if got < len.len() {
+                return Err(Failure::Usage(
+                    "input ends inside a record's length prefix".into(),
+                ));
+            }
+            let len = u32::from_le_bytes(len) as usize;
+            record.resize(len, 0);
+            if read_full(input, record).map_err(bad)? < len {
+                return Err(Failure::Usage(format!(
+                    "input ends inside a record of {len} bytes"
+                )));
+            }
+            Ok(true)
+        }
+    }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn read_full(input: &mut dyn BufRead, buf: &mut [u8]) -> std::io::Result<usize> {
+    let mut n = 0;
+    while n < buf.len() {
+        match input.read(&mut buf[n..]) {
+            Ok(0) => break,
+            Ok(k) => n += k,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(n)
 }
 
 #[expect(clippy::too_many_arguments, reason = "one per command-line option")]

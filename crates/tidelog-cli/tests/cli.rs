@@ -189,3 +189,72 @@ fn bad_input_is_one_line_and_exit_2() {
     assert_eq!(text(&out.stdout), "x\n");
     drop(holder);
 }
+
+fn tidelog_bytes(args: &[&str], stdin: &[u8]) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn tidelog");
+    let _ = child.stdin.take().expect("stdin").write_all(stdin);
+    child.wait_with_output().expect("wait")
+}
+
+#[test]
+fn produce_takes_binary_lines_and_length_prefixed_records() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = dir_arg(&tmp.path().join("log"));
+    // Lines are bytes, not text: invalid UTF-8 and a last line without a newline.
+    let out = tidelog_bytes(&["produce", &dir, "raw"], b"\xff\xfe\nlast");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let mut input = Vec::new();
+    for value in [&b"with\nnewline"[..], b"", &[0u8; 300][..]] {
+        input.extend_from_slice(&(value.len() as u32).to_le_bytes());
+        input.extend_from_slice(value);
+    }
+    let out = tidelog_bytes(
+        &["produce", &dir, "framed", "--format", "length-prefixed"],
+        &input,
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "appended 3 records to framed (offsets 0..3)\n"
+    );
+    let out = tidelog(&["dump", &dir, "--topic", "framed", "--json"], "");
+    let sizes: Vec<String> = text(&out.stdout)
+        .lines()
+        .map(|l| {
+            l.split("\"value_bytes\":")
+                .nth(1)
+                .and_then(|v| v.split(',').next())
+                .expect("value_bytes")
+                .to_owned()
+        })
+        .collect();
+    assert_eq!(sizes, ["12", "0", "300"]);
+    let out = tidelog(&["dump", &dir, "--topic", "raw", "--json"], "");
+    assert!(text(&out.stdout).contains("\"value_bytes\":2,"));
+    assert!(text(&out.stdout).contains("\"value_bytes\":4,"));
+
+    // A record cut short is bad input, and names what is missing.
+    let mut cut = 10u32.to_le_bytes().to_vec();
+    cut.extend_from_slice(b"abc");
+    let out = tidelog_bytes(
+        &["produce", &dir, "framed", "--format", "length-prefixed"],
+        &cut,
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        text(&out.stderr),
+        "tidelog: input ends inside a record of 10 bytes\n"
+    );
+    let out = tidelog_bytes(
+        &["produce", &dir, "framed", "--format", "length-prefixed"],
+        &[1, 0],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out.stderr).contains("length prefix"));
+}

@@ -111,11 +111,19 @@ fn open(
     Ok(wal::PyWal::new(wal, shown))
 }
 
+/// Runs the `tidelog` command line `argv` (program name first) with the GIL released and
+/// returns its exit status: the wheel's `tidelog` console script.
+#[pyfunction]
+fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
+    detached(py, || Ok(tidelog_cli::run(argv)))
+}
+
 #[pymodule]
 #[pyo3(name = "_native")]
 fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
+    m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_class::<wal::PyWal>()?;
     m.add_class::<wal::PyWriter>()?;
     m.add_class::<wal::PyAppendHandle>()?;

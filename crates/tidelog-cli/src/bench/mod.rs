@@ -1,0 +1,647 @@
+//! `tidelog bench`: one run that measures this machine's ceilings, tidelog (from Rust and
+//! from Python) and its peers on the same workloads, in interleaved rounds, and reports
+//! medians and ratios (docs/BENCHMARKS.md explains every row).
+//!
+//! The Rust rows and the ceilings run in this process. Two producers run as child
+//! processes, once per round, and print rows as JSON lines: the walrus peer
+//! (`walrus_peer`, built in the workspace's benches package) and the Python rows
+//! (`python_rows.py`, embedded here and run with a Python that has tidelog installed).
+
+mod ceiling;
+mod engine;
+mod mapping;
+mod report;
+mod row;
+
+use std::collections::BTreeMap;
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use crate::progress::Progress;
+use crate::{Failure, Out, write_err};
+use row::{Budget, MIB, Row, pool};
+
+/// The Python rows and the plots, written next to the run's scratch files when needed.
+const PYTHON_ROWS: &str = include_str!("python_rows.py");
+const PLOT: &str = include_str!("plot.py");
+
+/// Largest record size: the ring's record limit.
+const RECORD_BYTES_MAX: u64 = MIB;
+const THREADS_MAX: u32 = 64;
+const ROUNDS_MAX: u32 = 20;
+const SECONDS_MAX: f64 = 60.0;
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct BenchArgs {
+    /// Directory for the scratch files, on the file system to measure (default: the
+    /// system's temporary directory). A subdirectory is made and removed.
+    #[arg(long)]
+    dir: Option<PathBuf>,
+    /// Record sizes in bytes, comma-separated (at most 1 MiB).
+    #[arg(long, value_delimiter = ',', default_values_t = [100u64, 1024, 65536, 1048576])]
+    sizes: Vec<u64>,
+    /// Writer thread counts, comma-separated (default: 1,2, and 4 with 4 or more cores).
+    #[arg(long, value_delimiter = ',')]
+    threads: Option<Vec<u32>>,
+    /// Rounds; every figure is the median over them.
+    #[arg(long, default_value_t = 3)]
+    rounds: u32,
+    /// Time budget of one row in one round, seconds.
+    #[arg(long, default_value_t = 0.4)]
+    seconds: f64,
+    /// Most payload bytes one row writes in one round.
+    #[arg(long, default_value_t = 256 * MIB)]
+    max_bytes: u64,
+    /// Only rows whose system or configuration contains this text (ceilings always run).
+    #[arg(long)]
+    only: Option<String>,
+    /// Python with tidelog installed, for the Python rows (default: $TIDELOG_PYTHON, else
+    /// python3); `none` leaves them out.
+    #[arg(long)]
+    python: Option<String>,
+    /// The walrus peer program (default: `walrus_peer` next to this program); `none` leaves
+    /// it out.
+    #[arg(long)]
+    walrus: Option<PathBuf>,
+    /// Write results.json, results.md and the plots (PNG, needs matplotlib) here.
+    #[arg(long)]
+    out: Option<PathBuf>,
+    /// One round, 100 B and 64 KiB records, 0.2 s per row: a smoke run of a minute or two.
+    #[arg(long)]
+    quick: bool,
+    /// Print the merged results as JSON instead of tables.
+    #[arg(long)]
+    json: bool,
+}
+
+/// The validated plan of a run.
+#[derive(Debug)]
+struct Plan {
+    sizes: Vec<u64>,
+    threads: Vec<u32>,
+    rounds: u32,
+    budget: Budget,
+    only: Option<String>,
+}
+
+impl Plan {
+    fn new(args: &BenchArgs) -> Result<Plan, Failure> {
+        let usage = |m: String| Err(Failure::Usage(m));
+        let (mut sizes, rounds, seconds) = if args.quick {
+            (vec![100, 65536], 1, 0.2)
+        } else {
+            (args.sizes.clone(), args.rounds, args.seconds)
+        };
+        sizes.sort_unstable();
+        sizes.dedup();
+        if sizes.is_empty() || sizes.iter().any(|&s| s == 0 || s > RECORD_BYTES_MAX) {
+            return usage(format!(
+                "--sizes must be between 1 and {RECORD_BYTES_MAX} bytes"
+            ));
+        }
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get() as u32);
+        let mut threads = args.threads.clone().unwrap_or_else(|| {
+            if cores >= 4 {
+                vec![1, 2, 4]
+            } else {
+                vec![1, 2]
+            }
+        });
+        threads.sort_unstable();
+        threads.dedup();
+        if threads.is_empty() || threads.iter().any(|&t| t == 0 || t > THREADS_MAX) {
+            return usage(format!("--threads must be between 1 and {THREADS_MAX}"));
+        }
+        if rounds == 0 || rounds > ROUNDS_MAX {
+            return usage(format!("--rounds must be between 1 and {ROUNDS_MAX}"));
+        }
+        if !(seconds > 0.0 && seconds <= SECONDS_MAX) {
+            return usage(format!(
+                "--seconds must be above 0 and at most {SECONDS_MAX}"
+            ));
+        }
+        if args.max_bytes < MIB {
+            return usage("--max-bytes must be at least 1 MiB".into());
+        }
+        Ok(Plan {
+            sizes,
+            threads,
+            rounds,
+            budget: Budget {
+                seconds,
+                bytes_max: args.max_bytes,
+            },
+            only: args.only.clone(),
+        })
+    }
+
+    fn wants(&self, row: &Row) -> bool {
+        self.only
+            .as_deref()
+            .is_none_or(|o| row.system.contains(o) || row.config.contains(o))
+    }
+
+    /// The producers' shared command line.
+    fn producer_args(&self, dir: &Path) -> Vec<OsString> {
+        let join = |v: Vec<String>| v.join(",");
+        let mut args: Vec<OsString> = vec![
+            "--dir".into(),
+            dir.into(),
+            "--sizes".into(),
+            join(self.sizes.iter().map(u64::to_string).collect()).into(),
+            "--threads".into(),
+            join(self.threads.iter().map(u32::to_string).collect()).into(),
+            "--seconds".into(),
+            self.budget.seconds.to_string().into(),
+            "--max-bytes".into(),
+            self.budget.bytes_max.to_string().into(),
+        ];
+        if let Some(o) = &self.only {
+            args.push("--only".into());
+            args.push(o.into());
+        }
+        args
+    }
+}
+
+/// A child process that prints rows.
+#[derive(Debug)]
+struct Producer {
+    name: &'static str,
+    program: OsString,
+    /// Arguments before the shared ones (the script, for Python).
+    first_args: Vec<OsString>,
+}
+
+impl Producer {
+    fn command(&self, plan: &Plan, dir: &Path) -> Command {
+        let mut cmd = Command::new(&self.program);
+        cmd.args(&self.first_args).args(plan.producer_args(dir));
+        cmd
+    }
+
+    /// How many rows one round of it runs (`--list`).
+    fn count(&self, plan: &Plan, dir: &Path) -> Result<u64, String> {
+        let out = self
+            .command(plan, dir)
+            .arg("--list")
+            .stderr(Stdio::piped())
+            .output()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.to_string_lossy()))?;
+        if !out.status.success() {
+            return Err(format!(
+                "{} --list failed: {}",
+                self.name,
+                String::from_utf8_lossy(&out.stderr).trim()
+            ));
+        }
+        Ok(out
+            .stdout
+            .split(|&b| b == b'\n')
+            .filter(|l| !l.is_empty())
+            .count() as u64)
+    }
+
+    /// Runs one round, handing each row to `on_row` as it arrives.
+    fn run(&self, plan: &Plan, dir: &Path, mut on_row: impl FnMut(Row)) -> Result<(), String> {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        let errors = dir.with_extension("stderr");
+        let err_file = std::fs::File::create(&errors).map_err(|e| e.to_string())?;
+        let mut child = self
+            .command(plan, dir)
+            .stdout(Stdio::piped())
+            .stderr(err_file)
+            .spawn()
+            .map_err(|e| format!("cannot run {}: {e}", self.program.to_string_lossy()))?;
+        let stdout = child.stdout.take().ok_or("no stdout")?;
+        let mut bad = None;
+        for line in BufReader::new(stdout).lines() {
+            let line = line.map_err(|e| e.to_string())?;
+            if line.trim().is_empty() {
+                continue;
+            }
+            match serde_json::from_str::<Row>(&line) {
+                Ok(row) => on_row(row),
+                Err(e) => {
+                    bad.get_or_insert(format!("{}: bad row {line:?}: {e}", self.name));
+                }
+            }
+        }
+        let status = child.wait().map_err(|e| e.to_string())?;
+        let stderr = std::fs::read_to_string(&errors).unwrap_or_default();
+        let _ = std::fs::remove_file(&errors);
+        let _ = std::fs::remove_dir_all(dir);
+        if !status.success() {
+            let tail: Vec<&str> = stderr.lines().rev().take(3).collect();
+            return Err(format!(
+                "{} exited with {status}: {}",
+                self.name,
+                tail.into_iter().rev().collect::<Vec<_>>().join(" / ")
+            ));
+        }
+        bad.map_or(Ok(()), Err)
+    }
+}
+
+/// A scratch directory this run made and removes.
+#[derive(Debug)]
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(parent: Option<&Path>) -> Result<Scratch, Failure> {
+        let parent = parent.map_or_else(std::env::temp_dir, Path::to_path_buf);
+        if !parent.is_dir() {
+            return Err(Failure::Usage(format!(
+                "{} is not a directory",
+                parent.display()
+            )));
+        }
+        let dir = parent.join(format!("tidelog-bench-{}", std::process::id()));
+        std::fs::create_dir(&dir)
+            .map_err(|e| Failure::Usage(format!("cannot create {}: {e}", dir.display())))?;
+        Ok(Scratch(dir))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The Python for the Python rows, if it can import tidelog.
+fn python_producer(arg: Option<&str>, scratch: &Path) -> Result<Producer, String> {
+    let python = arg
+        .map(str::to_owned)
+        .or_else(|| std::env::var("TIDELOG_PYTHON").ok())
+        .unwrap_or_else(|| "python3".to_owned());
+    if python == "none" {
+        return Err("Python rows left out (--python none)".into());
+    }
+    let ok = Command::new(&python)
+        .args(["-c", "import tidelog"])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        return Err(format!(
+            "Python rows left out: {python} cannot import tidelog (pip install tidelog, or --python)"
+        ));
+    }
+    let script = scratch.join("python_rows.py");
+    std::fs::write(&script, PYTHON_ROWS).map_err(|e| e.to_string())?;
+    Ok(Producer {
+        name: "python rows",
+        program: python.into(),
+        first_args: vec![script.into()],
+    })
+}
+
+fn walrus_producer(arg: Option<&Path>) -> Result<Producer, String> {
+    let program = match arg {
+        Some(p) if p == Path::new("none") => {
+            return Err("walrus peer left out (--walrus none)".into());
+        }
+        Some(p) => p.to_path_buf(),
+        None => std::env::current_exe()
+            .ok()
+            .and_then(|exe| Some(exe.parent()?.join("walrus_peer")))
+            .ok_or("cannot locate this program")?,
+    };
+    if !program.is_file() {
+        return Err(format!(
+            "walrus peer left out: {} not found (cargo build --release -p tidelog-benches --bin walrus_peer, or --walrus)",
+            program.display()
+        ));
+    }
+    Ok(Producer {
+        name: "walrus peer",
+        program: program.into(),
+        first_args: Vec::new(),
+    })
+}
+
+/// The machine, the file system under test and the build, for the report.
+fn machine(scratch: &Path, python: Option<&Producer>) -> BTreeMap<String, String> {
+    let mut m = BTreeMap::new();
+    let read = |p: &str| std::fs::read_to_string(p).unwrap_or_default();
+    m.insert(
+        "kernel".into(),
+        read("/proc/sys/kernel/osrelease").trim().to_owned(),
+    );
+    m.insert(
+        "cpus".into(),
+        std::thread::available_parallelism().map_or("?".into(), |n| n.to_string()),
+    );
+    if let Some(model) = read("/proc/cpuinfo")
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+    {
+        m.insert("cpu".into(), model.trim().to_owned());
+    }
+    if let Some(mem) = read("/proc/meminfo")
+        .lines()
+        .find(|l| l.starts_with("MemTotal"))
+    {
+        m.insert(
+            "memory".into(),
+            mem.trim_start_matches("MemTotal:").trim().to_owned(),
+        );
+    }
+    m.insert("file system".into(), file_system(scratch));
+    m.insert("tidelog".into(), env!("CARGO_PKG_VERSION").to_owned());
+    if let Some(p) = python
+        && let Ok(out) = Command::new(&p.program).arg("--version").output()
+    {
+        m.insert(
+            "python".into(),
+            String::from_utf8_lossy(&out.stdout).trim().to_owned(),
+        );
+    }
+    m
+}
+
+/// The type and options of the file system holding `path` (longest mount point prefix).
+fn file_system(path: &Path) -> String {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let path = path.canonicalize().unwrap_or_else(|_| path.to_path_buf());
+    mounts
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() >= 4 && path.starts_with(f[1]))
+                .then(|| (f[1].len(), format!("{} ({})", f[2], f[3])))
+        })
+        .max_by_key(|(len, _)| *len)
+        .map_or_else(|| "unknown".into(), |(_, fs)| fs)
+}
+
+/// The size of the files the bandwidth ceilings write over and read (and of the rings):
+/// no more than a row may write, within 16..=256 MiB.
+fn scratch_file_bytes(b: Budget) -> u64 {
+    b.bytes_max.clamp(16 * MIB, 256 * MIB)
+}
+
+/// The ceilings of one round.
+fn ceilings(plan: &Plan, dir: &Path, pools: &[Vec<Vec<u8>>], notes: &mut Vec<String>) -> Vec<Row> {
+    let b = plan.budget;
+    let mut rows = Vec::new();
+    let mut push = |r: Result<Row, String>, what: &str| match r {
+        Ok(r) => rows.push(r),
+        Err(e) => notes.push(format!("ceiling {what} failed: {e}")),
+    };
+    let direct = ceiling::DirectFile::create(dir, scratch_file_bytes(b));
+    for pool in pools {
+        push(ceiling::mmap_write(dir, pool, b), ceiling::MMAP_WRITE);
+        push(
+            ceiling::buffered_write(dir, pool, b),
+            ceiling::BUFFERED_WRITE,
+        );
+        push(
+            ceiling::fsync_write(dir, pool, b, false),
+            ceiling::FSYNC_RECORD,
+        );
+        push(
+            ceiling::fsync_write(dir, pool, b, true),
+            ceiling::FSYNC_BATCH,
+        );
+        if let Ok(Some(d)) = &direct {
+            push(d.per_record(pool[0].len() as u64, b), ceiling::DSYNC_RECORD);
+        }
+    }
+    match &direct {
+        Ok(Some(d)) => match d.blocks_mb_per_s(b) {
+            Ok(mb) => rows.extend(ceiling::per_size(
+                ceiling::DIRECT_BLOCKS,
+                "256 KiB writes, 4 in flight, overwriting a written file",
+                "D2",
+                "append",
+                mb,
+                &plan.sizes,
+            )),
+            Err(e) => notes.push(format!("ceiling {} failed: {e}", ceiling::DIRECT_BLOCKS)),
+        },
+        Ok(None) => {
+            notes.push("the scratch file system refuses O_DIRECT: no direct I/O ceilings".into())
+        }
+        Err(e) => notes.push(format!("direct I/O ceilings failed: {e}")),
+    }
+    drop(direct);
+    match ceiling::page_cache_read_mb_per_s(dir, scratch_file_bytes(b), b) {
+        Ok(mb) => rows.extend(ceiling::per_size(
+            ceiling::PAGE_CACHE_READ,
+            "1 MiB read(2) of a cached file",
+            "D0",
+            "read",
+            mb,
+            &plan.sizes,
+        )),
+        Err(e) => notes.push(format!("ceiling {} failed: {e}", ceiling::PAGE_CACHE_READ)),
+    }
+    rows.extend(ceiling::per_size(
+        ceiling::MEMCPY,
+        "1 MiB copies between 64 MiB buffers",
+        "D0",
+        "append",
+        ceiling::memcpy_mb_per_s(b),
+        &plan.sizes,
+    ));
+    rows
+}
+
+/// How many rows of tidelog's own one round runs (for the progress bar).
+fn engine_row_count(plan: &Plan) -> u64 {
+    let per_size_thread = engine::Mode::ALL.len() as u64 + 2 + 2;
+    plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1) + 1
+}
+
+/// tidelog's own rows of one round.
+fn engine_rows(
+    plan: &Plan,
+    dir: &Path,
+    pools: &[Vec<Vec<u8>>],
+    progress: &mut Progress,
+) -> Vec<Row> {
+    let b = plan.budget;
+    let wants = &|r: &Row| plan.wants(r);
+    let mut rows = Vec::new();
+    let mut n = 0u32;
+    let mut fresh = |what: &str| {
+        n += 1;
+        dir.join(format!("{what}-{n}"))
+    };
+    let ring_path = dir.join("ring.wal");
+    let ring = engine::open_ring(&ring_path, 2 * scratch_file_bytes(b));
+    for pool in pools {
+        let size = pool[0].len() as u64;
+        for &t in &plan.threads {
+            for mode in engine::Mode::ALL {
+                progress.message(format!(
+                    "tidelog {mode:?} {} {t} thr",
+                    row::size_label(size)
+                ));
+                let read_back = mode == engine::Mode::Interval && t == 1;
+                let got = engine::mmap(&fresh("mmap"), pool, t, mode, b, read_back, wants);
+                progress.inc(got.len() as u64);
+                rows.extend(got);
+            }
+            progress.message(format!("tidelog ring {} {t} thr", row::size_label(size)));
+            for pipelined in [true, false] {
+                rows.extend(match &ring {
+                    Ok(ring) => engine::ring(ring, pool, t, pipelined, b, wants),
+                    Err(e) => Some(
+                        Row::new("tidelog", "tidelog", "RingWal", "D2", "append", size, t)
+                            .skip(e.clone()),
+                    ),
+                });
+                progress.inc(1);
+            }
+            for batch in [false, true] {
+                rows.extend(engine::ring_topic_log(
+                    &fresh("ring-log"),
+                    pool,
+                    t,
+                    batch,
+                    b,
+                    scratch_file_bytes(b),
+                    wants,
+                ));
+                progress.inc(1);
+            }
+        }
+    }
+    drop(ring);
+    let _ = std::fs::remove_file(&ring_path);
+    progress.message("tidelog with walrus's workload");
+    rows.extend(engine::walrus_workload(&fresh("walrus-workload"), b, wants));
+    progress.inc(1);
+    rows
+}
+
+pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
+    let plan = Plan::new(&args)?;
+    if let Some(o) = &args.out {
+        std::fs::create_dir_all(o)
+            .map_err(|e| Failure::Usage(format!("cannot create {}: {e}", o.display())))?;
+    }
+    let scratch = Scratch::new(args.dir.as_deref())?;
+    let mut notes = Vec::new();
+    let mut producers = Vec::new();
+    for p in [
+        walrus_producer(args.walrus.as_deref()),
+        python_producer(args.python.as_deref(), &scratch.0),
+    ] {
+        match p {
+            Ok(p) => producers.push(p),
+            Err(e) => notes.push(e),
+        }
+    }
+    let mut per_round = engine_row_count(&plan);
+    let mut counted = Vec::new();
+    for p in producers {
+        match p.count(&plan, &scratch.0.join("list")) {
+            Ok(n) => {
+                per_round += n;
+                counted.push(p);
+            }
+            Err(e) => notes.push(e),
+        }
+    }
+    let producers = counted;
+    let machine = machine(
+        &scratch.0,
+        producers.iter().find(|p| p.name == "python rows"),
+    );
+    let pools: Vec<Vec<Vec<u8>>> = plan
+        .sizes
+        .iter()
+        .map(|&s| pool(s, 0x7146_e109 ^ s))
+        .collect();
+
+    let mut progress = Progress::new("rows", Some(per_round * u64::from(plan.rounds)));
+    let mut rounds = Vec::new();
+    let mut probes = Vec::new();
+    let probe_budget = Budget {
+        seconds: 0.2,
+        ..plan.budget
+    };
+    for round in 0..plan.rounds {
+        let dir = scratch.0.join(format!("round-{round}"));
+        std::fs::create_dir(&dir).map_err(|e| Failure::Log(format!("{}: {e}", dir.display())))?;
+        progress.message(format!("round {}: ceilings", round + 1));
+        let before = ceiling::memcpy_mb_per_s(probe_budget);
+        let mut rows = ceilings(&plan, &dir, &pools, &mut notes);
+        rows.extend(engine_rows(&plan, &dir, &pools, &mut progress));
+        for p in &producers {
+            progress.message(format!("round {}: {}", round + 1, p.name));
+            let result = p.run(&plan, &dir.join(p.name.replace(' ', "-")), |row| {
+                progress.inc(1);
+                rows.push(row);
+            });
+            if let Err(e) = result {
+                notes.push(format!("round {}: {e}", round + 1));
+            }
+        }
+        probes.push((before, ceiling::memcpy_mb_per_s(probe_budget)));
+        let _ = std::fs::remove_dir_all(&dir);
+        rounds.push(rows);
+    }
+    progress.finish();
+    notes.dedup();
+    let report = report::merge(&rounds, probes, machine, notes);
+    let markdown = report::markdown(&report);
+    let json = serde_json::to_string_pretty(&report)
+        .map_err(|e| Failure::Log(format!("cannot encode results: {e}")))?;
+    if let Some(dir) = &args.out {
+        write_outputs(
+            dir,
+            &json,
+            &markdown,
+            producers.iter().find(|p| p.name == "python rows"),
+            &scratch.0,
+        )?;
+    }
+    if args.json {
+        writeln!(out, "{json}")
+    } else {
+        write!(out, "{markdown}")
+    }
+    .map_err(write_err)?;
+    Ok(0)
+}
+
+/// results.json, results.md and, when the Python has matplotlib, the plots.
+fn write_outputs(
+    dir: &Path,
+    json: &str,
+    markdown: &str,
+    python: Option<&Producer>,
+    scratch: &Path,
+) -> Result<(), Failure> {
+    let write = |name: &str, text: &str| {
+        std::fs::write(dir.join(name), text)
+            .map_err(|e| Failure::Log(format!("cannot write {}: {e}", dir.join(name).display())))
+    };
+    write("results.json", json)?;
+    write("results.md", markdown)?;
+    let Some(python) = python else {
+        eprintln!("tidelog: no plots: the Python rows did not run");
+        return Ok(());
+    };
+    let script = scratch.join("plot.py");
+    std::fs::write(&script, PLOT).map_err(|e| Failure::Log(e.to_string()))?;
+    let status = Command::new(&python.program)
+        .arg(&script)
+        .arg(dir.join("results.json"))
+        .arg(dir)
+        .stdout(Stdio::null())
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        eprintln!("tidelog: no plots: plotting failed (pip install matplotlib)");
+    }
+    Ok(())
+}

@@ -1,0 +1,746 @@
+"""The Python rows of `tidelog bench`: tidelog's Python API and the Python peers.
+
+Measures, single-threaded and for every record size, appends in the durability classes D0, D1
+and D2 and a hot sequential read-back, for:
+
+- tidelog (`Writer.append`, `Writer.append_batch`, a reader),
+- a plain file (4-byte length prefix + record, buffered),
+- sqlite3 in WAL mode,
+- lmdb and rocksdict, when they are installed (otherwise their rows are reported skipped).
+
+It prints one JSON object per row on stdout (JSON Lines, flushed per row), as the row contract
+of `tidelog bench` defines; diagnostics go to stderr. `--list` prints the planned rows
+(`"planned": true`; a row that would be skipped is printed as the skipped row it would give).
+
+Only the write or read loop is timed (perf_counter_ns, cyclic GC off); opening, closing,
+`os.sync()` before each row and deleting are not. Latency is per acknowledged operation: each
+batch, each D2 record, and one D0 record in 64. Each system's read row reads back what its
+first D0 row wrote.
+
+`tidelog bench` writes this file out and runs it with a Python that has `tidelog` installed,
+once per round. By hand:
+
+    python3 python_rows.py --dir D --sizes 100 --seconds 0.5
+
+`--dir` must exist and be empty; each row works in its own subdirectory and deletes it
+afterwards. Only stdlib, `tidelog` and the optional `lmdb` and `rocksdict` are used, so the
+file runs on its own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import array
+import gc
+import itertools
+import json
+import math
+import os
+import shutil
+import sqlite3
+import struct
+import sys
+import time
+import traceback
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+try:
+    import tidelog
+except ImportError:
+    tidelog = None
+try:
+    import lmdb
+except ImportError:
+    lmdb = None
+try:
+    import rocksdict
+except ImportError:
+    rocksdict = None
+
+POOL_RECORDS = 64
+BATCH_RECORDS_MAX = 1000
+BATCH_BYTES_MAX = 4 << 20
+TOPIC = "bench"
+# D0 per-record rows time one append in this many (as the Rust rows do).
+LATENCY_SAMPLE_EVERY = 64
+PREFIX = struct.Struct("<I")
+
+Batches = list[list[Any]]
+
+
+@dataclass
+class Workload:
+    """One record size: its payload pool, batch size, time budget and payload cap."""
+
+    size: int
+    pool: list[bytes]
+    batch_records: int
+    budget_ns: int
+    cap_bytes: int
+
+    @classmethod
+    def build(cls, size: int, seconds: float, max_bytes: int) -> Workload:
+        batch = max(1, min(BATCH_RECORDS_MAX, BATCH_BYTES_MAX // size))
+        return cls(
+            size=size,
+            pool=[os.urandom(size) for _ in range(POOL_RECORDS)],
+            batch_records=batch,
+            budget_ns=int(seconds * 1e9),
+            # At least one full batch, whatever the cap.
+            cap_bytes=max(max_bytes, batch * size),
+        )
+
+    def batches(self, pool: Sequence[Any] | None = None) -> Batches:
+        """Every batch the loops will see, in order, cycling through the pool: built here so
+        the timed loops spend nothing on assembling them."""
+        pool = self.pool if pool is None else pool
+        b = self.batch_records
+        period = POOL_RECORDS // math.gcd(b, POOL_RECORDS)
+        return [[pool[(k * b + i) % POOL_RECORDS] for i in range(b)] for k in range(period)]
+
+
+@dataclass
+class Timed:
+    """A timed write loop: records written, its nanoseconds, and the latency (ns) of each
+    timed operation."""
+
+    records: int
+    ns: int
+    latencies: array.array[int]
+    latency_of: str
+
+
+def per_record(op: Callable[[Any], object], batches: Batches, w: Workload) -> Timed:
+    """Calls `op` once per record (D0), checking the budget and cap after every batch.
+
+    Only one record in `LATENCY_SAMPLE_EVERY` is timed: reading the clock around every call
+    would cost a good part of a fast append.
+    """
+    chunked = [
+        [
+            (batch[i], batch[i + 1 : i + LATENCY_SAMPLE_EVERY])
+            for i in range(0, len(batch), LATENCY_SAMPLE_EVERY)
+        ]
+        for batch in batches
+    ]
+    clock = time.perf_counter_ns
+    latencies: array.array[int] = array.array("q")
+    mark = latencies.append
+    b = w.batch_records
+    cap = w.cap_bytes - b * w.size
+    period = len(chunked)
+    n = k = 0
+    gc.disable()
+    try:
+        start = clock()
+        deadline = start + w.budget_ns
+        while True:
+            for first, rest in chunked[k % period]:
+                t0 = clock()
+                op(first)
+                mark(clock() - t0)
+                for v in rest:
+                    op(v)
+            n += b
+            k += 1
+            t = clock()
+            if t >= deadline or n * w.size > cap:
+                return Timed(n, t - start, latencies, "record")
+    finally:
+        gc.enable()
+
+
+def per_durable_record(op: Callable[[Any], object], batches: Batches, w: Workload) -> Timed:
+    """Calls `op` once per record (D2), timing each and checking the budget and cap after
+    each; at least one record is written (a batch of syncs could outlast the budget)."""
+    clock = time.perf_counter_ns
+    latencies: array.array[int] = array.array("q")
+    mark = latencies.append
+    cap = w.cap_bytes - w.size
+    period = len(batches)
+    n = k = 0
+    gc.disable()
+    try:
+        start = prev = clock()
+        deadline = start + w.budget_ns
+        while True:
+            for v in batches[k % period]:
+                op(v)
+                t = clock()
+                mark(t - prev)
+                prev = t
+                n += 1
+                if t >= deadline or n * w.size > cap:
+                    return Timed(n, t - start, latencies, "record")
+            k += 1
+    finally:
+        gc.enable()
+
+
+def per_batch(op: Callable[[Any], object], batches: Batches, w: Workload) -> Timed:
+    """Calls `op` once per batch, timing each and checking the budget and cap after each."""
+    clock = time.perf_counter_ns
+    latencies: array.array[int] = array.array("q")
+    mark = latencies.append
+    b = w.batch_records
+    cap = w.cap_bytes - b * w.size
+    period = len(batches)
+    n = k = 0
+    gc.disable()
+    try:
+        start = prev = clock()
+        deadline = start + w.budget_ns
+        while True:
+            op(batches[k % period])
+            t = clock()
+            mark(t - prev)
+            prev = t
+            n += b
+            k += 1
+            if t >= deadline or n * w.size > cap:
+                return Timed(n, t - start, latencies, "batch")
+    finally:
+        gc.enable()
+
+
+def timed_read(scan: Callable[[], tuple[int, int]]) -> tuple[int, int, int]:
+    """Runs `scan` (returns records and value bytes seen) with the cyclic GC off; returns
+    records, bytes and nanoseconds."""
+    clock = time.perf_counter_ns
+    gc.disable()
+    try:
+        start = clock()
+        records, total = scan()
+        ns = clock() - start
+    finally:
+        gc.enable()
+    return records, total, ns
+
+
+def key_of(seq: int) -> bytes:
+    return seq.to_bytes(8, "big")
+
+
+# ---- tidelog -------------------------------------------------------------------------------
+# A write function takes (directory, workload, class) and returns the timed loop; a read
+# function takes (directory, workload) and returns (records, value bytes, nanoseconds).
+
+
+def tidelog_append(path: str, w: Workload, cls: str) -> Timed:
+    wal = tidelog.open(os.path.join(path, "wal"), fsync="always" if cls == "D2" else "interval")
+    try:
+        writer = wal.writer(TOPIC)
+        if cls == "D2":
+            return per_durable_record(writer.append, w.batches(), w)
+        return per_record(writer.append, w.batches(), w)
+    finally:
+        wal.close()
+
+
+def tidelog_append_batch(path: str, w: Workload, cls: str) -> Timed:
+    # With fsync="always" append_batch returns once the whole batch is durable.
+    wal = tidelog.open(os.path.join(path, "wal"), fsync="always" if cls == "D1" else "interval")
+    try:
+        return per_batch(wal.writer(TOPIC).append_batch, w.batches(), w)
+    finally:
+        wal.close()
+
+
+def tidelog_read(path: str, w: Workload) -> tuple[int, int, int]:
+    wal = tidelog.open(os.path.join(path, "wal"))
+    try:
+        with wal.reader(TOPIC, start="earliest") as reader:
+
+            def scan() -> tuple[int, int]:
+                n = total = 0
+                for rec in reader:
+                    n += 1
+                    total += len(rec)  # the value's length; the value is a zero-copy view
+                return n, total
+
+            return timed_read(scan)
+    finally:
+        wal.close()
+
+
+# ---- plain file ----------------------------------------------------------------------------
+
+
+def file_write(path: str, w: Workload, cls: str) -> Timed:
+    # Frames (prefix + payload) are built once with the pool: the baseline at its cheapest.
+    batches = w.batches([PREFIX.pack(len(v)) + v for v in w.pool])
+    with open(os.path.join(path, "log.bin"), "ab") as f:
+        fd = f.fileno()
+        if cls == "D0":
+            return per_record(f.write, batches, w)
+        if cls == "D1":
+
+            def write_batch(batch: list[bytes]) -> None:
+                f.writelines(batch)
+                f.flush()
+                os.fdatasync(fd)
+
+            return per_batch(write_batch, batches, w)
+
+        def write_one(frame: bytes) -> None:
+            f.write(frame)
+            f.flush()
+            os.fdatasync(fd)
+
+        return per_durable_record(write_one, batches, w)
+
+
+def file_read(path: str, w: Workload) -> tuple[int, int, int]:
+    unpack = PREFIX.unpack_from
+    step = PREFIX.size
+
+    def scan() -> tuple[int, int]:
+        with open(os.path.join(path, "log.bin"), "rb") as f:
+            data = f.read()
+        view = memoryview(data)
+        end = len(data)
+        off = n = total = 0
+        while off < end:
+            (length,) = unpack(data, off)
+            off += step
+            value = view[off : off + length]
+            off += length
+            n += 1
+            total += len(value)
+        return n, total
+
+    return timed_read(scan)
+
+
+# ---- sqlite3 -------------------------------------------------------------------------------
+
+SQLITE_INSERT = "INSERT INTO log(value) VALUES (?)"
+
+
+def sqlite_write(path: str, w: Workload, cls: str) -> Timed:
+    con = sqlite3.connect(os.path.join(path, "log.db"), isolation_level=None)
+    try:
+        con.execute("PRAGMA journal_mode=WAL").fetchall()
+        con.execute("PRAGMA synchronous=" + ("NORMAL" if cls == "D0" else "FULL"))
+        con.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, value BLOB)")
+        batches = [[(v,) for v in batch] for batch in w.batches()]
+        execute = con.execute
+        if cls == "D2":
+            # Autocommit: each INSERT is its own transaction, committed before it returns.
+            return per_durable_record(lambda row: execute(SQLITE_INSERT, row), batches, w)
+        executemany = con.executemany
+
+        def write_batch(rows: list[tuple[bytes]]) -> None:
+            execute("BEGIN")
+            executemany(SQLITE_INSERT, rows)
+            execute("COMMIT")
+
+        return per_batch(write_batch, batches, w)
+    finally:
+        con.close()
+
+
+def sqlite_read(path: str, w: Workload) -> tuple[int, int, int]:
+    con = sqlite3.connect(os.path.join(path, "log.db"))
+    try:
+
+        def scan() -> tuple[int, int]:
+            n = total = 0
+            for (value,) in con.execute("SELECT value FROM log ORDER BY id"):
+                n += 1
+                total += len(value)
+            return n, total
+
+        return timed_read(scan)
+    finally:
+        con.close()
+
+
+# ---- lmdb ----------------------------------------------------------------------------------
+
+
+def lmdb_map_size(w: Workload) -> int:
+    # Values past about 2 KiB go to overflow pages, which can double the space (a 4 KiB value
+    # takes two 4 KiB pages); branch pages and copy-on-write add a little more.
+    return 3 * w.cap_bytes + (64 << 20)
+
+
+def lmdb_write(path: str, w: Workload, cls: str) -> Timed:
+    env = lmdb.open(os.path.join(path, "db"), map_size=lmdb_map_size(w), sync=cls != "D0")
+    try:
+        seq = itertools.count()
+        begin = env.begin
+        if cls == "D2":
+
+            def write_one(v: bytes) -> None:
+                with begin(write=True) as txn:
+                    txn.put(key_of(next(seq)), v, append=True)
+
+            return per_durable_record(write_one, w.batches(), w)
+
+        def write_batch(batch: list[bytes]) -> None:
+            with begin(write=True) as txn:
+                put = txn.put
+                for v in batch:
+                    put(key_of(next(seq)), v, append=True)
+
+        return per_batch(write_batch, w.batches(), w)
+    finally:
+        env.close()
+
+
+def lmdb_read(path: str, w: Workload) -> tuple[int, int, int]:
+    env = lmdb.open(os.path.join(path, "db"), map_size=lmdb_map_size(w), readonly=True, lock=False)
+    try:
+        with env.begin(buffers=True) as txn:
+            cursor = txn.cursor()
+
+            def scan() -> tuple[int, int]:
+                n = total = 0
+                for value in cursor.iternext(keys=False, values=True):
+                    n += 1
+                    total += len(value)
+                return n, total
+
+            return timed_read(scan)
+    finally:
+        env.close()
+
+
+# ---- rocksdict -----------------------------------------------------------------------------
+
+
+def rocksdict_write(path: str, w: Workload, cls: str) -> Timed:
+    db = rocksdict.Rdict(os.path.join(path, "db"), rocksdict.Options(raw_mode=True))
+    try:
+        opts = rocksdict.WriteOptions()
+        opts.sync = cls != "D0"
+        seq = itertools.count()
+        if cls == "D2":
+            put = db.put
+            return per_durable_record(lambda v: put(key_of(next(seq)), v, opts), w.batches(), w)
+        new_batch = rocksdict.WriteBatch
+        write = db.write
+
+        def write_batch(batch: list[bytes]) -> None:
+            wb = new_batch(raw_mode=True)
+            put = wb.put
+            for v in batch:
+                put(key_of(next(seq)), v)
+            write(wb, opts)
+
+        return per_batch(write_batch, w.batches(), w)
+    finally:
+        db.close()
+
+
+def rocksdict_read(path: str, w: Workload) -> tuple[int, int, int]:
+    db = rocksdict.Rdict(os.path.join(path, "db"), rocksdict.Options(raw_mode=True))
+    try:
+
+        def scan() -> tuple[int, int]:
+            n = total = 0
+            for value in db.values():
+                n += 1
+                total += len(value)
+            return n, total
+
+        return timed_read(scan)
+    finally:
+        db.close()
+
+
+# ---- the row plan --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Spec:
+    """One row: what it measures, and the function that measures it."""
+
+    system: str
+    config: str
+    cls: str
+    op: str
+    latency_of: str | None
+    run: Callable[..., Any] = field(compare=False)
+
+    def head(self, size: int) -> dict[str, Any]:
+        return {
+            "system": self.system,
+            "config": self.config,
+            "lang": "python",
+            "kind": "tidelog" if self.system == "tidelog" else "peer",
+            "class": self.cls,
+            "op": self.op,
+            "record_bytes": size,
+            "threads": 1,
+        }
+
+
+@dataclass(frozen=True)
+class System:
+    """A system's rows: `source` writes the data its `read` row reads; then `others`."""
+
+    source: Spec
+    read: Spec
+    others: tuple[Spec, ...]
+    missing: str | None
+
+    @classmethod
+    def of(
+        cls,
+        name: str,
+        missing: str | None,
+        read: tuple[str, Callable[..., Any]],
+        *writes: tuple[str, str, str, Callable[..., Any]],
+    ) -> System:
+        """`writes` are (class, latency_of, config, write function); the read row reads
+        what the first one wrote."""
+        specs = [Spec(name, config, c, "append", lat, run) for c, lat, config, run in writes]
+        read_spec = Spec(name, read[0], specs[0].cls, "read", None, read[1])
+        return cls(specs[0], read_spec, tuple(specs[1:]), missing)
+
+    def rows(self) -> list[Spec]:
+        return [self.source, self.read, *self.others]
+
+
+def not_installed(module: object, name: str) -> str | None:
+    return None if module else f"{name} is not installed (pip install {name})"
+
+
+def systems() -> list[System]:
+    return [
+        System.of(
+            "tidelog",
+            not_installed(tidelog, "tidelog"),
+            ("reader iteration, len(record)", tidelog_read),
+            ("D0", "record", "Writer.append/record, fsync=interval", tidelog_append),
+            ("D0", "batch", "Writer.append_batch, fsync=interval", tidelog_append_batch),
+            ("D1", "batch", "Writer.append_batch, fsync=always", tidelog_append_batch),
+            ("D2", "record", "Writer.append/record, fsync=always", tidelog_append),
+        ),
+        System.of(
+            "file",
+            None,
+            ("read whole file, slice by length prefix", file_read),
+            ("D0", "record", "buffered 'ab', 4 B length prefix, no fsync", file_write),
+            ("D1", "batch", "buffered 'ab', writelines+flush+fdatasync/batch", file_write),
+            ("D2", "record", "buffered 'ab', write+flush+fdatasync/record", file_write),
+        ),
+        System.of(
+            "sqlite3",
+            None,
+            ("SELECT value ORDER BY id", sqlite_read),
+            ("D0", "batch", "WAL synchronous=NORMAL, executemany/txn", sqlite_write),
+            ("D1", "batch", "WAL synchronous=FULL, executemany/txn", sqlite_write),
+            ("D2", "record", "WAL synchronous=FULL, INSERT+commit/record", sqlite_write),
+        ),
+        System.of(
+            "lmdb",
+            not_installed(lmdb, "lmdb"),
+            ("cursor iteration, buffers=True", lmdb_read),
+            ("D0", "batch", "sync=False, put(append=True), txn/batch", lmdb_write),
+            ("D1", "batch", "sync=True, put(append=True), txn/batch", lmdb_write),
+            ("D2", "record", "sync=True, put(append=True), txn/record", lmdb_write),
+        ),
+        System.of(
+            "rocksdict",
+            not_installed(rocksdict, "rocksdict"),
+            ("values() iteration, raw_mode", rocksdict_read),
+            ("D0", "batch", "WriteBatch/batch, sync=False", rocksdict_write),
+            ("D1", "batch", "WriteBatch/batch, sync=True", rocksdict_write),
+            ("D2", "record", "put/record, sync=True", rocksdict_write),
+        ),
+    ]
+
+
+# ---- running -------------------------------------------------------------------------------
+
+
+def emit(row: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(row) + "\n")
+    sys.stdout.flush()
+
+
+def disk_bytes(path: str) -> int:
+    total = 0
+    for root, _dirs, files in os.walk(path):
+        for name in files:
+            total += os.lstat(os.path.join(root, name)).st_blocks * 512
+    return total
+
+
+def nearest_rank(ordered: list[int], p: float) -> int:
+    return ordered[max(0, math.ceil(p * len(ordered)) - 1)]
+
+
+def measured(spec: Spec, size: int, records: int, ns: int) -> dict[str, Any]:
+    seconds = max(ns, 1) / 1e9
+    row = spec.head(size)
+    row.update(
+        records=records,
+        seconds=seconds,
+        records_per_s=records / seconds,
+        mb_per_s=records * size / seconds / 1e6,
+        p50_us=None,
+        p99_us=None,
+        latency_of=None,
+        disk_bytes=None,
+    )
+    return row
+
+
+def skipped(spec: Spec, size: int, reason: str) -> dict[str, Any]:
+    row = spec.head(size)
+    row["skipped"] = reason
+    return row
+
+
+def failure(spec: Spec, size: int, err: BaseException) -> dict[str, Any]:
+    traceback.print_exc(file=sys.stderr)
+    return skipped(spec, size, f"failed: {type(err).__name__}: {err}")
+
+
+class Runner:
+    def __init__(self, scratch: str) -> None:
+        self.scratch = scratch
+        self.counter = itertools.count()
+
+    def fresh_dir(self, spec: Spec, size: int) -> str:
+        name = f"{spec.system}-{spec.cls}-{size}-{next(self.counter)}"
+        path = os.path.join(self.scratch, name)
+        os.mkdir(path)
+        return path
+
+    @staticmethod
+    def settle() -> None:
+        # Untimed: write back what the previous row left dirty, so it does not land here.
+        gc.collect()
+        os.sync()
+
+    def write(self, spec: Spec, w: Workload, show: bool, keep: bool) -> tuple[str, int] | None:
+        """Runs a write row; returns its directory and record count when `keep` (the read
+        row deletes it), else deletes the directory."""
+        path = self.fresh_dir(spec, w.size)
+        kept = False
+        try:
+            self.settle()
+            timed: Timed = spec.run(path, w, spec.cls)
+            row = measured(spec, w.size, timed.records, timed.ns)
+            ordered = sorted(timed.latencies)
+            row.update(
+                p50_us=nearest_rank(ordered, 0.50) / 1e3,
+                p99_us=nearest_rank(ordered, 0.99) / 1e3,
+                latency_of=timed.latency_of,
+                disk_bytes=disk_bytes(path),
+            )
+            if show:
+                emit(row)
+            kept = keep
+            return (path, timed.records) if keep else None
+        except Exception as err:
+            failed = failure(spec, w.size, err)
+            if show:
+                emit(failed)
+            return None
+        finally:
+            if not kept:
+                shutil.rmtree(path, ignore_errors=True)
+
+    def read(self, spec: Spec, w: Workload, path: str, written: int) -> None:
+        try:
+            self.settle()
+            records, total, ns = spec.run(path, w)
+            if records != written or total != written * w.size:
+                raise RuntimeError(
+                    f"read back {records} records of {total} bytes, "
+                    f"wrote {written} of {written * w.size}"
+                )
+            emit(measured(spec, w.size, records, ns))
+        except Exception as err:
+            emit(failure(spec, w.size, err))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
+    def system(self, system: System, w: Workload, chosen: list[Spec]) -> None:
+        if system.missing:
+            for spec in chosen:
+                emit(skipped(spec, w.size, system.missing))
+            return
+        want_read = system.read in chosen
+        if system.source in chosen or want_read:
+            kept = self.write(system.source, w, show=system.source in chosen, keep=want_read)
+            if want_read:
+                if kept is None:
+                    emit(skipped(system.read, w.size, "the write row it reads failed"))
+                else:
+                    self.read(system.read, w, *kept)
+        for spec in system.others:
+            if spec in chosen:
+                self.write(spec, w, show=True, keep=False)
+
+
+def int_list(text: str) -> list[int]:
+    try:
+        values = [int(part) for part in text.split(",") if part.strip()]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"not a comma-separated list of integers: {text}") from err
+    if not values or min(values) <= 0:
+        raise argparse.ArgumentTypeError(f"needs positive integers: {text}")
+    return values
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description="Python rows of `tidelog bench` (JSON Lines).")
+    p.add_argument("--dir", help="scratch directory on the filesystem under test (empty)")
+    p.add_argument("--sizes", type=int_list, default=[100, 1024, 65536, 1048576])
+    p.add_argument("--threads", type=int_list, default=[1], help="accepted; rows run on 1")
+    p.add_argument("--seconds", type=float, default=1.0, help="time budget per row")
+    p.add_argument("--max-bytes", type=int, default=268435456, help="payload cap per row")
+    p.add_argument("--only", help="run only rows whose system or config contains this")
+    p.add_argument("--list", action="store_true", help="print the planned rows and exit")
+    args = p.parse_args(argv)
+    if not args.list and not args.dir:
+        p.error("--dir is required (unless --list)")
+    if args.seconds <= 0 or args.max_bytes <= 0:
+        p.error("--seconds and --max-bytes must be positive")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    plan = systems()
+
+    def chosen(system: System) -> list[Spec]:
+        rows = system.rows()
+        if args.only is None:
+            return rows
+        return [s for s in rows if args.only in s.system or args.only in s.config]
+
+    if args.list:
+        for size in args.sizes:
+            for system in plan:
+                for spec in chosen(system):
+                    if system.missing:
+                        emit(skipped(spec, size, system.missing))
+                    else:
+                        emit({**spec.head(size), "latency_of": spec.latency_of, "planned": True})
+        return 0
+
+    if not os.path.isdir(args.dir):
+        print(f"python_rows: --dir {args.dir} is not a directory", file=sys.stderr)
+        return 2
+    runner = Runner(args.dir)
+    for size in args.sizes:
+        w = Workload.build(size, args.seconds, args.max_bytes)
+        for system in plan:
+            rows = chosen(system)
+            if rows:
+                runner.system(system, w, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,453 @@
+//! Merges the rounds of a run into medians, matches every tidelog row with its ceiling and
+//! its best peer, and renders the tables.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use serde::Serialize;
+
+use super::ceiling;
+use super::row::{Row, size_label};
+
+/// Targets from the issue: each tidelog row at least this share of its ceiling...
+pub(crate) const CEILING_TARGET: f64 = 0.8;
+/// ...and this many times the best peer of its durability class.
+pub(crate) const PEER_TARGET: f64 = 2.0;
+
+/// A row's medians over the rounds, with what it is compared against.
+#[derive(Debug, Clone, Serialize)]
+pub(crate) struct Merged {
+    #[serde(flatten)]
+    pub row: Row,
+    /// records/s of each round that measured it.
+    pub runs: Vec<f64>,
+    pub ceiling_name: Option<String>,
+    /// Median over rounds of (row ÷ ceiling in the same round).
+    pub ratio_ceiling: Option<f64>,
+    pub best_peer: Option<String>,
+    pub ratio_best_peer: Option<f64>,
+    pub ratio_walrus: Option<f64>,
+}
+
+/// The whole run, as written to results.json.
+#[derive(Debug, Serialize)]
+pub(crate) struct Report {
+    pub machine: BTreeMap<String, String>,
+    /// Memory-copy MB/s at the start and at the end of each round.
+    pub probes: Vec<(f64, f64)>,
+    /// Rounds whose probes differ by more than `DRIFT_MAX` (left out of the medians when
+    /// enough rounds remain).
+    pub drifted_rounds: Vec<usize>,
+    pub notes: Vec<String>,
+    pub rows: Vec<Merged>,
+}
+
+/// A round whose speed probe moved more than this between its start and end is suspect.
+const DRIFT_MAX: f64 = 0.25;
+
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    if v.is_empty() {
+        return None;
+    }
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    Some(if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    })
+}
+
+/// The ceiling a row is held against: its own choice, else the rule for its class.
+fn ceiling_for(row: &Row) -> Option<&str> {
+    if let Some(c) = &row.ceiling {
+        return Some(c);
+    }
+    Some(match (row.op.as_str(), row.class.as_str()) {
+        ("read", _) => ceiling::PAGE_CACHE_READ,
+        (_, "D0") => ceiling::MMAP_WRITE,
+        (_, "D1") => ceiling::FSYNC_BATCH,
+        (_, "D2") => ceiling::FSYNC_RECORD,
+        _ => return None,
+    })
+}
+
+/// A tidelog row compares with peer rows of the same operation and record size, with no more
+/// threads than it has and, for appends, the same durability class.
+fn comparable(ours: &Row, peer: &Row) -> bool {
+    ours.op == peer.op
+        && ours.record_bytes == peer.record_bytes
+        && peer.threads <= ours.threads
+        && (ours.op == "read" || ours.class == peer.class)
+}
+
+pub(crate) fn merge(
+    rounds: &[Vec<Row>],
+    probes: Vec<(f64, f64)>,
+    machine: BTreeMap<String, String>,
+    notes: Vec<String>,
+) -> Report {
+    let drifted: Vec<usize> = probes
+        .iter()
+        .enumerate()
+        .filter(|(_, (a, b))| (a - b).abs() / a.max(*b).max(1e-9) > DRIFT_MAX)
+        .map(|(i, _)| i)
+        .collect();
+    // Keep drifted rounds only if dropping them would leave fewer than two.
+    let kept: Vec<usize> = if rounds.len() - drifted.len() >= 2 {
+        (0..rounds.len()).filter(|i| !drifted.contains(i)).collect()
+    } else {
+        (0..rounds.len()).collect()
+    };
+
+    let mut order = Vec::new();
+    let mut by_key: BTreeMap<String, Vec<(usize, &Row)>> = BTreeMap::new();
+    for &r in &kept {
+        for row in &rounds[r] {
+            let key = row.key();
+            if !by_key.contains_key(&key) {
+                order.push(key.clone());
+            }
+            by_key.entry(key).or_default().push((r, row));
+        }
+    }
+    // Every (ceiling name, size) per round, for per-round ratios.
+    let ceiling_at = |round: usize, name: &str, size: u64| -> Option<f64> {
+        rounds[round]
+            .iter()
+            .find(|c| c.kind == "ceiling" && c.system == name && c.record_bytes == size)
+            .and_then(|c| c.records_per_s)
+    };
+
+    let mut merged: Vec<Merged> = order
+        .iter()
+        .map(|key| {
+            let runs = &by_key[key];
+            let first = runs[0].1;
+            let measured: Vec<&(usize, &Row)> =
+                runs.iter().filter(|(_, r)| r.skipped.is_none()).collect();
+            let mut row = first.clone();
+            if measured.is_empty() {
+                return Merged {
+                    row,
+                    runs: Vec::new(),
+                    ceiling_name: None,
+                    ratio_ceiling: None,
+                    best_peer: None,
+                    ratio_best_peer: None,
+                    ratio_walrus: None,
+                };
+            }
+            row.skipped = None;
+            let pick = |f: fn(&Row) -> Option<f64>| {
+                median(measured.iter().filter_map(|(_, r)| f(r)).collect())
+            };
+            row.records_per_s = pick(|r| r.records_per_s);
+            row.mb_per_s = pick(|r| r.mb_per_s);
+            row.p50_us = pick(|r| r.p50_us);
+            row.p99_us = pick(|r| r.p99_us);
+            row.seconds = pick(|r| r.seconds);
+            row.records = pick(|r| r.records.map(|n| n as f64)).map(|n| n as u64);
+            row.disk_bytes = pick(|r| r.disk_bytes.map(|n| n as f64)).map(|n| n as u64);
+            let runs_rate: Vec<f64> = measured
+                .iter()
+                .filter_map(|(_, r)| r.records_per_s)
+                .collect();
+            let (ceiling_name, ratio_ceiling) = if row.kind == "ceiling" {
+                (None, None)
+            } else {
+                let name = ceiling_for(&row).map(str::to_owned);
+                let ratio = name.as_deref().and_then(|name| {
+                    median(
+                        measured
+                            .iter()
+                            .filter_map(|(round, r)| {
+                                Some(r.records_per_s? / ceiling_at(*round, name, r.record_bytes)?)
+                            })
+                            .collect(),
+                    )
+                });
+                (name, ratio)
+            };
+            Merged {
+                row,
+                runs: runs_rate,
+                ceiling_name,
+                ratio_ceiling,
+                best_peer: None,
+                ratio_best_peer: None,
+                ratio_walrus: None,
+            }
+        })
+        .collect();
+
+    // Peers by median; each tidelog row against the best comparable one and against walrus.
+    let peers: Vec<(Row, f64)> = merged
+        .iter()
+        .filter(|m| m.row.kind == "peer")
+        .filter_map(|m| Some((m.row.clone(), m.row.records_per_s?)))
+        .collect();
+    for m in merged.iter_mut().filter(|m| m.row.kind == "tidelog") {
+        let Some(rate) = m.row.records_per_s else {
+            continue;
+        };
+        let best = peers
+            .iter()
+            .filter(|(p, _)| comparable(&m.row, p))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
+        if let Some((p, peer_rate)) = best {
+            m.best_peer = Some(format!("{} ({}, {} thr)", p.system, p.config, p.threads));
+            m.ratio_best_peer = Some(rate / peer_rate);
+        }
+        let walrus = peers
+            .iter()
+            .filter(|(p, _)| p.system == "walrus" && comparable(&m.row, p))
+            .map(|(_, r)| *r)
+            .max_by(f64::total_cmp);
+        m.ratio_walrus = walrus.map(|w| rate / w);
+    }
+    Report {
+        machine,
+        probes,
+        drifted_rounds: drifted,
+        notes,
+        rows: merged,
+    }
+}
+
+fn num(v: Option<f64>) -> String {
+    match v {
+        None => "-".into(),
+        Some(v) if v >= 1e6 => format!("{:.2} M", v / 1e6),
+        Some(v) if v >= 1e4 => format!("{:.0} k", v / 1e3),
+        Some(v) if v >= 100.0 => format!("{v:.0}"),
+        Some(v) => format!("{v:.1}"),
+    }
+}
+
+fn ratio(v: Option<f64>) -> String {
+    v.map_or("-".into(), |v| format!("{v:.2}"))
+}
+
+/// The report as markdown: machine, ceilings, tidelog rows with their ratios, peers.
+pub(crate) fn markdown(report: &Report) -> String {
+    let mut s = String::new();
+    let _ = writeln!(s, "Machine:");
+    for (k, v) in &report.machine {
+        let _ = writeln!(s, "- {k}: {v}");
+    }
+    let probes: Vec<String> = report
+        .probes
+        .iter()
+        .map(|(a, b)| format!("{:.0}/{:.0}", a, b))
+        .collect();
+    let _ = writeln!(
+        s,
+        "- memcpy MB/s at start/end of each round: {}{}",
+        probes.join(", "),
+        if report.drifted_rounds.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " (rounds {:?} drifted more than 25 %)",
+                report
+                    .drifted_rounds
+                    .iter()
+                    .map(|r| r + 1)
+                    .collect::<Vec<_>>()
+            )
+        }
+    );
+    for n in &report.notes {
+        let _ = writeln!(s, "- note: {n}");
+    }
+
+    let _ = writeln!(s, "\n### Ceilings\n");
+    let _ = writeln!(
+        s,
+        "| ceiling | how | size | records/s | MB/s | p50 µs | p99 µs |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|");
+    for m in report.rows.iter().filter(|m| m.row.kind == "ceiling") {
+        let r = &m.row;
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} |",
+            r.system,
+            r.config,
+            size_label(r.record_bytes),
+            num(r.records_per_s),
+            num(r.mb_per_s),
+            num(r.p50_us),
+            num(r.p99_us)
+        );
+    }
+
+    let _ = writeln!(s, "\n### tidelog\n");
+    let _ = writeln!(
+        s,
+        "| lang | class | how | size | thr | records/s | MB/s | p50 µs | p99 µs | ceiling | x ceiling | best peer | x peer | x walrus | met? |"
+    );
+    let _ = writeln!(
+        s,
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+    );
+    for m in report.rows.iter().filter(|m| m.row.kind == "tidelog") {
+        let r = &m.row;
+        if let Some(why) = &r.skipped {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | skipped: {why} |||||||||",
+                r.lang,
+                r.class,
+                r.config,
+                size_label(r.record_bytes),
+                r.threads
+            );
+            continue;
+        }
+        let met = match (m.ratio_ceiling, m.ratio_best_peer) {
+            (Some(c), Some(p)) => yes_no(c >= CEILING_TARGET && p >= PEER_TARGET),
+            (Some(c), None) => yes_no(c >= CEILING_TARGET),
+            (None, Some(p)) => yes_no(p >= PEER_TARGET),
+            (None, None) => "-",
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {met} |",
+            r.lang,
+            r.class,
+            r.config,
+            size_label(r.record_bytes),
+            r.threads,
+            num(r.records_per_s),
+            num(r.mb_per_s),
+            num(r.p50_us),
+            num(r.p99_us),
+            m.ceiling_name.as_deref().unwrap_or("-"),
+            ratio(m.ratio_ceiling),
+            m.best_peer.as_deref().unwrap_or("-"),
+            ratio(m.ratio_best_peer),
+            ratio(m.ratio_walrus),
+        );
+    }
+
+    let _ = writeln!(s, "\n### Peers\n");
+    let _ = writeln!(
+        s,
+        "| system | lang | class | how | size | thr | records/s | MB/s | p50 µs | p99 µs | disk/payload |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
+    for m in report.rows.iter().filter(|m| m.row.kind == "peer") {
+        let r = &m.row;
+        if let Some(why) = &r.skipped {
+            let _ = writeln!(
+                s,
+                "| {} | {} | {} | {} | {} | {} | skipped: {why} |||||",
+                r.system,
+                r.lang,
+                r.class,
+                r.config,
+                size_label(r.record_bytes),
+                r.threads
+            );
+            continue;
+        }
+        let amp = match (r.disk_bytes, r.records) {
+            (Some(d), Some(n)) if n > 0 && r.op == "append" => {
+                format!("{:.2}", d as f64 / (n * r.record_bytes) as f64)
+            }
+            _ => "-".into(),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {amp} |",
+            r.system,
+            r.lang,
+            r.class,
+            r.config,
+            size_label(r.record_bytes),
+            r.threads,
+            num(r.records_per_s),
+            num(r.mb_per_s),
+            num(r.p50_us),
+            num(r.p99_us),
+        );
+    }
+    s
+}
+
+fn yes_no(b: bool) -> &'static str {
+    if b { "yes" } else { "no" }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn row(kind: &str, system: &str, class: &str, size: u64, rate: f64) -> Row {
+        Row::new(kind, system, "c", class, "append", size, 1).measured(
+            rate as u64,
+            rate as u64 * size,
+            1.0,
+        )
+    }
+
+    #[test]
+    fn ratios_are_per_round_medians_and_peers_match_class_and_size() {
+        let rounds = vec![
+            vec![
+                row("ceiling", ceiling::MMAP_WRITE, "D0", 100, 1000.0),
+                row("tidelog", "tidelog", "D0", 100, 900.0),
+                row("peer", "sqlite3", "D0", 100, 300.0),
+                row("peer", "walrus", "D0", 100, 100.0),
+                row("peer", "lmdb", "D1", 100, 5000.0),
+            ],
+            vec![
+                row("ceiling", ceiling::MMAP_WRITE, "D0", 100, 500.0),
+                row("tidelog", "tidelog", "D0", 100, 400.0),
+                row("peer", "sqlite3", "D0", 100, 300.0),
+                row("peer", "walrus", "D0", 100, 100.0),
+                row("peer", "lmdb", "D1", 100, 5000.0),
+            ],
+        ];
+        let report = merge(&rounds, vec![(1.0, 1.0); 2], BTreeMap::new(), Vec::new());
+        let t = report
+            .rows
+            .iter()
+            .find(|m| m.row.kind == "tidelog")
+            .expect("tidelog row");
+        // Per round: 0.9 and 0.8; their median, not 650 / 750.
+        assert!((t.ratio_ceiling.expect("ratio") - 0.85).abs() < 1e-9);
+        assert_eq!(t.row.records_per_s, Some(650.0));
+        // lmdb is faster but D1: not comparable with a D0 row.
+        assert!(t.best_peer.as_deref().expect("peer").starts_with("sqlite3"));
+        assert!((t.ratio_best_peer.expect("ratio") - 650.0 / 300.0).abs() < 1e-9);
+        assert!((t.ratio_walrus.expect("ratio") - 6.5).abs() < 1e-9);
+        let md = markdown(&report);
+        assert!(md.contains("| rust | D0 | c | 100 B | 1 | 650 |"), "{md}");
+    }
+
+    #[test]
+    fn a_drifted_round_is_left_out_when_two_remain() {
+        let r = |rate| vec![row("tidelog", "tidelog", "D0", 100, rate)];
+        let rounds = vec![r(100.0), r(1000.0), r(120.0)];
+        let probes = vec![(10.0, 10.0), (10.0, 5.0), (10.0, 11.0)];
+        let report = merge(&rounds, probes, BTreeMap::new(), Vec::new());
+        assert_eq!(report.drifted_rounds, vec![1]);
+        assert_eq!(report.rows[0].row.records_per_s, Some(110.0));
+    }
+
+    #[test]
+    fn skipped_everywhere_stays_skipped() {
+        let rounds = vec![vec![
+            Row::new("peer", "lmdb", "c", "D1", "append", 100, 1).skip("lmdb is not installed"),
+        ]];
+        let report = merge(&rounds, vec![(1.0, 1.0)], BTreeMap::new(), Vec::new());
+        assert_eq!(
+            report.rows[0].row.skipped.as_deref(),
+            Some("lmdb is not installed")
+        );
+        assert!(markdown(&report).contains("skipped: lmdb is not installed"));
+    }
+}

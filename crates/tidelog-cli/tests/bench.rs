@@ -1,0 +1,126 @@
+//! `tidelog bench` end to end on a tiny budget: its JSON, its files and its bad input.
+
+use std::process::{Command, Output};
+
+fn tidelog(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidelog"))
+        .args(args)
+        .output()
+        .expect("run tidelog")
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// One round of 100 B records, 50 ms and at most 1 MiB per row, no producers: seconds.
+const TINY: [&str; 14] = [
+    "bench",
+    "--sizes",
+    "100",
+    "--threads",
+    "1",
+    "--rounds",
+    "1",
+    "--seconds",
+    "0.05",
+    "--max-bytes",
+    "1048576",
+    "--python",
+    "none",
+    "--walrus",
+];
+
+#[test]
+fn a_tiny_run_reports_ceilings_rows_and_ratios() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scratch = tmp.path().to_str().expect("utf-8");
+    let results = tmp.path().join("results");
+    let mut args = TINY.to_vec();
+    let results_arg = results.to_str().expect("utf-8");
+    args.extend([
+        "none",
+        "--only",
+        "fsync never",
+        "--dir",
+        scratch,
+        "--out",
+        results_arg,
+        "--json",
+    ]);
+    let out = tidelog(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = report["rows"].as_array().expect("rows");
+    let names: Vec<&str> = rows
+        .iter()
+        .filter(|r| r["kind"] == "ceiling")
+        .filter_map(|r| r["system"].as_str())
+        .collect();
+    for ceiling in [
+        "mmap write",
+        "buffered write",
+        "write+fdatasync per record",
+        "write+fdatasync per batch",
+        "page-cache read",
+        "memcpy",
+    ] {
+        assert!(names.contains(&ceiling), "{ceiling} missing from {names:?}");
+    }
+    // --only keeps the one mmap row in `Never` mode (and its read-back is not asked for).
+    let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["kind"] == "tidelog").collect();
+    assert_eq!(ours.len(), 1, "{ours:?}");
+    let row = ours[0];
+    assert_eq!(row["class"], "D0");
+    assert!(row["records_per_s"].as_f64().expect("rate") > 0.0);
+    assert_eq!(row["ceiling_name"], "mmap write");
+    assert!(row["ratio_ceiling"].as_f64().expect("ratio") > 0.0);
+    let notes = report["notes"].as_array().expect("notes");
+    assert!(
+        notes.iter().any(|n| n
+            .as_str()
+            .is_some_and(|n| n.contains("walrus peer left out"))),
+        "{notes:?}"
+    );
+    assert!(results.join("results.json").is_file());
+    let md = std::fs::read_to_string(results.join("results.md")).expect("markdown");
+    assert!(
+        md.contains("### Ceilings") && md.contains("mmap, fsync never"),
+        "{md}"
+    );
+    // The scratch directory is removed.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| n != "results")
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
+fn bad_input_is_one_line_and_exit_2() {
+    for (args, expect) in [
+        (vec!["bench", "--sizes", "0"], "--sizes"),
+        (vec!["bench", "--sizes", "2097152"], "--sizes"),
+        (vec!["bench", "--rounds", "0"], "--rounds"),
+        (vec!["bench", "--seconds", "0"], "--seconds"),
+        (vec!["bench", "--threads", "0"], "--threads"),
+        (
+            vec!["bench", "--dir", "/nonexistent/tidelog-bench"],
+            "not a directory",
+        ),
+    ] {
+        let out = tidelog(&args);
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        let err = text(&out.stderr);
+        assert!(err.contains(expect), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "{args:?}: {err}");
+        assert!(out.stdout.is_empty(), "{args:?}");
+    }
+}

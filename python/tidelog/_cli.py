@@ -1,0 +1,23 @@
+"""The `tidelog` console script: the Rust command, run inside this interpreter."""
+
+from __future__ import annotations
+
+import os
+import signal
+import sys
+
+
+def main() -> None:
+    # Behave like the native binary: Ctrl-C stops it, and a closed pipe (`| head`) ends it
+    # quietly instead of raising in Python.
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    # `tidelog bench` runs its Python rows with this interpreter, which has tidelog.
+    os.environ.setdefault("TIDELOG_PYTHON", sys.executable)
+    from tidelog._native import cli
+
+    sys.exit(cli(["tidelog", *sys.argv[1:]]))
+
+
+if __name__ == "__main__":
+    main()
