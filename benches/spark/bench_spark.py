@@ -7,7 +7,13 @@
 
 Method: one local[2] session; each case runs once untimed (Python workers start, JIT), then
 REPS timed times, tidelog and Parquet interleaved; figures are medians, the ratio the median
-of per-repetition ratios. Data lives under a scratch directory next to this file's
+of per-repetition ratios.
+
+The same run also measures the Python Data Source API's own ceiling, the fastest any data
+source written in Python can be here: a reader that yields the same rows from Arrow batches
+already in memory (no storage at all) and an Arrow writer that drops every batch it gets.
+Every row crosses between the JVM and a Python worker either way; Parquet's reader and
+writer never leave the JVM. Data lives under a scratch directory next to this file's
 repository checkout (`target/`), never /tmp (a tmpfs would flatter both).
 
 Run (after `pip install ".[spark]"`): `python3 benches/spark/bench_spark.py [--rows N]`.
@@ -25,6 +31,14 @@ from pathlib import Path
 
 import pyarrow as pa
 import tidelog
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceArrowWriter,
+    DataSourceReader,
+    InputPartition,
+    WriterCommitMessage,
+)
+from tidelog.spark import ARROW_SCHEMA, SCHEMA
 
 REPS = 3
 VALUE_BYTES = 100
@@ -46,6 +60,79 @@ def fill_topic(path: Path, rows: int) -> None:
             values = pa.array([b"v" * VALUE_BYTES] * n, pa.binary())
             wal.append_arrow("t", values)
         wal.flush()
+
+
+class _Half(InputPartition):
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+
+class _MemoryReader(DataSourceReader):
+    """Yields `rows` rows in Spark's tidelog schema from batches built in memory."""
+
+    def __init__(self, rows: int) -> None:
+        self.rows = rows
+
+    def partitions(self) -> list[InputPartition]:
+        half = self.rows // 2
+        return [_Half(half), _Half(self.rows - half)]
+
+    def read(self, partition: InputPartition):  # type: ignore[no-untyped-def]
+        assert isinstance(partition, _Half)
+        # One batch, built once, yielded again and again: no cost but the crossing itself.
+        batch = _memory_batch(BATCH_ROWS)
+        for at in range(0, partition.rows, BATCH_ROWS):
+            yield batch.slice(0, min(BATCH_ROWS, partition.rows - at))
+
+
+BATCH_ROWS = 65_536
+
+
+def _memory_batch(n: int) -> pa.RecordBatch:
+    """`n` rows in the tidelog source's Arrow schema, built from buffers."""
+    import numpy as np
+
+    def offsets(width: int) -> pa.Buffer:
+        return pa.py_buffer(np.arange(0, (n + 1) * width, width, dtype=np.int32).tobytes())
+
+    values = pa.Array.from_buffers(
+        pa.binary(), n, [None, offsets(VALUE_BYTES), pa.py_buffer(b"v" * (n * VALUE_BYTES))]
+    )
+    topics = pa.Array.from_buffers(pa.string(), n, [None, offsets(1), pa.py_buffer(b"t" * n)])
+    return pa.RecordBatch.from_arrays(
+        [
+            pa.nulls(n, pa.binary()),
+            values,
+            topics,
+            pa.array(np.arange(n, dtype=np.int64)),
+            pa.array(np.zeros(n, dtype=np.int64)).cast(pa.timestamp("us", tz="UTC")),
+        ],
+        schema=ARROW_SCHEMA,
+    )
+
+
+class _DropWriter(DataSourceArrowWriter):
+    def write(self, iterator):  # type: ignore[no-untyped-def]
+        for batch in iterator:
+            assert batch.num_rows >= 0
+        return WriterCommitMessage()
+
+
+class ApiCeiling(DataSource):
+    """The Python Data Source API with no storage behind it (format `apiceiling`)."""
+
+    @classmethod
+    def name(cls) -> str:
+        return "apiceiling"
+
+    def schema(self) -> str:
+        return SCHEMA
+
+    def reader(self, schema):  # type: ignore[no-untyped-def]
+        return _MemoryReader(int(self.options["rows"]))
+
+    def writer(self, schema, overwrite):  # type: ignore[no-untyped-def]
+        return _DropWriter()
 
 
 def timed(f) -> float:  # type: ignore[no-untyped-def]
@@ -88,6 +175,15 @@ def run(scratch: Path, rows: int) -> None:
     def read_parquet() -> None:
         parquet_df.write.format("noop").mode("overwrite").save()
 
+    spark.dataSource.register(ApiCeiling)
+    ceiling_df = spark.read.format("apiceiling").option("rows", str(rows)).load()
+
+    def read_ceiling() -> None:
+        ceiling_df.write.format("noop").mode("overwrite").save()
+
+    def write_ceiling() -> None:
+        gen.write.format("apiceiling").mode("append").save()
+
     counter = iter(range(1_000_000))
 
     def write_tidelog() -> None:
@@ -97,39 +193,53 @@ def run(scratch: Path, rows: int) -> None:
     def write_parquet() -> None:
         gen.write.parquet(str(scratch / f"out-{next(counter)}.parquet"))
 
-    cases = {"read": (read_tidelog, read_parquet), "write": (write_tidelog, write_parquet)}
+    cases = {
+        "read": (read_tidelog, read_parquet, read_ceiling),
+        "write": (write_tidelog, write_parquet, write_ceiling),
+    }
     results = {}
-    for name, (ours, theirs) in cases.items():
+    for name, (ours, theirs, ceiling) in cases.items():
         ours()
         theirs()
-        mine, base, ratios = [], [], []
+        ceiling()
+        mine: list[float] = []
+        base: list[float] = []
+        api: list[float] = []
+        ratios, api_ratios = [], []
         for rep in range(REPS):
-            order = [(ours, mine), (theirs, base)]
+            order = [(ours, mine), (theirs, base), (ceiling, api)]
             if rep % 2:
                 order.reverse()
             for f, acc in order:
                 acc.append(rows / timed(f))
             ratios.append(mine[-1] / base[-1])
-        results[name] = (mine, base, ratios)
+            api_ratios.append(mine[-1] / api[-1])
+        results[name] = (mine, base, ratios, api, api_ratios)
     spark.stop()
 
     print(f"# tidelog vs Parquet on Spark local[2], {rows:,} rows of {VALUE_BYTES} B values")
     print()
-    print("| case | tidelog rows/s | Parquet rows/s | ratio | target | met? |")
-    print("|---|---|---|---|---|---|")
-    for name, (mine, base, ratios) in results.items():
+    print(
+        "| case | tidelog rows/s | Parquet rows/s | ratio | Python API ceiling rows/s | "
+        "tidelog / ceiling | ceiling / Parquet | target | met? |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
+    for name, (mine, base, ratios, api, api_ratios) in results.items():
         rate, ratio = statistics.median(mine), statistics.median(ratios)
         floor, share = TARGETS[name]
         met = rate >= floor and ratio >= share
+        api_rate = statistics.median(api)
         print(
             f"| {name} | {rate:,.0f} | {statistics.median(base):,.0f} | {ratio:.2f} | "
+            f"{api_rate:,.0f} | {statistics.median(api_ratios):.2f} | "
+            f"{api_rate / statistics.median(base):.2f} | "
             f">= {floor / 1e6:.1f} M/s and >= {share} | {'yes' if met else 'no'} |"
         )
     print()
-    for name, (mine, base, ratios) in results.items():
+    for name, (mine, base, ratios, api, _) in results.items():
         print(
             f"- {name}: tidelog {[round(x) for x in mine]}, Parquet {[round(x) for x in base]}, "
-            f"ratios {[round(r, 2) for r in ratios]}"
+            f"API ceiling {[round(x) for x in api]}, ratios {[round(r, 2) for r in ratios]}"
         )
     print(f"- load average after: {os.getloadavg()}")
 

@@ -28,6 +28,8 @@ const SPACE_WAIT_MAX_MS: u64 = 3_600_000;
 const RING_PAYLOAD_DEFAULT: u64 = 4 * MIB;
 /// Capacity of a ring file the ring backend creates when none was given (256 MiB).
 pub const RING_CAPACITY_DEFAULT: u64 = 256 * MIB;
+/// Default of [`Config::staged_ttl_ms`]: a day.
+pub const STAGED_TTL_DEFAULT_MS: u64 = 24 * 3_600_000;
 /// Name of the ring file inside the data directory when no device is given.
 pub const RING_FILE: &str = "ring.wal";
 
@@ -154,6 +156,10 @@ pub struct Config {
     /// Puts a ring in front of the data files (`None`, the default: appends go to the data
     /// files alone). Record and batch limits then default to 4 MiB.
     pub ring: Option<RingBackend>,
+    /// A staged job that was never committed or aborted (its Spark driver died) is removed
+    /// by the directory's holder once none of its files changed for this long, in
+    /// milliseconds. `None` keeps such jobs forever. Default a day.
+    pub staged_ttl_ms: Option<u64>,
 }
 
 impl Default for Config {
@@ -175,6 +181,7 @@ impl Default for Config {
             space_wait_ms: 0,
             index_interval_bytes: 4 * KIB,
             ring: None,
+            staged_ttl_ms: Some(STAGED_TTL_DEFAULT_MS),
         }
     }
 }
@@ -245,6 +252,12 @@ impl Config {
         self.disk_bytes_max = Some(bytes);
         self
     }
+    /// Sets [`Config::staged_ttl_ms`].
+    pub fn staged_ttl_ms(mut self, ttl_ms: Option<u64>) -> Self {
+        self.staged_ttl_ms = ttl_ms;
+        self
+    }
+
     /// Sets [`Config::space_wait_ms`].
     pub fn space_wait_ms(mut self, wait_ms: u64) -> Self {
         self.space_wait_ms = wait_ms;

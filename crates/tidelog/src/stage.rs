@@ -217,6 +217,63 @@ impl StagedWriter {
     }
 }
 
+/// Removes the jobs of `dir` that nobody committed (no `COMMIT`, no `INGEST`) and whose
+/// files have not changed for `ttl`: parts a dead Spark driver left behind. A job whose lock
+/// another process holds is left alone. Returns the jobs removed.
+pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<Vec<String>> {
+    let staging = dir.join(STAGING_DIR);
+    let entries = match std::fs::read_dir(&staging) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list staging directory", &staging, e)),
+    };
+    let now = std::time::SystemTime::now();
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let Some(job) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let job_dir = entry.path();
+        // The sinks' ledgers, and anything that is not a job directory, stay.
+        if job.starts_with('.') || !job_dir.is_dir() || is_committed(&job_dir) {
+            continue;
+        }
+        let idle = newest_change(&job_dir).and_then(|t| now.duration_since(t).ok());
+        if idle.is_none_or(|idle| idle < ttl) {
+            continue;
+        }
+        let Some(_lock) = try_lock_job(&job_dir)? else {
+            continue;
+        };
+        // A commit written while we looked wins.
+        if is_committed(&job_dir) {
+            continue;
+        }
+        match std::fs::remove_dir_all(&job_dir) {
+            Ok(()) => removed.push(job),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove abandoned staged job", &job_dir, e)),
+        }
+    }
+    Ok(removed)
+}
+
+fn is_committed(job_dir: &Path) -> bool {
+    job_dir.join(COMMIT_FILE).exists() || job_dir.join(INGEST_FILE).exists()
+}
+
+/// The latest modification time of `job_dir` and the files in it.
+fn newest_change(job_dir: &Path) -> Option<std::time::SystemTime> {
+    let own = std::fs::metadata(job_dir).and_then(|m| m.modified()).ok()?;
+    let files = std::fs::read_dir(job_dir).ok()?;
+    Some(
+        files
+            .flatten()
+            .filter_map(|f| f.metadata().and_then(|m| m.modified()).ok())
+            .fold(own, std::cmp::max),
+    )
+}
+
 /// Name of the lock file a publish or an abort holds (`flock`) inside a job's directory.
 pub const JOB_LOCK_FILE: &str = "LOCK";
 

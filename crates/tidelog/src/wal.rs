@@ -341,6 +341,15 @@ impl Shared {
         Ok((replayed, held))
     }
 
+    /// Removes staged jobs that were never committed and have been idle past
+    /// `staged_ttl_ms`.
+    fn remove_abandoned_staged(&self) -> Result<()> {
+        let Some(ttl_ms) = self.config.staged_ttl_ms else {
+            return Ok(());
+        };
+        stage::remove_abandoned(&self.dir, Duration::from_millis(ttl_ms)).map(drop)
+    }
+
     /// Publishes every committed staged job found in the directory.
     fn ingest_committed(&self) -> Result<()> {
         let staging = self.dir.join(stage::STAGING_DIR);
@@ -1066,6 +1075,7 @@ impl Wal {
             // Committed staged jobs (one cut by a crash resumes from its ledger) go in before
             // any new append could take the offsets the ledger gives them.
             shared.ingest_committed()?;
+            shared.remove_abandoned_staged()?;
             // Rebuild consumption from the persisted cursors and retention; delete what is
             // done, so space from before the restart comes back now.
             shared
@@ -1710,9 +1720,13 @@ fn upload_loop(shared: &Shared) {
 }
 
 /// The housekeeping thread: spare files, the clock, retention, and file deletion.
+/// How often the housekeeping thread looks for abandoned staged jobs (they are a day old).
+const STAGED_CHECK_EVERY: Duration = Duration::from_secs(60);
+
 fn housekeeping_loop(shared: &Shared) {
     let tick = Duration::from_millis(shared.config.sync_interval_ms);
     let mut retry: Vec<Arc<DataFile>> = Vec::new();
+    let mut staged_checked = Instant::now();
     let mut guard = shared.background.lock().unwrap_or_else(|p| p.into_inner());
     loop {
         if guard.stop {
@@ -1742,6 +1756,12 @@ fn housekeeping_loop(shared: &Shared) {
         // Staged jobs another process committed while we hold the directory.
         if let Err(e) = shared.ingest_committed() {
             shared.report_background(e);
+        }
+        if staged_checked.elapsed() >= STAGED_CHECK_EVERY {
+            staged_checked = Instant::now();
+            if let Err(e) = shared.remove_abandoned_staged() {
+                shared.report_background(e);
+            }
         }
         // Failed unlinks wait for the next tick, so a persistent failure does not spin.
         for file in retry.drain(..) {

@@ -110,6 +110,38 @@ fn an_abort_leaves_nothing() {
 }
 
 #[test]
+fn jobs_nobody_committed_go_once_idle_past_the_ttl() {
+    let dir = tempdir();
+    stage_part(dir.path(), "abandoned", "p0", &["a"], 5);
+    stage_part(dir.path(), "committed", "p0", &["a"], 5);
+    stage::commit(dir.path(), "committed", &["p0"]).expect("commit");
+    let staging = dir.path().join(stage::STAGING_DIR);
+
+    // The default (a day) keeps a job staged moments ago.
+    Wal::open_with(dir.path(), config())
+        .expect("open")
+        .close()
+        .expect("close");
+    assert!(staging.join("abandoned").is_dir());
+
+    // Idle past the TTL: the uncommitted job goes; a committed one is published, not lost;
+    // with no TTL nothing goes.
+    stage_part(dir.path(), "kept", "p0", &["b"], 5);
+    let wal = Wal::open_with(dir.path(), config().staged_ttl_ms(None)).expect("open");
+    wal.close().expect("close");
+    assert!(staging.join("kept").is_dir());
+    let wal = Wal::open_with(dir.path(), config().staged_ttl_ms(Some(0))).expect("open");
+    assert!(!staging.join("abandoned").exists());
+    assert!(!staging.join("kept").exists());
+    assert_eq!(
+        read_all(&wal, "a").len(),
+        5,
+        "the committed job is published"
+    );
+    assert!(wal.topics().iter().all(|t| t != "b"));
+}
+
+#[test]
 fn bad_names_and_unknown_parts_are_refused() {
     let dir = tempdir();
     assert!(matches!(

@@ -10,7 +10,7 @@ use std::time::Instant;
 use tidelog::io::{StdStorage, Storage};
 
 use super::mapping::PrivateMapping;
-use super::row::{Budget, MIB, Row, batch_records, ns_since, run_threads};
+use super::row::{Budget, MIB, Row, SETTLE, batch_records, ns_since, run_threads};
 
 /// The names the report matches rows against.
 pub(crate) const MMAP_WRITE: &str = "mmap write";
@@ -91,6 +91,7 @@ pub(crate) fn mmap_write(dir: &Path, pool: &[Vec<u8>], budget: Budget) -> Result
         .map_err(|e| io_err("set_len", e))?;
     let mut map = PrivateMapping::new(&file).map_err(|e| io_err("mmap", e))?;
     let bytes = map.bytes_mut();
+    std::thread::sleep(SETTLE);
     let limit = budget.bytes_max.clamp(size, MAP_FILE_BYTES);
     let deadline = Instant::now() + budget.duration();
     let start = Instant::now();

@@ -10,12 +10,10 @@ use tidelog::{
 
 use super::ceiling;
 use super::row::{
-    Budget, LATENCY_SAMPLE_EVERY, Row, ThreadRun, batch_records, disk_bytes, ns_since, run_threads,
+    Budget, LATENCY_SAMPLE_EVERY, Row, SETTLE, ThreadRun, batch_records, disk_bytes, ns_since,
+    run_threads,
 };
 
-/// A Wal's clock reads the OS clock until its background thread has calibrated the TSC
-/// (one second); D0 rows, where that costs a fifth of an append, start after it.
-const CLOCK_SETTLE: Duration = Duration::from_millis(1100);
 /// How long a ring append may wait for room (rows reset the ring and stay under half of
 /// it, so it never has to).
 const RING_SPACE_WAIT: Duration = Duration::from_secs(5);
@@ -124,7 +122,7 @@ pub(crate) fn mmap(
             .collect::<Result<Vec<Writer>, _>>()
             .map_err(err)?;
         if matches!(mode, Mode::Never | Mode::Interval) {
-            std::thread::sleep(CLOCK_SETTLE);
+            std::thread::sleep(SETTLE);
         }
         let per_thread = budget.records_per_thread(size, threads);
         let batch = batch_records(size);
@@ -407,7 +405,7 @@ pub(crate) fn walrus_workload(
             .map(|t| wal.writer(&format!("topic_{t}")))
             .collect::<Result<Vec<Writer>, _>>()
             .map_err(err)?;
-        std::thread::sleep(CLOCK_SETTLE);
+        std::thread::sleep(SETTLE);
         let per_thread = budget.records_per_thread(mean_bytes, WALRUS_THREADS);
         let (run, seconds) = run_threads(WALRUS_THREADS, budget, |t, deadline| {
             let writer = &writers[t as usize];

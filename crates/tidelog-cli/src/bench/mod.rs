@@ -386,51 +386,65 @@ fn scratch_file_bytes(b: Budget) -> u64 {
     b.bytes_max.clamp(16 * MIB, 256 * MIB)
 }
 
-/// The ceilings of one round.
-fn ceilings(plan: &Plan, dir: &Path, pools: &[Vec<Vec<u8>>], notes: &mut Vec<String>) -> Vec<Row> {
+/// The ceilings of one record size, measured just before tidelog's rows of that size so the
+/// two see the host in the same state.
+fn size_ceilings(
+    plan: &Plan,
+    dir: &Path,
+    pool: &[Vec<u8>],
+    direct: Option<&ceiling::DirectFile>,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
+    let b = plan.budget;
+    let mut results = vec![
+        (ceiling::MMAP_WRITE, ceiling::mmap_write(dir, pool, b)),
+        (
+            ceiling::BUFFERED_WRITE,
+            ceiling::buffered_write(dir, pool, b),
+        ),
+        (
+            ceiling::FSYNC_RECORD,
+            ceiling::fsync_write(dir, pool, b, false),
+        ),
+        (
+            ceiling::FSYNC_BATCH,
+            ceiling::fsync_write(dir, pool, b, true),
+        ),
+    ];
+    if let Some(d) = direct {
+        results.push((ceiling::DSYNC_RECORD, d.per_record(pool[0].len() as u64, b)));
+    }
+    results
+        .into_iter()
+        .filter_map(|(what, r)| {
+            r.map_err(|e| notes.push(format!("ceiling {what} failed: {e}")))
+                .ok()
+        })
+        .collect()
+}
+
+/// The bandwidth ceilings of one round, converted to every record size.
+fn bandwidth_ceilings(
+    plan: &Plan,
+    dir: &Path,
+    direct: Option<&ceiling::DirectFile>,
+    notes: &mut Vec<String>,
+) -> Vec<Row> {
     let b = plan.budget;
     let mut rows = Vec::new();
-    let mut push = |r: Result<Row, String>, what: &str| match r {
-        Ok(r) => rows.push(r),
-        Err(e) => notes.push(format!("ceiling {what} failed: {e}")),
-    };
-    let direct = ceiling::DirectFile::create(dir, scratch_file_bytes(b));
-    for pool in pools {
-        push(ceiling::mmap_write(dir, pool, b), ceiling::MMAP_WRITE);
-        push(
-            ceiling::buffered_write(dir, pool, b),
-            ceiling::BUFFERED_WRITE,
-        );
-        push(
-            ceiling::fsync_write(dir, pool, b, false),
-            ceiling::FSYNC_RECORD,
-        );
-        push(
-            ceiling::fsync_write(dir, pool, b, true),
-            ceiling::FSYNC_BATCH,
-        );
-        if let Ok(Some(d)) = &direct {
-            push(d.per_record(pool[0].len() as u64, b), ceiling::DSYNC_RECORD);
-        }
-    }
-    match &direct {
-        Ok(Some(d)) => match d.blocks_mb_per_s(b) {
+    if let Some(d) = direct {
+        match d.blocks_mb_per_s(b) {
             Ok(mb) => rows.extend(ceiling::per_size(
                 ceiling::DIRECT_BLOCKS,
                 "256 KiB writes, 4 in flight, overwriting a written file",
-                "D2",
+                "D2a",
                 "append",
                 mb,
                 &plan.sizes,
             )),
             Err(e) => notes.push(format!("ceiling {} failed: {e}", ceiling::DIRECT_BLOCKS)),
-        },
-        Ok(None) => {
-            notes.push("the scratch file system refuses O_DIRECT: no direct I/O ceilings".into())
         }
-        Err(e) => notes.push(format!("direct I/O ceilings failed: {e}")),
     }
-    drop(direct);
     match ceiling::page_cache_read_mb_per_s(dir, scratch_file_bytes(b), b) {
         Ok(mb) => rows.extend(ceiling::per_size(
             ceiling::PAGE_CACHE_READ,
@@ -460,15 +474,28 @@ fn engine_row_count(plan: &Plan) -> u64 {
 }
 
 /// tidelog's own rows of one round.
+/// One round: the ceilings and tidelog's own rows, size by size.
 fn engine_rows(
     plan: &Plan,
     dir: &Path,
     pools: &[Vec<Vec<u8>>],
     progress: &mut Progress,
+    notes: &mut Vec<String>,
 ) -> Vec<Row> {
     let b = plan.budget;
     let wants = &|r: &Row| plan.wants(r);
-    let mut rows = Vec::new();
+    let direct = match ceiling::DirectFile::create(dir, scratch_file_bytes(b)) {
+        Ok(Some(d)) => Some(d),
+        Ok(None) => {
+            notes.push("the scratch file system refuses O_DIRECT: no direct I/O ceilings".into());
+            None
+        }
+        Err(e) => {
+            notes.push(format!("direct I/O ceilings failed: {e}"));
+            None
+        }
+    };
+    let mut rows = bandwidth_ceilings(plan, dir, direct.as_ref(), notes);
     let mut n = 0u32;
     let mut fresh = |what: &str| {
         n += 1;
@@ -478,6 +505,8 @@ fn engine_rows(
     let ring = engine::open_ring(&ring_path, 2 * scratch_file_bytes(b));
     for pool in pools {
         let size = pool[0].len() as u64;
+        progress.message(format!("ceilings {}", row::size_label(size)));
+        rows.extend(size_ceilings(plan, dir, pool, direct.as_ref(), notes));
         for &t in &plan.threads {
             for mode in engine::Mode::ALL {
                 progress.message(format!(
@@ -572,10 +601,8 @@ pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
     for round in 0..plan.rounds {
         let dir = scratch.0.join(format!("round-{round}"));
         std::fs::create_dir(&dir).map_err(|e| Failure::Log(format!("{}: {e}", dir.display())))?;
-        progress.message(format!("round {}: ceilings", round + 1));
         let before = ceiling::memcpy_mb_per_s(probe_budget);
-        let mut rows = ceilings(&plan, &dir, &pools, &mut notes);
-        rows.extend(engine_rows(&plan, &dir, &pools, &mut progress));
+        let mut rows = engine_rows(&plan, &dir, &pools, &mut progress, &mut notes);
         for p in &producers {
             progress.message(format!("round {}: {}", round + 1, p.name));
             let result = p.run(&plan, &dir.join(p.name.replace(' ', "-")), |row| {

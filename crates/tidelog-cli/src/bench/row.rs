@@ -18,6 +18,11 @@ pub(crate) const BATCH_BYTES_MAX: u64 = 4 * MIB;
 const POOL_RECORDS: u64 = 64;
 /// Keeps the pool small for large records (16 MiB at 1 MiB records).
 const POOL_BYTES_MAX: u64 = 16 * MIB;
+/// Rows writing through a fresh mapping wait this long before timing. A Wal's clock reads
+/// the OS clock until its background thread has calibrated the TSC (one second), and on
+/// some VMs page faults slow down for a while after a previous run freed its page cache: the
+/// mmap ceiling waits just as long, so both meet the same host.
+pub(crate) const SETTLE: Duration = Duration::from_millis(1100);
 /// A D0 row times one append in this many: timing each would cost a third of a 100 B append.
 pub(crate) const LATENCY_SAMPLE_EVERY: u64 = 64;
 
