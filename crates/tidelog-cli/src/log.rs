@@ -390,8 +390,10 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
         Err(e) => return Err(e),
     };
     let mut records = 0u64;
+    let mut progress = Progress::new("records checked", None);
     for t in wal.iter().flat_map(|w| topics.iter().map(move |t| (w, t))) {
         let (wal, t) = t;
+        progress.message(format!("topic {t}"));
         let mut reader = wal.reader_with(
             t,
             ReaderOptions {
@@ -401,7 +403,10 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
         )?;
         loop {
             match reader.next() {
-                Ok(Some(_)) => records += 1,
+                Ok(Some(_)) => {
+                    records += 1;
+                    progress.inc(1);
+                }
                 Ok(None) => break,
                 Err(e @ Error::Corruption { .. }) => {
                     bad.push(e.to_string());
@@ -411,6 +416,7 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
             }
         }
     }
+    progress.finish();
     if json {
         let list: Vec<String> = bad.iter().map(|b| quote(b)).collect();
         writeln!(

@@ -11,6 +11,7 @@ use tidelog::ring::{
     CorruptionKind, HeaderSlot, InspectedRecord, RingCorruption, RingInspection, RingScan,
 };
 
+use crate::progress::Progress;
 use crate::{Failure, Out, quote, write_err};
 
 /// Inspects `path`, turning what is not a ring into one clear usage error.
@@ -318,9 +319,12 @@ pub(crate) fn dump(
 pub(crate) fn verify(out: &mut Out<'_>, path: &Path, json: bool) -> Result<u8, Failure> {
     let ins = open(path)?;
     let mut records = ins.records()?;
+    let mut progress = Progress::new("records checked", None);
     for r in records.by_ref() {
         r?;
+        progress.inc(1);
     }
+    progress.finish();
     let scan = records.report();
     let ok = scan.corrupt.is_empty();
     if json {

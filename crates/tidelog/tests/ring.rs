@@ -3,10 +3,13 @@
 //! faults. Crash images are byte copies of a ring taken while it is open (every completed
 //! write is durable, so the copy is what a crash would leave).
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::{ring_append_n, ring_body};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::ring::format::{ALIGN_BYTES, HEADER_SLOT_BYTES, RING_START};
 use tidelog::{DirectIo, Error, IoEngine, RingConfig, RingWal};
@@ -36,28 +39,6 @@ fn same(got: &[(u64, Vec<u8>)], want: &[(u64, Vec<u8>)]) {
     for (g, w) in got.iter().zip(want) {
         assert!(g.1 == w.1, "body of record {} differs", g.0);
     }
-}
-
-fn body(i: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
-}
-
-/// Appends `n` records of `len` bytes (ids from `first`), waits for each to be durable.
-fn append_n(ring: &RingWal, first: u64, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
-    let handles: Vec<_> = (first..first + n)
-        .map(|i| {
-            let b = body(i, len);
-            (ring.append(&b).expect("append"), b)
-        })
-        .collect();
-    handles
-        .into_iter()
-        .map(|(h, b)| {
-            let flushed = h.wait().expect("durable");
-            assert!(flushed >= h.end_offset());
-            (h.offset, b)
-        })
-        .collect()
 }
 
 fn crash_image(ring: &RingWal, dir: &Path, name: &str) -> PathBuf {
@@ -94,7 +75,7 @@ fn append_flush_reopen_recovers_everything() {
     let expected;
     {
         let ring = RingWal::open(&path, config()).expect("open");
-        expected = append_n(&ring, 0, 1000, 37);
+        expected = ring_append_n(&ring, 0, 1000, 37);
         assert!(expected.windows(2).all(|w| w[0].0 < w[1].0));
         same(&collect(&ring), &expected);
         ring.close().expect("close");
@@ -107,7 +88,7 @@ fn append_flush_reopen_recovers_everything() {
     assert_eq!(report.clean_end_offset, Some(report.end_offset));
     same(&collect(&ring), &expected);
     // Appends continue after the recovered log.
-    let more = append_n(&ring, 1000, 10, 37);
+    let more = ring_append_n(&ring, 1000, 10, 37);
     assert!(more[0].0 >= report.end_offset);
     assert_eq!(collect(&ring).len(), 1010);
 }
@@ -125,7 +106,7 @@ fn direct_io_required_works_on_a_regular_file() {
         Err(e) => panic!("open: {e}"),
     };
     assert!(ring.direct_io());
-    let expected = append_n(&ring, 0, 300, 1000);
+    let expected = ring_append_n(&ring, 0, 300, 1000);
     same(&collect(&ring), &expected);
 }
 
@@ -141,7 +122,7 @@ fn wraps_around_over_several_laps_with_trims_and_reopens() {
         let ring = RingWal::open(&path, config()).expect("open");
         ring_bytes = ring.ring_bytes();
         same(&collect(&ring), &live);
-        let batch = append_n(&ring, id, 300, 3000 + round * 100);
+        let batch = ring_append_n(&ring, id, 300, 3000 + round * 100);
         id += 300;
         live.extend(batch);
         // Keep only the newest 100 records.
@@ -174,7 +155,7 @@ fn padding_fills_the_lap_end() {
     // never lines up, so every lap needs a padding block.
     let mut all = Vec::new();
     for i in 0..300 {
-        let rec = append_n(&ring, i, 1, 40 << 10);
+        let rec = ring_append_n(&ring, i, 1, 40 << 10);
         ring.trim(rec[0].0).expect("trim");
         all.extend(rec);
     }
@@ -240,7 +221,7 @@ fn trim_rules() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let recs = append_n(&ring, 0, 50, 100);
+    let recs = ring_append_n(&ring, 0, 50, 100);
     let flushed = ring.flushed_offset();
     assert!(matches!(
         ring.trim(flushed + 1),
@@ -271,7 +252,7 @@ fn recovery_stops_at_a_hole_and_ignores_blocks_past_it() {
     let ring = RingWal::open(dir.path().join("ring"), config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
     // One record per block: 20 KiB records in 64 KiB blocks would share; use 40 KiB.
-    let recs = append_n(&ring, 0, 10, 40 << 10);
+    let recs = ring_append_n(&ring, 0, 10, 40 << 10);
     let img = crash_image(&ring, dir.path(), "img");
     let hole = recs[4].0 - 40; // the block header sits just before its first record
     assert_eq!(hole % ALIGN_BYTES, 0);
@@ -292,7 +273,7 @@ fn stale_blocks_of_an_earlier_session_are_not_recovered() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ring = RingWal::open(dir.path().join("ring"), config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
-    let recs = append_n(&ring, 0, 10, 40 << 10);
+    let recs = ring_append_n(&ring, 0, 10, 40 << 10);
     let img = crash_image(&ring, dir.path(), "img");
     let hole = recs[4].0 - 40;
     patch(&img, physical(ring_bytes, hole), &vec![0u8; 44 << 10]);
@@ -300,7 +281,7 @@ fn stale_blocks_of_an_earlier_session_are_not_recovered() {
     // Session 2 writes one block of the same size at the hole, then crashes: session 1's
     // blocks 5.. follow it with matching offsets, and only their epoch tells them apart.
     let s2 = RingWal::open(&img, config().block_delay_us(0)).expect("open image");
-    let again = append_n(&s2, 100, 1, 40 << 10);
+    let again = ring_append_n(&s2, 100, 1, 40 << 10);
     assert_eq!(again[0].0, recs[4].0);
     let img2 = crash_image(&s2, dir.path(), "img2");
     drop(s2);
@@ -323,9 +304,9 @@ fn records_from_an_earlier_lap_are_rejected() {
     let ring = RingWal::open(&path, config()).expect("open");
     let ring_bytes = ring.ring_bytes();
     // Fill most of a lap, trim it all, then write a little on the next lap.
-    let first = append_n(&ring, 0, 90, 40 << 10);
+    let first = ring_append_n(&ring, 0, 90, 40 << 10);
     ring.reset().expect("reset");
-    let second = append_n(&ring, 1000, 200, 1000);
+    let second = ring_append_n(&ring, 1000, 200, 1000);
     assert!(second.last().expect("records").0 > ring_bytes);
     let img = crash_image(&ring, dir.path(), "img");
     drop(ring);
@@ -339,7 +320,7 @@ fn a_torn_header_slot_falls_back_to_the_other() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let recs = append_n(&ring, 0, 40, 500);
+    let recs = ring_append_n(&ring, 0, 40, 500);
     ring.trim(recs[5].0).expect("trim");
     let img = crash_image(&ring, dir.path(), "img");
     drop(ring);
@@ -369,7 +350,7 @@ fn header_writes_alternate_slots_and_never_touch_the_newest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let recs = append_n(&ring, 0, 10, 100);
+    let recs = ring_append_n(&ring, 0, 10, 100);
     let mut prev = (read(&path, 0, 80), read(&path, HEADER_SLOT_BYTES, 80));
     for r in &recs[1..] {
         ring.trim(r.0).expect("trim");
@@ -386,7 +367,7 @@ fn a_bit_flip_ends_recovery_at_its_block_and_fails_a_live_read() {
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
-    let recs = append_n(&ring, 0, 8, 40 << 10);
+    let recs = ring_append_n(&ring, 0, 8, 40 << 10);
     // Flip one bit in the body of record 5.
     let at = physical(ring_bytes, recs[5].0) + 24 + 1000;
     let byte = read(&path, at, 1)[0];
@@ -417,7 +398,7 @@ fn a_failed_write_poisons_the_ring_and_keeps_what_was_durable() {
     let path = dir.path().join("ring");
     let faults = FaultStorage::new();
     let ring = RingWal::open_with_storage(&path, config(), Arc::new(faults.clone())).expect("open");
-    let before = append_n(&ring, 0, 20, 100);
+    let before = ring_append_n(&ring, 0, 20, 100);
     faults.arm(points::WRITE, Fault::Once(libc::EIO));
     let h = ring.append(b"lost").expect("append is accepted");
     match h.wait() {
@@ -456,7 +437,7 @@ fn concurrent_appenders_complete_in_offset_order() {
             std::thread::spawn(move || {
                 let mut mine = Vec::new();
                 for i in 0..500 {
-                    let b = body(t * 10_000 + i, 64 + (i as usize % 300));
+                    let b = ring_body(t * 10_000 + i, 64 + (i as usize % 300));
                     let h = ring.append(&b).expect("append");
                     if i % 50 == 0 {
                         h.wait().expect("durable");
@@ -503,7 +484,7 @@ fn opening_checks_sizes_headers_and_formatting() {
         Err(Error::NotFormatted { .. })
     ));
     let ring = RingWal::open(&path, config().format(true)).expect("format");
-    let recs = append_n(&ring, 0, 5, 10);
+    let recs = ring_append_n(&ring, 0, 5, 10);
     drop(ring);
     // Capacity disagreements.
     assert!(matches!(
@@ -553,7 +534,7 @@ fn empty_records_and_the_largest_record_round_trip() {
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
     let a = ring.append(b"").expect("empty");
-    let big = body(1, 64 << 10);
+    let big = ring_body(1, 64 << 10);
     let b = ring.append(&big).expect("largest");
     ring.flush().expect("flush");
     same(
@@ -584,7 +565,7 @@ fn both_io_engines_write_the_same_log() {
         let threads: Vec<_> = (0..3u64)
             .map(|t| {
                 let ring = ring.clone();
-                std::thread::spawn(move || append_n(&ring, t * 1000, 300, 700 + t as usize))
+                std::thread::spawn(move || ring_append_n(&ring, t * 1000, 300, 700 + t as usize))
             })
             .collect();
         let mut all: Vec<_> = threads
@@ -655,7 +636,7 @@ fn random_operations_match_the_model() {
             0..=5 => {
                 let mut unacked = Vec::new();
                 for _ in 0..1 + next(20) {
-                    let b = body(id, next(20 << 10) as usize);
+                    let b = ring_body(id, next(20 << 10) as usize);
                     id += 1;
                     match ring.append(&b) {
                         Ok(h) => unacked.push((h, b)),

@@ -2,10 +2,13 @@
 //! checksum verdicts, corruption told apart from the end of the log, bad input, and
 //! inspecting a ring another handle is writing.
 
+mod common;
+
 use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
+use common::ring_append_n;
 use tidelog::io::{FaultStorage, points};
 use tidelog::ring::format::{HEADER_SLOT_BYTES, RING_START, RR_HEADER_LEN, Shutdown};
 use tidelog::ring::{CorruptionKind, InspectedRecord, RingScan, inspect, inspect_with_storage};
@@ -19,22 +22,6 @@ fn config() -> RingConfig {
         .block_bytes(64 << 10)
         .max_record_bytes(64 << 10)
         .block_delay_us(100)
-}
-
-fn body(i: u64, len: usize) -> Vec<u8> {
-    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
-}
-
-/// Appends `n` records of `len` bytes and waits until all are durable.
-fn append_n(ring: &RingWal, first: u64, n: u64, len: usize) -> Vec<(u64, Vec<u8>)> {
-    let handles: Vec<_> = (first..first + n)
-        .map(|i| {
-            let b = body(i, len);
-            (ring.append(&b).expect("append"), b)
-        })
-        .collect();
-    ring.flush().expect("flush");
-    handles.into_iter().map(|(h, b)| (h.offset, b)).collect()
 }
 
 /// Every record and the final scan report.
@@ -80,8 +67,8 @@ fn a_clean_ring_shows_both_slots_and_every_live_record() {
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
     let ring_bytes = ring.ring_bytes();
-    let mut want = append_n(&ring, 0, 300, 1000);
-    want.extend(append_n(&ring, 300, 3, 0));
+    let mut want = ring_append_n(&ring, 0, 300, 1000);
+    want.extend(ring_append_n(&ring, 300, 3, 0));
     ring.trim(want[10].0).expect("trim");
     let end = ring.flushed_offset();
     ring.close().expect("close");
@@ -139,7 +126,7 @@ fn a_corrupt_record_body_is_named_and_the_scan_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let want = append_n(&ring, 0, 200, 1000);
+    let want = ring_append_n(&ring, 0, 200, 1000);
     ring.close().expect("close");
     let (before, _) = read_all(&path);
 
@@ -176,7 +163,7 @@ fn a_corrupt_block_header_is_skipped_to_the_next_block() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    append_n(&ring, 0, 300, 1000);
+    ring_append_n(&ring, 0, 300, 1000);
     ring.close().expect("close");
     let (before, _) = read_all(&path);
     let mut blocks: Vec<u64> = before.iter().map(|r| r.block_offset).collect();
@@ -213,7 +200,7 @@ fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let want = append_n(&ring, 0, 2500, 1000);
+    let want = ring_append_n(&ring, 0, 2500, 1000);
     // A crash image: copied while the ring is open, after everything was durable.
     let img = dir.path().join("img");
     std::fs::copy(&path, &img).expect("copy");
@@ -267,7 +254,7 @@ fn a_garbage_header_slot_leaves_the_other_current() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let want = append_n(&ring, 0, 50, 700);
+    let want = ring_append_n(&ring, 0, 50, 700);
     ring.close().expect("close");
     let cur = inspect(&path).expect("inspect").current_slot as u64;
     patch(&path, cur * HEADER_SLOT_BYTES + 30, &[0xAB; 30]);
@@ -311,7 +298,7 @@ fn inspecting_an_open_ring_neither_writes_nor_disturbs_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let ring = RingWal::open(&path, config()).expect("open");
-    let first = append_n(&ring, 0, 100, 500);
+    let first = ring_append_n(&ring, 0, 100, 500);
     let headers = std::fs::read(&path).expect("read")[..RING_START as usize].to_vec();
 
     let storage = FaultStorage::new();
@@ -330,7 +317,7 @@ fn inspecting_an_open_ring_neither_writes_nor_disturbs_it() {
     assert!(now == headers, "inspection changed a header slot");
 
     // The writer goes on as if nothing happened, and its log is whole.
-    let second = append_n(&ring, 100, 100, 500);
+    let second = ring_append_n(&ring, 100, 100, 500);
     ring.close().expect("close");
     let ring = RingWal::open(&path, config()).expect("reopen");
     let got: Vec<u64> = ring
@@ -354,7 +341,7 @@ fn inspecting_while_a_writer_appends_and_trims_finds_no_damage() {
         std::thread::spawn(move || {
             let mut i = 0u64;
             while !stop.load(Ordering::Relaxed) {
-                let recs = append_n(&ring, i, 50, 3000);
+                let recs = ring_append_n(&ring, i, 50, 3000);
                 i += 50;
                 // Keep about a third of the ring live, so the writer laps it.
                 let keep = ring.flushed_offset().saturating_sub(CAP / 3);

@@ -328,3 +328,31 @@ pub fn settle_spare(wal: &Wal, blocks_per_file: u32) {
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
 }
+
+/// A ring record body: `len` bytes derived from `i`.
+pub fn ring_body(i: u64, len: usize) -> Vec<u8> {
+    (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
+}
+
+/// Appends `n` records of `len` bytes (ids from `first`), waits for each to be durable.
+pub fn ring_append_n(
+    ring: &tidelog::RingWal,
+    first: u64,
+    n: u64,
+    len: usize,
+) -> Vec<(u64, Vec<u8>)> {
+    let handles: Vec<_> = (first..first + n)
+        .map(|i| {
+            let b = ring_body(i, len);
+            (ring.append(&b).expect("append"), b)
+        })
+        .collect();
+    handles
+        .into_iter()
+        .map(|(h, b)| {
+            let flushed = h.wait().expect("durable");
+            assert!(flushed >= h.end_offset());
+            (h.offset, b)
+        })
+        .collect()
+}
