@@ -99,6 +99,23 @@ fn a_tiny_run_reports_ceilings_rows_and_ratios() {
 }
 
 #[test]
+fn a_killed_runs_scratch_is_removed_by_the_next_run() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    // No process has this id (above the kernel's pid_max ceiling of 2^22).
+    let stale = tmp.path().join("tidelog-bench-4194305");
+    std::fs::create_dir_all(stale.join("round-0")).expect("mkdir");
+    let unrelated = tmp.path().join("tidelog-bench-notes");
+    std::fs::create_dir(&unrelated).expect("mkdir");
+    let mut args = TINY.to_vec();
+    let scratch = tmp.path().to_str().expect("utf-8");
+    args.extend(["none", "--only", "fsync never", "--dir", scratch, "--json"]);
+    let out = tidelog(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(!stale.exists());
+    assert!(unrelated.is_dir());
+}
+
+#[test]
 fn bad_input_is_one_line_and_exit_2() {
     for (args, expect) in [
         (vec!["bench", "--sizes", "0"], "--sizes"),

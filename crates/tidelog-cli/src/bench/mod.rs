@@ -258,10 +258,35 @@ impl Scratch {
                 parent.display()
             )));
         }
-        let dir = parent.join(format!("tidelog-bench-{}", std::process::id()));
+        remove_stale_scratch(&parent);
+        let dir = parent.join(format!("{SCRATCH_PREFIX}{}", std::process::id()));
         std::fs::create_dir(&dir)
             .map_err(|e| Failure::Usage(format!("cannot create {}: {e}", dir.display())))?;
         Ok(Scratch(dir))
+    }
+}
+
+/// Scratch directories are named this plus the process id.
+const SCRATCH_PREFIX: &str = "tidelog-bench-";
+
+/// Removes the scratch directories of runs that were killed (their process is gone), which
+/// could not clean up after themselves.
+fn remove_stale_scratch(parent: &Path) {
+    let Ok(entries) = std::fs::read_dir(parent) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name
+            .to_str()
+            .and_then(|n| n.strip_prefix(SCRATCH_PREFIX))
+            .and_then(|p| p.parse::<u32>().ok())
+        else {
+            continue;
+        };
+        if !Path::new(&format!("/proc/{pid}")).exists() {
+            let _ = std::fs::remove_dir_all(entry.path());
+        }
     }
 }
 
