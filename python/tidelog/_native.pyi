@@ -391,6 +391,7 @@ def open(
     capacity: int | None = None,
     direct_io: Literal["required", "auto", "off"] = "auto",
     format: bool = False,  # noqa: A002 (the documented option name)
+    staged_ttl_ms: int | None = 86400000,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -398,7 +399,9 @@ def open(
     direct-I/O ring in front of the data files: `device` (default `path/ring.wal`), its
     `capacity` when the file is created (default 256 MiB), `direct_io` and `format` (write a
     new ring over a device or file that holds none) are its options, and are refused with
-    the default backend.
+    the default backend. `staged_ttl_ms`: a staged job (`StagedWriter`) nobody committed or
+    aborted is removed once its files have been idle this long (default a day; `None` keeps
+    such jobs).
     """
 
 @final

@@ -69,6 +69,19 @@ def test_abort_and_empty_commit_leave_nothing(tmp_path: Path) -> None:
     assert list((tmp_path / "staging").iterdir()) == []
 
 
+def test_jobs_nobody_committed_go_after_staged_ttl_ms(tmp_path: Path) -> None:
+    stage(tmp_path, "orphan", "p0", [b"a", b"b"])
+    # The default (a day) and None both keep a job staged moments ago.
+    tidelog.open(tmp_path).close()
+    tidelog.open(tmp_path, staged_ttl_ms=None).close()
+    assert (tmp_path / "staging" / "orphan").is_dir()
+    with tidelog.open(tmp_path, staged_ttl_ms=0) as wal:
+        assert wal.topics() == []
+    assert not (tmp_path / "staging" / "orphan").exists()
+    with pytest.raises(OverflowError):
+        tidelog.open(tmp_path, staged_ttl_ms=-1)
+
+
 def test_sink_batches_publish_once(tmp_path: Path) -> None:
     assert tidelog.stage_sink_batch(tmp_path, "sink") is None
     stage(tmp_path, "b3", "p0", [b"a", b"b"])

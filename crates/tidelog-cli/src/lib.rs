@@ -93,7 +93,7 @@ enum Command {
         json: bool,
     },
     /// Topics with offsets and bytes, groups with their lag, files with their deletion
-    /// counters, disk use.
+    /// counters, staged (Spark) jobs not yet published, disk use.
     Stat {
         dir: PathBuf,
         #[arg(long)]

@@ -351,6 +351,35 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
             quote(&why)
         );
     }
+    let mut staged = String::new();
+    for job in tidelog::stage::jobs(dir)? {
+        let state = if job.publishing {
+            "publish begun (resumes at the next writable open)"
+        } else if job.committed {
+            "committed (the directory's holder publishes it)"
+        } else {
+            "not committed"
+        };
+        let _ = writeln!(
+            text,
+            "staged job {}: {state}, {} parts, {} B, idle {} s",
+            job.job,
+            job.parts,
+            job.bytes,
+            job.idle.as_secs()
+        );
+        let _ = write!(
+            staged,
+            "{}{{\"job\":{},\"committed\":{},\"publishing\":{},\"parts\":{},\"bytes\":{},\"idle_s\":{}}}",
+            if staged.is_empty() { "" } else { "," },
+            quote(&job.job),
+            job.committed,
+            job.publishing,
+            job.parts,
+            job.bytes,
+            job.idle.as_secs()
+        );
+    }
     let usage = wal.disk_usage();
     let _ = writeln!(
         text,
@@ -360,7 +389,7 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
     if json {
         writeln!(
             out,
-            "{{\"topics\":[{topics}],\"files\":[{files}],\"disk\":{{\"files\":{},\"bytes\":{}}}}}",
+            "{{\"topics\":[{topics}],\"files\":[{files}],\"staged\":[{staged}],\"disk\":{{\"files\":{},\"bytes\":{}}}}}",
             usage.files, usage.bytes
         )
     } else {

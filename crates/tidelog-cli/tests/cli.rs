@@ -258,3 +258,33 @@ fn produce_takes_binary_lines_and_length_prefixed_records() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out.stderr).contains("length prefix"));
 }
+
+#[test]
+fn stat_lists_staged_jobs_not_yet_published() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    tidelog::Wal::open(&dir)
+        .expect("open")
+        .close()
+        .expect("close");
+    let mut part = tidelog::StagedWriter::create(&dir, "job-7", "p0").expect("stage");
+    part.append("t", &[tidelog::Append::value(b"v")])
+        .expect("append");
+    part.finish().expect("finish");
+    let out = tidelog(&["stat", &dir_arg(&dir)], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stdout).contains("staged job job-7: not committed, 1 parts,"),
+        "{}",
+        text(&out.stdout)
+    );
+    tidelog::stage::commit(&dir, "job-7", &["p0"]).expect("commit");
+    let out = tidelog(&["stat", &dir_arg(&dir), "--json"], "");
+    assert!(
+        text(&out.stdout).contains(
+            "\"staged\":[{\"job\":\"job-7\",\"committed\":true,\"publishing\":false,\"parts\":1,"
+        ),
+        "{}",
+        text(&out.stdout)
+    );
+}

@@ -217,6 +217,65 @@ impl StagedWriter {
     }
 }
 
+/// A staged job as found in a data directory (for inspection: `tidelog stat`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct StagedJob {
+    /// The job's name.
+    pub job: String,
+    /// A commit names its parts: the directory's holder publishes it.
+    pub committed: bool,
+    /// Its publish has begun (an `INGEST` ledger exists) and resumes at the next open.
+    pub publishing: bool,
+    /// Complete parts in it.
+    pub parts: u64,
+    /// Bytes of its files.
+    pub bytes: u64,
+    /// Time since any of its files last changed.
+    pub idle: std::time::Duration,
+}
+
+/// The staged jobs of data directory `dir`, by name.
+pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
+    let staging = dir.join(STAGING_DIR);
+    let entries = match std::fs::read_dir(&staging) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list staging directory", &staging, e)),
+    };
+    let now = std::time::SystemTime::now();
+    let mut jobs = Vec::new();
+    for entry in entries.flatten() {
+        let Some(job) = entry.file_name().to_str().map(str::to_owned) else {
+            continue;
+        };
+        let job_dir = entry.path();
+        if job.starts_with('.') || !job_dir.is_dir() {
+            continue;
+        }
+        let (mut parts, mut bytes) = (0, 0);
+        for f in std::fs::read_dir(&job_dir).into_iter().flatten().flatten() {
+            let name = f.file_name();
+            if name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
+                parts += 1;
+            }
+            bytes += f.metadata().map_or(0, |m| m.len());
+        }
+        jobs.push(StagedJob {
+            committed: job_dir.join(COMMIT_FILE).exists(),
+            publishing: job_dir.join(INGEST_FILE).exists(),
+            parts,
+            bytes,
+            idle: newest_change(&job_dir)
+                .and_then(|t| now.duration_since(t).ok())
+                .unwrap_or_default(),
+            job,
+        });
+    }
+    jobs.sort_by(|a, b| a.job.cmp(&b.job));
+    Ok(jobs)
+}
+
 /// Removes the jobs of `dir` that nobody committed (no `COMMIT`, no `INGEST`) and whose
 /// files have not changed for `ttl`: parts a dead Spark driver left behind. A job whose lock
 /// another process holds is left alone. Returns the jobs removed.
