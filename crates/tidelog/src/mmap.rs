@@ -160,3 +160,40 @@ impl Mapping {
         self.raw.flush_range(offset, len)
     }
 }
+
+/// A read-only mapping of a whole file that nothing writes or truncates while it is mapped
+/// (a complete staged part: renamed into place once durable, then only read or unlinked).
+pub struct FrozenFile {
+    map: Mapping,
+}
+
+impl fmt::Debug for FrozenFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("FrozenFile")
+            .field("len", &self.map.len)
+            .finish()
+    }
+}
+
+impl FrozenFile {
+    /// Maps all of `file` (which must not be empty).
+    ///
+    /// # Safety
+    /// Nothing may write to or truncate `file` while the result lives.
+    pub unsafe fn map(file: &File) -> io::Result<FrozenFile> {
+        let len = file.metadata()?.len();
+        if len == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EINVAL));
+        }
+        Ok(FrozenFile {
+            map: Mapping::map(file, len, false)?,
+        })
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: the range is the whole mapping, and `map`'s caller guaranteed that nothing
+        // writes the file while `self` (which the borrow cannot outlive) lives.
+        unsafe { self.map.slice(0, self.map.len) }
+    }
+}

@@ -20,6 +20,7 @@ use crate::config::validate_name;
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage, read_optional};
 use crate::journal;
+use crate::mmap::FrozenFile;
 use crate::topic::Append;
 
 /// Directory of staged jobs inside a data directory.
@@ -591,15 +592,29 @@ pub(crate) fn write_ingest(
 
 /// Every record of the committed parts, grouped by topic in first-appearance order, each
 /// group in staging order. The parts' bytes are returned too: the records borrow them.
-pub(crate) fn read_parts(job_dir: &Path, parts: &[String]) -> Result<Vec<Vec<u8>>> {
+pub(crate) fn read_parts(job_dir: &Path, parts: &[String]) -> Result<Vec<FrozenFile>> {
     parts
         .iter()
         .map(|part| {
             let path = job_dir.join(format!("{part}{PART_SUFFIX}"));
-            let bytes =
-                std::fs::read(&path).map_err(|e| Error::io("read staged part", &path, e))?;
-            check_part(&path, &bytes)?;
-            Ok(bytes)
+            let file =
+                std::fs::File::open(&path).map_err(|e| Error::io("open staged part", &path, e))?;
+            let len = file
+                .metadata()
+                .map_err(|e| Error::io("stat staged part", &path, e))?
+                .len();
+            if len < (SP_HEADER_LEN + SP_TRAILER_LEN) as u64 {
+                return Err(corrupt(&path, "not a tidelog staged part (version 1)"));
+            }
+            // Mapped, not read: no copy of the parts into fresh memory.
+            #[expect(unsafe_code, reason = "mapping a file relies on nobody changing it")]
+            // SAFETY: a part's name appears only once it is complete and durable (written as
+            // `.tmp`, synced, renamed); after that nothing writes or truncates it, and
+            // removal only unlinks it (a rename over it leaves this inode as it was).
+            let map = unsafe { FrozenFile::map(&file) }
+                .map_err(|e| Error::io("map staged part", &path, e))?;
+            check_part(&path, map.bytes())?;
+            Ok(map)
         })
         .collect()
 }
@@ -620,7 +635,7 @@ fn check_part(path: &Path, bytes: &[u8]) -> Result<()> {
     }
     let mut chunks = 0u32;
     let mut records = 0u64;
-    for chunk in chunks_of(bytes) {
+    for chunk in chunks_of(bytes, true) {
         let entry = journal::decode(chunk.map_err(|r| corrupt(path, r))?)
             .map_err(|r| corrupt(path, &format!("chunk {chunks}: {r}")))?;
         chunks += 1;
@@ -637,9 +652,11 @@ fn check_part(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
-/// The chunk bodies of a checked part, in order.
+/// The chunk bodies of a part, in order; with `verify`, each checked against its CRC-32 (a
+/// part [`read_parts`] returned was checked in full already).
 pub(crate) fn chunks_of(
     bytes: &[u8],
+    verify: bool,
 ) -> impl Iterator<Item = std::result::Result<&[u8], &'static str>> {
     let end = bytes.len().saturating_sub(SP_TRAILER_LEN);
     let mut at = SP_HEADER_LEN;
@@ -664,7 +681,7 @@ pub(crate) fn chunks_of(
             at = end;
             return Some(Err("a chunk is cut"));
         };
-        if crc32fast::hash(body) != crc {
+        if verify && crc32fast::hash(body) != crc {
             at = end;
             return Some(Err("a chunk's checksum does not match"));
         }

@@ -393,22 +393,23 @@ impl Shared {
             self.remove_job(&job_dir)?;
             return Ok(Vec::new());
         }
-        let bytes = stage::read_parts(&job_dir, &manifest.parts)?;
-        // Records per topic, topics in order of first appearance.
-        let mut by_topic: Vec<(&str, Vec<Append<'_>>)> = Vec::new();
-        for part in &bytes {
-            for chunk in stage::chunks_of(part) {
-                let chunk = chunk.map_err(|r| self.staged_corruption(&job_dir, r))?;
-                let entry =
-                    journal::decode(chunk).map_err(|r| self.staged_corruption(&job_dir, &r))?;
-                match by_topic.iter_mut().find(|(t, _)| *t == entry.topic) {
-                    Some((_, records)) => records.extend(entry.records),
-                    None => by_topic.push((entry.topic, entry.records)),
-                }
-            }
-        }
-        for (_, records) in &by_topic {
-            for r in records {
+        // The parts were checked in full (every chunk's CRC, every entry) when mapped.
+        let parts = stage::read_parts(&job_dir, &manifest.parts)?;
+        let entries = || {
+            parts
+                .iter()
+                .flat_map(|p| stage::chunks_of(p.bytes(), false))
+                .map(|chunk| {
+                    let chunk = chunk.map_err(|r| self.staged_corruption(&job_dir, r))?;
+                    journal::decode(chunk).map_err(|r| self.staged_corruption(&job_dir, &r))
+                })
+        };
+        // Records per topic, topics in order of first appearance; no record is kept: the
+        // append pass decodes the chunks again, straight from the mapped parts.
+        let mut by_topic: Vec<(&str, u64)> = Vec::new();
+        for entry in entries() {
+            let entry = entry?;
+            for r in &entry.records {
                 if r.payload_len() > self.record_bytes_max {
                     return Err(Error::limit(
                         "max_record_bytes",
@@ -416,6 +417,11 @@ impl Shared {
                         self.record_bytes_max,
                     ));
                 }
+            }
+            let count = entry.records.len() as u64;
+            match by_topic.iter_mut().find(|(t, _)| *t == entry.topic) {
+                Some((_, n)) => *n += count,
+                None => by_topic.push((entry.topic, count)),
             }
         }
         let topics = by_topic
@@ -475,17 +481,30 @@ impl Shared {
             ingest: true,
             ..self.ctx(self.default_opts())
         };
-        let mut ranges = Vec::with_capacity(topics.len());
-        for ((t, (_, records)), ((name, start), n)) in
-            topics.iter().zip(&by_topic).zip(starts.iter().zip(&next))
-        {
-            let count = records.len() as u64;
-            let have = (n - start).min(count) as usize;
-            for batch in self.batches(&records[have..]) {
-                t.append(&ctx, batch)?;
+        // Per topic: records of the job its data files already hold (a resumed publish skips
+        // them), and the job's range.
+        let mut skip: Vec<u64> = by_topic
+            .iter()
+            .zip(starts.iter().zip(&next))
+            .map(|((_, count), ((_, start), n))| (n - start).min(*count))
+            .collect();
+        for entry in entries() {
+            let entry = entry?;
+            let i = by_topic
+                .iter()
+                .position(|(t, _)| *t == entry.topic)
+                .ok_or_else(|| self.staged_corruption(&job_dir, "a part changed while mapped"))?;
+            let held = (skip[i] as usize).min(entry.records.len());
+            skip[i] -= held as u64;
+            for batch in self.batches(&entry.records[held..]) {
+                topics[i].append(&ctx, batch)?;
             }
-            ranges.push((name.clone(), *start..*start + count));
         }
+        let ranges: Vec<(String, Range<u64>)> = by_topic
+            .iter()
+            .zip(&starts)
+            .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
+            .collect();
         self.flush()?;
         // Durable records first, then the sink's ledger, then the job goes: a crash between
         // two steps repeats only steps that append nothing.
