@@ -236,7 +236,8 @@ pub struct StagedJob {
     pub idle: std::time::Duration,
 }
 
-/// The staged jobs of data directory `dir`, by name.
+/// The staged jobs of data directory `dir`, by name (the sinks' ledgers, and anything else
+/// that is not a job's directory, are not jobs).
 pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
     let staging = dir.join(STAGING_DIR);
     let entries = match std::fs::read_dir(&staging) {
@@ -281,27 +282,12 @@ pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
 /// files have not changed for `ttl`: parts a dead Spark driver left behind. A job whose lock
 /// another process holds is left alone. Returns the jobs removed.
 pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<Vec<String>> {
-    let staging = dir.join(STAGING_DIR);
-    let entries = match std::fs::read_dir(&staging) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("list staging directory", &staging, e)),
-    };
-    let now = std::time::SystemTime::now();
     let mut removed = Vec::new();
-    for entry in entries.flatten() {
-        let Some(job) = entry.file_name().to_str().map(str::to_owned) else {
-            continue;
-        };
-        let job_dir = entry.path();
-        // The sinks' ledgers, and anything that is not a job directory, stay.
-        if job.starts_with('.') || !job_dir.is_dir() || is_committed(&job_dir) {
+    for job in jobs(dir)? {
+        if job.committed || job.publishing || job.idle < ttl {
             continue;
         }
-        let idle = newest_change(&job_dir).and_then(|t| now.duration_since(t).ok());
-        if idle.is_none_or(|idle| idle < ttl) {
-            continue;
-        }
+        let job_dir = dir.join(STAGING_DIR).join(&job.job);
         let Some(_lock) = try_lock_job(&job_dir)? else {
             continue;
         };
@@ -310,7 +296,7 @@ pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<V
             continue;
         }
         match std::fs::remove_dir_all(&job_dir) {
-            Ok(()) => removed.push(job),
+            Ok(()) => removed.push(job.job),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("remove abandoned staged job", &job_dir, e)),
         }

@@ -9,20 +9,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{ring_append_n, ring_body};
+use common::{RING_CAP as CAP, ring_append_n, ring_body, ring_config};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::ring::format::{ALIGN_BYTES, HEADER_SLOT_BYTES, RING_START};
 use tidelog::{DirectIo, Error, IoEngine, RingConfig, RingWal};
-
-const CAP: u64 = 4 << 20;
-
-fn config() -> RingConfig {
-    RingConfig::default()
-        .capacity_bytes(CAP)
-        .block_bytes(64 << 10)
-        .max_record_bytes(64 << 10)
-        .block_delay_us(100)
-}
 
 fn collect(ring: &RingWal) -> Vec<(u64, Vec<u8>)> {
     ring.recover()
@@ -74,7 +64,7 @@ fn append_flush_reopen_recovers_everything() {
     let path = dir.path().join("ring");
     let expected;
     {
-        let ring = RingWal::open(&path, config()).expect("open");
+        let ring = RingWal::open(&path, ring_config()).expect("open");
         expected = ring_append_n(&ring, 0, 1000, 37);
         assert!(expected.windows(2).all(|w| w[0].0 < w[1].0));
         same(&collect(&ring), &expected);
@@ -98,7 +88,7 @@ fn direct_io_required_works_on_a_regular_file() {
     let dir = tempfile::tempdir().expect("tempdir");
     let ring = match RingWal::open(
         dir.path().join("ring"),
-        config().direct_io(DirectIo::Required),
+        ring_config().direct_io(DirectIo::Required),
     ) {
         Ok(r) => r,
         // A temp dir on a file system without O_DIRECT (tmpfs): nothing to test here.
@@ -119,7 +109,7 @@ fn wraps_around_over_several_laps_with_trims_and_reopens() {
     let mut ring_bytes = 0;
     let mut last_offset = 0;
     for round in 0..12 {
-        let ring = RingWal::open(&path, config()).expect("open");
+        let ring = RingWal::open(&path, ring_config()).expect("open");
         ring_bytes = ring.ring_bytes();
         same(&collect(&ring), &live);
         let batch = ring_append_n(&ring, id, 300, 3000 + round * 100);
@@ -141,7 +131,7 @@ fn wraps_around_over_several_laps_with_trims_and_reopens() {
         }
     }
     assert!(last_offset > 3 * ring_bytes, "did not wrap several laps");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     same(&collect(&ring), &live);
 }
 
@@ -149,7 +139,7 @@ fn wraps_around_over_several_laps_with_trims_and_reopens() {
 fn padding_fills_the_lap_end() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config().block_delay_us(0)).expect("open");
+    let ring = RingWal::open(&path, ring_config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
     // Records of 40 KiB (block_bytes 64 KiB: one per block, 44 KiB aligned): the lap end
     // never lines up, so every lap needs a padding block.
@@ -171,14 +161,14 @@ fn padding_fills_the_lap_end() {
     same(&collect(&ring), std::slice::from_ref(&last));
     let img = crash_image(&ring, dir.path(), "img");
     drop(ring);
-    let ring = RingWal::open(&img, config()).expect("open image");
+    let ring = RingWal::open(&img, ring_config()).expect("open image");
     same(&collect(&ring), &[last]);
 }
 
 #[test]
 fn ring_full_fails_at_once_or_waits_for_a_trim() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ring = Arc::new(RingWal::open(dir.path().join("ring"), config()).expect("open"));
+    let ring = Arc::new(RingWal::open(dir.path().join("ring"), ring_config()).expect("open"));
     let mut offsets = Vec::new();
     let err = loop {
         match ring.append(&[7u8; 8000]) {
@@ -220,7 +210,7 @@ fn ring_full_fails_at_once_or_waits_for_a_trim() {
 fn trim_rules() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let recs = ring_append_n(&ring, 0, 50, 100);
     let flushed = ring.flushed_offset();
     assert!(matches!(
@@ -234,7 +224,7 @@ fn trim_rules() {
     ring.trim(recs[2].0).expect("no-op trim");
     assert_eq!(ring.trim_offset(), recs[10].0 + 1);
     drop(ring);
-    let ring = RingWal::open(&path, config()).expect("reopen");
+    let ring = RingWal::open(&path, ring_config()).expect("reopen");
     assert_eq!(ring.trim_offset(), recs[10].0 + 1);
     same(&collect(&ring), &recs[11..]);
     assert_eq!(ring.recovery_report().records, 39);
@@ -249,7 +239,8 @@ fn trim_rules() {
 #[test]
 fn recovery_stops_at_a_hole_and_ignores_blocks_past_it() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ring = RingWal::open(dir.path().join("ring"), config().block_delay_us(0)).expect("open");
+    let ring =
+        RingWal::open(dir.path().join("ring"), ring_config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
     // One record per block: 20 KiB records in 64 KiB blocks would share; use 40 KiB.
     let recs = ring_append_n(&ring, 0, 10, 40 << 10);
@@ -257,7 +248,7 @@ fn recovery_stops_at_a_hole_and_ignores_blocks_past_it() {
     let hole = recs[4].0 - 40; // the block header sits just before its first record
     assert_eq!(hole % ALIGN_BYTES, 0);
     patch(&img, physical(ring_bytes, hole), &vec![0u8; 44 << 10]);
-    let reopened = RingWal::open(&img, config()).expect("open image");
+    let reopened = RingWal::open(&img, ring_config()).expect("open image");
     let report = reopened.recovery_report().clone();
     assert_eq!(report.end_offset, hole);
     assert_eq!(report.records, 4);
@@ -271,7 +262,8 @@ fn recovery_stops_at_a_hole_and_ignores_blocks_past_it() {
 #[test]
 fn stale_blocks_of_an_earlier_session_are_not_recovered() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ring = RingWal::open(dir.path().join("ring"), config().block_delay_us(0)).expect("open");
+    let ring =
+        RingWal::open(dir.path().join("ring"), ring_config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
     let recs = ring_append_n(&ring, 0, 10, 40 << 10);
     let img = crash_image(&ring, dir.path(), "img");
@@ -280,12 +272,12 @@ fn stale_blocks_of_an_earlier_session_are_not_recovered() {
     drop(ring);
     // Session 2 writes one block of the same size at the hole, then crashes: session 1's
     // blocks 5.. follow it with matching offsets, and only their epoch tells them apart.
-    let s2 = RingWal::open(&img, config().block_delay_us(0)).expect("open image");
+    let s2 = RingWal::open(&img, ring_config().block_delay_us(0)).expect("open image");
     let again = ring_append_n(&s2, 100, 1, 40 << 10);
     assert_eq!(again[0].0, recs[4].0);
     let img2 = crash_image(&s2, dir.path(), "img2");
     drop(s2);
-    let s3 = RingWal::open(&img2, config()).expect("open image 2");
+    let s3 = RingWal::open(&img2, ring_config()).expect("open image 2");
     let mut expected = recs[..4].to_vec();
     expected.extend(again);
     same(&collect(&s3), &expected);
@@ -301,7 +293,7 @@ fn stale_blocks_of_an_earlier_session_are_not_recovered() {
 fn records_from_an_earlier_lap_are_rejected() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let ring_bytes = ring.ring_bytes();
     // Fill most of a lap, trim it all, then write a little on the next lap.
     let first = ring_append_n(&ring, 0, 90, 40 << 10);
@@ -310,7 +302,7 @@ fn records_from_an_earlier_lap_are_rejected() {
     assert!(second.last().expect("records").0 > ring_bytes);
     let img = crash_image(&ring, dir.path(), "img");
     drop(ring);
-    let ring = RingWal::open(&img, config()).expect("open image");
+    let ring = RingWal::open(&img, ring_config()).expect("open image");
     same(&collect(&ring), &second);
     assert!(first.iter().all(|r| !collect(&ring).contains(r)));
 }
@@ -319,7 +311,7 @@ fn records_from_an_earlier_lap_are_rejected() {
 fn a_torn_header_slot_falls_back_to_the_other() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let recs = ring_append_n(&ring, 0, 40, 500);
     ring.trim(recs[5].0).expect("trim");
     let img = crash_image(&ring, dir.path(), "img");
@@ -329,7 +321,7 @@ fn a_torn_header_slot_falls_back_to_the_other() {
         std::fs::copy(&img, &copy).expect("copy");
         // Tear the slot: its second half is garbage.
         patch(&copy, slot * HEADER_SLOT_BYTES + 40, &[0xAB; 40]);
-        let ring = RingWal::open(&copy, config()).expect("open with one torn slot");
+        let ring = RingWal::open(&copy, ring_config()).expect("open with one torn slot");
         let got = collect(&ring);
         // The surviving slot holds either the newest header or the one before it; both
         // recover every live record (an older trim only brings back trimmed ones).
@@ -340,7 +332,7 @@ fn a_torn_header_slot_falls_back_to_the_other() {
     patch(&copy, 40, &[0xAB; 40]);
     patch(&copy, HEADER_SLOT_BYTES + 40, &[0xAB; 40]);
     assert!(matches!(
-        RingWal::open(&copy, config()),
+        RingWal::open(&copy, ring_config()),
         Err(Error::NotFormatted { .. })
     ));
 }
@@ -349,7 +341,7 @@ fn a_torn_header_slot_falls_back_to_the_other() {
 fn header_writes_alternate_slots_and_never_touch_the_newest() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let recs = ring_append_n(&ring, 0, 10, 100);
     let mut prev = (read(&path, 0, 80), read(&path, HEADER_SLOT_BYTES, 80));
     for r in &recs[1..] {
@@ -365,7 +357,7 @@ fn header_writes_alternate_slots_and_never_touch_the_newest() {
 fn a_bit_flip_ends_recovery_at_its_block_and_fails_a_live_read() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config().block_delay_us(0)).expect("open");
+    let ring = RingWal::open(&path, ring_config().block_delay_us(0)).expect("open");
     let ring_bytes = ring.ring_bytes();
     let recs = ring_append_n(&ring, 0, 8, 40 << 10);
     // Flip one bit in the body of record 5.
@@ -381,7 +373,7 @@ fn a_bit_flip_ends_recovery_at_its_block_and_fails_a_live_read() {
     assert!(matches!(err, Error::Corruption { .. }), "{err}");
     let img = crash_image(&ring, dir.path(), "img");
     drop(ring);
-    let ring = RingWal::open(&img, config()).expect("open image");
+    let ring = RingWal::open(&img, ring_config()).expect("open image");
     let report = ring.recovery_report();
     assert_eq!(report.records, 5);
     assert!(
@@ -397,7 +389,8 @@ fn a_failed_write_poisons_the_ring_and_keeps_what_was_durable() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
     let faults = FaultStorage::new();
-    let ring = RingWal::open_with_storage(&path, config(), Arc::new(faults.clone())).expect("open");
+    let ring =
+        RingWal::open_with_storage(&path, ring_config(), Arc::new(faults.clone())).expect("open");
     let before = ring_append_n(&ring, 0, 20, 100);
     faults.arm(points::WRITE, Fault::Once(libc::EIO));
     let h = ring.append(b"lost").expect("append is accepted");
@@ -410,7 +403,7 @@ fn a_failed_write_poisons_the_ring_and_keeps_what_was_durable() {
     assert!(matches!(ring.trim(0), Err(Error::Poisoned { .. })));
     assert!(matches!(ring.close(), Err(Error::Poisoned { .. })));
     drop(ring);
-    let ring = RingWal::open(&path, config()).expect("reopen");
+    let ring = RingWal::open(&path, ring_config()).expect("reopen");
     same(&collect(&ring), &before);
 }
 
@@ -418,10 +411,10 @@ fn a_failed_write_poisons_the_ring_and_keeps_what_was_durable() {
 fn a_failed_read_during_recovery_is_an_error() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    drop(RingWal::open(&path, config()).expect("create"));
+    drop(RingWal::open(&path, ring_config()).expect("create"));
     let faults = FaultStorage::new();
     faults.arm(points::READ, Fault::Once(libc::EIO));
-    match RingWal::open_with_storage(&path, config(), Arc::new(faults)) {
+    match RingWal::open_with_storage(&path, ring_config(), Arc::new(faults)) {
         Err(Error::Io { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::EIO)),
         r => panic!("expected an I/O error, got {r:?}"),
     }
@@ -430,7 +423,7 @@ fn a_failed_read_during_recovery_is_an_error() {
 #[test]
 fn concurrent_appenders_complete_in_offset_order() {
     let dir = tempfile::tempdir().expect("tempdir");
-    let ring = Arc::new(RingWal::open(dir.path().join("ring"), config()).expect("open"));
+    let ring = Arc::new(RingWal::open(dir.path().join("ring"), ring_config()).expect("open"));
     let threads: Vec<_> = (0..4u64)
         .map(|t| {
             let ring = ring.clone();
@@ -480,15 +473,15 @@ fn opening_checks_sizes_headers_and_formatting() {
     // An existing file that is not a ring is never formatted without asking.
     std::fs::write(&path, vec![1u8; CAP as usize]).expect("write");
     assert!(matches!(
-        RingWal::open(&path, config()),
+        RingWal::open(&path, ring_config()),
         Err(Error::NotFormatted { .. })
     ));
-    let ring = RingWal::open(&path, config().format(true)).expect("format");
+    let ring = RingWal::open(&path, ring_config().format(true)).expect("format");
     let recs = ring_append_n(&ring, 0, 5, 10);
     drop(ring);
     // Capacity disagreements.
     assert!(matches!(
-        RingWal::open(&path, config().capacity_bytes(CAP * 2)),
+        RingWal::open(&path, ring_config().capacity_bytes(CAP * 2)),
         Err(Error::CapacityMismatch { .. })
     ));
     let grown = dir.path().join("grown");
@@ -506,7 +499,7 @@ fn opening_checks_sizes_headers_and_formatting() {
     let ring = RingWal::open(&path, RingConfig::default()).expect("reopen");
     same(&collect(&ring), &recs);
     drop(ring);
-    let ring = RingWal::open(&path, config().format(true)).expect("reformat");
+    let ring = RingWal::open(&path, ring_config().format(true)).expect("reformat");
     assert!(collect(&ring).is_empty());
     assert_eq!(ring.recovery_report().records, 0);
     // Limits.
@@ -532,7 +525,7 @@ fn opening_checks_sizes_headers_and_formatting() {
 fn empty_records_and_the_largest_record_round_trip() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let a = ring.append(b"").expect("empty");
     let big = ring_body(1, 64 << 10);
     let b = ring.append(&big).expect("largest");
@@ -542,7 +535,7 @@ fn empty_records_and_the_largest_record_round_trip() {
         &[(a.offset, Vec::new()), (b.offset, big.clone())],
     );
     drop(ring);
-    let ring = RingWal::open(&path, config()).expect("reopen");
+    let ring = RingWal::open(&path, ring_config()).expect("reopen");
     same(&collect(&ring), &[(a.offset, Vec::new()), (b.offset, big)]);
 }
 
@@ -554,7 +547,7 @@ fn both_io_engines_write_the_same_log() {
         ("io_uring", IoEngine::IoUring),
     ] {
         let path = dir.path().join(name);
-        let ring = match RingWal::open(&path, config().io_engine(engine)) {
+        let ring = match RingWal::open(&path, ring_config().io_engine(engine)) {
             Ok(r) => r,
             // Kernels without io_uring (or with it disabled): only the threads engine runs.
             Err(Error::Io { .. }) if engine == IoEngine::IoUring => continue,
@@ -575,7 +568,7 @@ fn both_io_engines_write_the_same_log() {
         all.sort();
         same(&collect(&ring), &all);
         ring.close().expect("close");
-        let reopened = RingWal::open(&path, config()).expect("reopen");
+        let reopened = RingWal::open(&path, ring_config()).expect("reopen");
         same(&collect(&reopened), &all);
     }
 }
@@ -584,13 +577,13 @@ fn both_io_engines_write_the_same_log() {
 fn one_writer_per_ring_and_no_half_made_files() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     assert!(matches!(
-        RingWal::open(&path, config()),
+        RingWal::open(&path, ring_config()),
         Err(Error::Locked { .. })
     ));
     drop(ring);
-    drop(RingWal::open(&path, config()).expect("open after the first closed"));
+    drop(RingWal::open(&path, ring_config()).expect("open after the first closed"));
 
     // A create that fails after the file exists removes it again.
     let fresh = dir.path().join("fresh");
@@ -598,7 +591,7 @@ fn one_writer_per_ring_and_no_half_made_files() {
     faults.arm(points::OPEN_DEVICE, Fault::Once(libc::EINVAL));
     let err = RingWal::open_with_storage(
         &fresh,
-        config().direct_io(DirectIo::Required),
+        ring_config().direct_io(DirectIo::Required),
         Arc::new(faults),
     )
     .expect_err("O_DIRECT refused");
@@ -606,7 +599,7 @@ fn one_writer_per_ring_and_no_half_made_files() {
     assert!(!fresh.exists());
     // Both slots unreadable: the message says why, in words.
     std::fs::write(&fresh, vec![9u8; CAP as usize]).expect("write");
-    let err = RingWal::open(&fresh, config()).expect_err("not a ring");
+    let err = RingWal::open(&fresh, ring_config()).expect_err("not a ring");
     assert!(
         err.to_string().contains("slot 0: not a ring header"),
         "{err}"
@@ -627,7 +620,11 @@ fn random_operations_match_the_model() {
         seed ^= seed << 17;
         seed % n
     };
-    let cfg = || config().max_record_bytes(20 << 10).block_bytes(32 << 10);
+    let cfg = || {
+        ring_config()
+            .max_record_bytes(20 << 10)
+            .block_bytes(32 << 10)
+    };
     let mut acked: Vec<(u64, Vec<u8>)> = Vec::new();
     let mut ring = RingWal::open(&path, cfg()).expect("open");
     let mut id = 0u64;

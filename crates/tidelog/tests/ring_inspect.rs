@@ -8,21 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::ring_append_n;
+use common::{RING_CAP as CAP, ring_append_n, ring_config};
 use tidelog::io::{FaultStorage, points};
 use tidelog::ring::format::{HEADER_SLOT_BYTES, RING_START, RR_HEADER_LEN, Shutdown};
 use tidelog::ring::{CorruptionKind, InspectedRecord, RingScan, inspect, inspect_with_storage};
-use tidelog::{Error, RingConfig, RingWal};
-
-const CAP: u64 = 4 << 20;
-
-fn config() -> RingConfig {
-    RingConfig::default()
-        .capacity_bytes(CAP)
-        .block_bytes(64 << 10)
-        .max_record_bytes(64 << 10)
-        .block_delay_us(100)
-}
+use tidelog::{Error, RingWal};
 
 /// Every record and the final scan report.
 fn read_all(path: &Path) -> (Vec<InspectedRecord>, RingScan) {
@@ -65,7 +55,7 @@ fn offsets(recs: &[InspectedRecord]) -> Vec<u64> {
 fn a_clean_ring_shows_both_slots_and_every_live_record() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let ring_bytes = ring.ring_bytes();
     let mut want = ring_append_n(&ring, 0, 300, 1000);
     want.extend(ring_append_n(&ring, 300, 3, 0));
@@ -125,7 +115,7 @@ fn offsets_of(recs: &[(u64, Vec<u8>)]) -> Vec<u64> {
 fn a_corrupt_record_body_is_named_and_the_scan_goes_on() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let want = ring_append_n(&ring, 0, 200, 1000);
     ring.close().expect("close");
     let (before, _) = read_all(&path);
@@ -162,7 +152,7 @@ fn a_corrupt_record_body_is_named_and_the_scan_goes_on() {
 fn a_corrupt_block_header_is_skipped_to_the_next_block() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     ring_append_n(&ring, 0, 300, 1000);
     ring.close().expect("close");
     let (before, _) = read_all(&path);
@@ -199,7 +189,7 @@ fn a_corrupt_block_header_is_skipped_to_the_next_block() {
 fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let want = ring_append_n(&ring, 0, 2500, 1000);
     // A crash image: copied while the ring is open, after everything was durable.
     let img = dir.path().join("img");
@@ -245,7 +235,7 @@ fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
         "{}",
         scan.stop_reason
     );
-    let reopened = RingWal::open(&late, config()).expect("recover");
+    let reopened = RingWal::open(&late, ring_config()).expect("recover");
     assert_eq!(reopened.recovery_report().end_offset, scan.end_offset);
 }
 
@@ -253,7 +243,7 @@ fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
 fn a_garbage_header_slot_leaves_the_other_current() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let want = ring_append_n(&ring, 0, 50, 700);
     ring.close().expect("close");
     let cur = inspect(&path).expect("inspect").current_slot as u64;
@@ -297,7 +287,7 @@ fn what_is_not_a_ring_is_a_typed_error() {
 fn inspecting_an_open_ring_neither_writes_nor_disturbs_it() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, config()).expect("open");
+    let ring = RingWal::open(&path, ring_config()).expect("open");
     let first = ring_append_n(&ring, 0, 100, 500);
     let headers = std::fs::read(&path).expect("read")[..RING_START as usize].to_vec();
 
@@ -319,7 +309,7 @@ fn inspecting_an_open_ring_neither_writes_nor_disturbs_it() {
     // The writer goes on as if nothing happened, and its log is whole.
     let second = ring_append_n(&ring, 100, 100, 500);
     ring.close().expect("close");
-    let ring = RingWal::open(&path, config()).expect("reopen");
+    let ring = RingWal::open(&path, ring_config()).expect("reopen");
     let got: Vec<u64> = ring
         .recover()
         .expect("recover")
@@ -334,7 +324,7 @@ fn inspecting_an_open_ring_neither_writes_nor_disturbs_it() {
 fn inspecting_while_a_writer_appends_and_trims_finds_no_damage() {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("ring");
-    let ring = Arc::new(RingWal::open(&path, config()).expect("open"));
+    let ring = Arc::new(RingWal::open(&path, ring_config()).expect("open"));
     let stop = Arc::new(AtomicBool::new(false));
     let writer = {
         let (ring, stop) = (ring.clone(), stop.clone());

@@ -329,6 +329,18 @@ pub fn settle_spare(wal: &Wal, blocks_per_file: u32) {
     }
 }
 
+/// Capacity of the small rings the ring tests use.
+pub const RING_CAP: u64 = 4 << 20;
+
+/// A small ring: 4 MiB, 64 KiB blocks and records, a short block timer.
+pub fn ring_config() -> tidelog::RingConfig {
+    tidelog::RingConfig::default()
+        .capacity_bytes(RING_CAP)
+        .block_bytes(64 << 10)
+        .max_record_bytes(64 << 10)
+        .block_delay_us(100)
+}
+
 /// A ring record body: `len` bytes derived from `i`.
 pub fn ring_body(i: u64, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
