@@ -68,6 +68,7 @@ fn ceiling_for(row: &Row) -> Option<&str> {
         (_, "D0") => ceiling::MMAP_WRITE,
         (_, "D1") => ceiling::FSYNC_BATCH,
         (_, "D2") => ceiling::FSYNC_RECORD,
+        (_, "D2a") => ceiling::DIRECT_BLOCKS,
         _ => return None,
     })
 }
