@@ -4,7 +4,10 @@
 //!     at the end of a file plus `fdatasync` per record (goal >= 0.9);
 //!  2. `Always`, 64 appender threads (each its own `Writer`; all on one topic, then one topic
 //!     each), 4 KiB records: records/s over a plain single thread that writes 64 x 4 KiB and
-//!     then `fdatasync`s once (goal >= 0.7);
+//!     then `fdatasync`s once (goal >= 0.7); as context (2c, no goal), the same 64 appenders
+//!     on one topic against plain code with the same threads: 64 threads, each a 4 KiB
+//!     `pwrite` at its own place at the end of one file, then a shared `fdatasync` (a leader
+//!     syncs, the others wait), which is what thread hand-offs alone cost here;
 //!  3. `Interval` (the default) 100 B appends from 1 thread over the same with `Never`: the
 //!     background sync must not slow writers (goal ~1).
 //!
@@ -20,6 +23,8 @@
 use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Barrier, Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -113,6 +118,83 @@ fn baseline_sync(plan: &Plan, batch: usize) -> Result<Run> {
         records: latencies_ns.len() as u64 * batch as u64,
         secs,
         latencies_ns,
+    })
+}
+
+/// Baseline 2c: `THREADS` threads, each writing 4 KiB records with `pwrite` at its own
+/// place at the end of one file and then waiting until an `fdatasync` that started after its
+/// write has finished; a waiter that finds no sync running runs one (plain group commit).
+/// Latencies are per record (write plus wait).
+fn baseline_threads_group(plan: &Plan) -> Result<Run> {
+    #[derive(Default)]
+    struct Group {
+        written: u64,
+        synced: u64,
+        syncing: bool,
+    }
+    let dir = scratch_dir()?;
+    let file: File = OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(dir.path().join("group.log"))?;
+    let record = payload(RECORD);
+    let next = AtomicU64::new(0);
+    let group = Mutex::new(Group::default());
+    let synced = Condvar::new();
+    let barrier = Barrier::new(THREADS + 1);
+    std::thread::sleep(plan.pause);
+    std::thread::scope(|s| -> Result<Run> {
+        let handles: Vec<_> = (0..THREADS)
+            .map(|_| {
+                s.spawn(|| -> Result<Vec<u64>> {
+                    let mut latencies_ns = Vec::new();
+                    barrier.wait();
+                    let deadline = Instant::now() + plan.sync_run;
+                    loop {
+                        let t = Instant::now();
+                        if t >= deadline {
+                            break;
+                        }
+                        let at = next.fetch_add(RECORD as u64, Ordering::Relaxed);
+                        file.write_all_at(&record, at)?;
+                        let mut g = group.lock().unwrap_or_else(|p| p.into_inner());
+                        g.written += 1;
+                        let mine = g.written;
+                        while g.synced < mine {
+                            if g.syncing {
+                                g = synced.wait(g).unwrap_or_else(|p| p.into_inner());
+                                continue;
+                            }
+                            g.syncing = true;
+                            let upto = g.written;
+                            drop(g);
+                            let result = file.sync_data();
+                            g = group.lock().unwrap_or_else(|p| p.into_inner());
+                            g.syncing = false;
+                            if result.is_ok() {
+                                g.synced = upto;
+                            }
+                            synced.notify_all();
+                            result?;
+                        }
+                        drop(g);
+                        latencies_ns.push(t.elapsed().as_nanos() as u64);
+                    }
+                    Ok(latencies_ns)
+                })
+            })
+            .collect();
+        barrier.wait();
+        let start = Instant::now();
+        let mut latencies_ns = Vec::new();
+        for h in handles {
+            latencies_ns.extend(h.join().map_err(|_| "baseline thread panicked")??);
+        }
+        Ok(Run {
+            records: latencies_ns.len() as u64,
+            secs: start.elapsed().as_secs_f64(),
+            latencies_ns,
+        })
     })
 }
 
@@ -348,6 +430,35 @@ fn main() -> Result<()> {
         notes.push(format!(
             "2: baseline per batch of 64 (64 pwrite + fdatasync): p50 {b50}, p99 {b99}"
         ));
+    }
+
+    if wanted("2c") {
+        let (ours, base, mut ratios) = paired(
+            plan.reps,
+            || tidelog_always(plan, THREADS, 1),
+            || baseline_threads_group(plan),
+        )?;
+        let (p50, p99) = percentiles(&ours);
+        let (b50, b99) = percentiles(&base);
+        let (mut o, mut b) = (rates(&ours), rates(&base));
+        notes.push(format!(
+            "2c: tidelog {}; 64-thread group commit {} (p50 {b50}, p99 {b99})",
+            fmt_reps(&o, 1.0, "records/s"),
+            fmt_reps(&b, 1.0, "records/s"),
+        ));
+        let ratio = median(&mut ratios);
+        rows.push(Row {
+            case: "2c. as 2a, against plain code with the same 64 threads",
+            tidelog: format!("{:.0} records/s", median(&mut o)),
+            baseline: format!(
+                "{:.0} records/s (64 threads: pwrite each + shared fdatasync)",
+                median(&mut b)
+            ),
+            ratio,
+            goal: "- (context)".to_owned(),
+            p50,
+            p99,
+        });
     }
 
     if wanted("3") {
