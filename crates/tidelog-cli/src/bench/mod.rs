@@ -498,8 +498,7 @@ fn engine_row_count(plan: &Plan) -> u64 {
     plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1) + 1
 }
 
-/// tidelog's own rows of one round.
-/// One round: the ceilings and tidelog's own rows, size by size.
+/// One round's ceilings and tidelog's own rows, size by size.
 fn engine_rows(
     plan: &Plan,
     dir: &Path,
@@ -548,8 +547,16 @@ fn engine_rows(
                 rows.extend(match &ring {
                     Ok(ring) => engine::ring(ring, pool, t, pipelined, b, wants),
                     Err(e) => Some(
-                        Row::new("tidelog", "tidelog", "RingWal", "D2", "append", size, t)
-                            .skip(e.clone()),
+                        Row::new(
+                            "tidelog",
+                            "tidelog",
+                            "RingWal (could not be opened)",
+                            if pipelined { "D2a" } else { "D2" },
+                            "append",
+                            size,
+                            t,
+                        )
+                        .skip(e.clone()),
                     ),
                 });
                 progress.inc(1);
