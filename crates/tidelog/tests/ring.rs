@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{RING_CAP as CAP, ring_append_n, ring_body, ring_config};
+use common::{RING_CAP as CAP, patch, ring_append_n, ring_body, ring_config};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::ring::format::{ALIGN_BYTES, HEADER_SLOT_BYTES, RING_START};
 use tidelog::{DirectIo, Error, IoEngine, RingConfig, RingWal};
@@ -35,15 +35,6 @@ fn crash_image(ring: &RingWal, dir: &Path, name: &str) -> PathBuf {
     let dst = dir.join(name);
     std::fs::copy(ring.path(), &dst).expect("copy image");
     dst
-}
-
-fn patch(path: &Path, pos: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .expect("open image");
-    f.write_all_at(bytes, pos).expect("patch");
 }
 
 fn read(path: &Path, pos: u64, len: usize) -> Vec<u8> {

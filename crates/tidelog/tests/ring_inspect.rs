@@ -8,7 +8,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use common::{RING_CAP as CAP, ring_append_n, ring_config};
+use common::{RING_CAP as CAP, flip_byte, patch, ring_append_n, ring_config};
 use tidelog::io::{FaultStorage, points};
 use tidelog::ring::format::{HEADER_SLOT_BYTES, RING_START, RR_HEADER_LEN, Shutdown};
 use tidelog::ring::{CorruptionKind, InspectedRecord, RingScan, inspect, inspect_with_storage};
@@ -24,27 +24,6 @@ fn read_all(path: &Path) -> (Vec<InspectedRecord>, RingScan) {
         .expect("scan");
     assert!(it.is_finished());
     (recs, it.report().clone())
-}
-
-fn patch(path: &Path, pos: u64, bytes: &[u8]) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .write(true)
-        .open(path)
-        .expect("open image");
-    f.write_all_at(bytes, pos).expect("patch");
-}
-
-fn flip(path: &Path, pos: u64) {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .open(path)
-        .expect("open image");
-    let mut b = [0u8; 1];
-    f.read_exact_at(&mut b, pos).expect("read byte");
-    f.write_all_at(&[b[0] ^ 0x20], pos).expect("flip");
 }
 
 fn offsets(recs: &[InspectedRecord]) -> Vec<u64> {
@@ -121,7 +100,7 @@ fn a_corrupt_record_body_is_named_and_the_scan_goes_on() {
     let (before, _) = read_all(&path);
 
     let bad = &before[77];
-    flip(&path, bad.position + RR_HEADER_LEN as u64 + 10);
+    flip_byte(&path, bad.position + RR_HEADER_LEN as u64 + 10);
     let (recs, scan) = read_all(&path);
     assert_eq!(
         offsets(&recs),
@@ -210,7 +189,7 @@ fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
     let early = dir.path().join("early");
     std::fs::copy(&img, &early).expect("copy");
     let bad = &before[100];
-    flip(&early, bad.position + RR_HEADER_LEN as u64 + 3);
+    flip_byte(&early, bad.position + RR_HEADER_LEN as u64 + 3);
     let (recs, scan) = read_all(&early);
     assert_eq!(recs.len(), before.len());
     assert_eq!(scan.corrupt.len(), 1, "{:?}", scan.corrupt);
@@ -222,7 +201,7 @@ fn an_unclean_ring_tells_damage_inside_the_window_rules_from_a_torn_tail() {
     let late = dir.path().join("late");
     std::fs::copy(&img, &late).expect("copy");
     let last = before.last().expect("records");
-    flip(&late, last.position + RR_HEADER_LEN as u64 + 3);
+    flip_byte(&late, last.position + RR_HEADER_LEN as u64 + 3);
     let (recs, scan) = read_all(&late);
     assert!(scan.corrupt.is_empty(), "{:?}", scan.corrupt);
     assert_eq!(scan.end_offset, last.block_offset);

@@ -170,6 +170,13 @@ pub fn zero_range(path: &Path, from: u64, to: u64) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// Overwrites `path` at `pos` with `bytes` (a crash image or a damaged ring).
+pub fn patch(path: &Path, pos: u64, bytes: &[u8]) {
+    use std::os::unix::fs::FileExt;
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.write_all_at(bytes, pos).unwrap();
+}
+
 /// Flips every bit of the byte at `pos` of `path`.
 pub fn flip_byte(path: &Path, pos: u64) {
     let mut bytes = std::fs::read(path).unwrap();
