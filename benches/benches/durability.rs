@@ -24,7 +24,7 @@ use std::fs::{File, OpenOptions};
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Barrier, Condvar, Mutex};
+use std::sync::{Condvar, Mutex};
 use std::time::{Duration, Instant};
 
 use tempfile::TempDir;
@@ -141,60 +141,31 @@ fn baseline_threads_group(plan: &Plan) -> Result<Run> {
     let next = AtomicU64::new(0);
     let group = Mutex::new(Group::default());
     let synced = Condvar::new();
-    let barrier = Barrier::new(THREADS + 1);
     std::thread::sleep(plan.pause);
-    std::thread::scope(|s| -> Result<Run> {
-        let handles: Vec<_> = (0..THREADS)
-            .map(|_| {
-                s.spawn(|| -> Result<Vec<u64>> {
-                    let mut latencies_ns = Vec::new();
-                    barrier.wait();
-                    let deadline = Instant::now() + plan.sync_run;
-                    loop {
-                        let t = Instant::now();
-                        if t >= deadline {
-                            break;
-                        }
-                        let at = next.fetch_add(RECORD as u64, Ordering::Relaxed);
-                        file.write_all_at(&record, at)?;
-                        let mut g = group.lock().unwrap_or_else(|p| p.into_inner());
-                        g.written += 1;
-                        let mine = g.written;
-                        while g.synced < mine {
-                            if g.syncing {
-                                g = synced.wait(g).unwrap_or_else(|p| p.into_inner());
-                                continue;
-                            }
-                            g.syncing = true;
-                            let upto = g.written;
-                            drop(g);
-                            let result = file.sync_data();
-                            g = group.lock().unwrap_or_else(|p| p.into_inner());
-                            g.syncing = false;
-                            if result.is_ok() {
-                                g.synced = upto;
-                            }
-                            synced.notify_all();
-                            result?;
-                        }
-                        drop(g);
-                        latencies_ns.push(t.elapsed().as_nanos() as u64);
-                    }
-                    Ok(latencies_ns)
-                })
-            })
-            .collect();
-        barrier.wait();
-        let start = Instant::now();
-        let mut latencies_ns = Vec::new();
-        for h in handles {
-            latencies_ns.extend(h.join().map_err(|_| "baseline thread panicked")??);
+    tidelog_benches::timed_threads(THREADS, plan.sync_run, |_| {
+        let at = next.fetch_add(RECORD as u64, Ordering::Relaxed);
+        file.write_all_at(&record, at)?;
+        let mut g = group.lock().unwrap_or_else(|p| p.into_inner());
+        g.written += 1;
+        let mine = g.written;
+        while g.synced < mine {
+            if g.syncing {
+                g = synced.wait(g).unwrap_or_else(|p| p.into_inner());
+                continue;
+            }
+            g.syncing = true;
+            let upto = g.written;
+            drop(g);
+            let result = file.sync_data();
+            g = group.lock().unwrap_or_else(|p| p.into_inner());
+            g.syncing = false;
+            if result.is_ok() {
+                g.synced = upto;
+            }
+            synced.notify_all();
+            result?;
         }
-        Ok(Run {
-            records: latencies_ns.len() as u64,
-            secs: start.elapsed().as_secs_f64(),
-            latencies_ns,
-        })
+        Ok(())
     })
 }
 

@@ -620,23 +620,35 @@ impl TimedRun {
 /// Appends `value` from one thread per writer, all released at once, until `run` has
 /// passed; each thread times every append.
 pub fn timed_appends(writers: &[Writer], value: &[u8], run: Duration) -> Result<TimedRun> {
-    let barrier = Barrier::new(writers.len() + 1);
+    timed_threads(writers.len(), run, |t| {
+        std::hint::black_box(writers[t].append(value)?);
+        Ok(())
+    })
+}
+
+/// Runs `op(thread)` in a loop on `threads` threads, all released at once, until `run` has
+/// passed; each thread times every call, and every call counts as one record.
+pub fn timed_threads(
+    threads: usize,
+    run: Duration,
+    op: impl Fn(usize) -> Result<()> + Sync,
+) -> Result<TimedRun> {
+    let barrier = Barrier::new(threads + 1);
     std::thread::scope(|s| -> Result<TimedRun> {
-        let barrier = &barrier;
-        let handles: Vec<_> = writers
-            .iter()
-            .map(|w| {
+        let (barrier, op) = (&barrier, &op);
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
                 s.spawn(move || -> Result<Vec<u64>> {
                     let mut latencies_ns = Vec::with_capacity(1 << 14);
                     barrier.wait();
                     let deadline = Instant::now() + run;
                     loop {
-                        let t = Instant::now();
-                        if t >= deadline {
+                        let start = Instant::now();
+                        if start >= deadline {
                             break;
                         }
-                        std::hint::black_box(w.append(value)?);
-                        latencies_ns.push(t.elapsed().as_nanos() as u64);
+                        op(t)?;
+                        latencies_ns.push(start.elapsed().as_nanos() as u64);
                     }
                     Ok(latencies_ns)
                 })
@@ -646,7 +658,7 @@ pub fn timed_appends(writers: &[Writer], value: &[u8], run: Duration) -> Result<
         let start = Instant::now();
         let mut latencies_ns = Vec::new();
         for h in handles {
-            latencies_ns.extend(h.join().map_err(|_| "appender thread panicked")??);
+            latencies_ns.extend(h.join().map_err(|_| "benchmark thread panicked")??);
         }
         Ok(TimedRun {
             records: latencies_ns.len() as u64,
