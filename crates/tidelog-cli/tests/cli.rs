@@ -5,20 +5,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 
 fn tidelog(args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tidelog"))
-        .args(args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn tidelog");
-    // A command that fails early closes its stdin: its exit status is what counts.
-    let _ = child
-        .stdin
-        .take()
-        .expect("stdin")
-        .write_all(stdin.as_bytes());
-    child.wait_with_output().expect("wait")
+    tidelog_bytes(args, stdin.as_bytes())
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -198,6 +185,7 @@ fn tidelog_bytes(args: &[&str], stdin: &[u8]) -> Output {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn tidelog");
+    // A command that fails early closes its stdin: its exit status is what counts.
     let _ = child.stdin.take().expect("stdin").write_all(stdin);
     child.wait_with_output().expect("wait")
 }
