@@ -392,6 +392,7 @@ def open(
     direct_io: Literal["required", "auto", "off"] = "auto",
     format: bool = False,  # noqa: A002 (the documented option name)
     staged_ttl_ms: int | None = 86400000,
+    staged_adopt_bytes: int = 4194304,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -401,7 +402,9 @@ def open(
     new ring over a device or file that holds none) are its options, and are refused with
     the default backend. `staged_ttl_ms`: a staged job (`StagedWriter`) nobody committed or
     aborted is removed once its files have been idle this long (default a day; `None` keeps
-    such jobs).
+    such jobs). `staged_adopt_bytes`: a staged segment holding at least this many bytes of
+    records becomes a data file of its own when its job is published (no record is copied);
+    smaller ones are copied into their topics.
     """
 
 @final

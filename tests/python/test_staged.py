@@ -106,3 +106,48 @@ def test_a_holder_publishes_another_process_commit(tmp_path: Path) -> None:
         tidelog.stage_commit(tmp_path, "late", ["p0"])
         tidelog.stage_wait(tmp_path, "late", timeout=20.0)
         assert holder.topic_info("t").next_offset == 4
+
+
+def _adopted_files(path: Path) -> list[Path]:
+    """Data files whose header says they were adopted from a staged segment (version 2)."""
+    return [
+        f for f in sorted(path.glob("*.tdl")) if int.from_bytes(f.read_bytes()[8:12], "little") == 2
+    ]
+
+
+def test_a_large_part_is_adopted_not_copied(tmp_path: Path) -> None:
+    n = 60_000  # 100-byte values: about 8 MiB of records, above the 4 MiB default
+    values = pa.array([b"%099d" % i for i in range(n)], pa.binary())
+    w = tidelog.StagedWriter(tmp_path, "job", "p0")
+    w.append_arrow("t", values)
+    assert w.finish() == n
+    with tidelog.open(tmp_path) as wal:
+        wal.append("t", b"first")
+        assert wal.commit_staged("job", ["p0"]) == {"t": range(1, n + 1)}
+        assert len(_adopted_files(tmp_path)) == 1
+        assert wal.append("t", b"last") == n + 1
+        got = wal.read_arrow("t", 0, n + 2, max_records=n + 2).column("value").to_pylist()
+        assert got == [b"first", *values.to_pylist(), b"last"]
+    with tidelog.open(tmp_path, readonly=True) as ro:
+        assert ro.topic_info("t").next_offset == n + 2
+        assert bytes(ro.read("t", 12_345).value) == b"%099d" % 12_344
+
+
+def test_staged_adopt_bytes_sets_what_is_copied(tmp_path: Path) -> None:
+    w = tidelog.StagedWriter(tmp_path, "job", "p0")
+    w.append_arrow("t", pa.array([b"v" * 100] * 1000, pa.binary()))
+    w.finish()
+    # Above every segment: copied, no adopted file.
+    tidelog.commit_staged(tmp_path, "job", ["p0"], staged_adopt_bytes=1 << 40)
+    assert _adopted_files(tmp_path) == []
+    w = tidelog.StagedWriter(tmp_path, "job2", "p0")
+    w.append_arrow("t", pa.array([b"w" * 100] * 1000, pa.binary()))
+    w.finish()
+    tidelog.commit_staged(tmp_path, "job2", ["p0"], staged_adopt_bytes=0)
+    assert len(_adopted_files(tmp_path)) == 1
+    with tidelog.open(tmp_path) as wal:
+        assert wal.topic_info("t").next_offset == 2000
+        assert bytes(wal.read("t", 999).value) == b"v" * 100
+        assert bytes(wal.read("t", 1000).value) == b"w" * 100
+    with pytest.raises(OverflowError):
+        tidelog.open(tmp_path, staged_adopt_bytes=-1)

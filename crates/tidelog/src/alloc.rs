@@ -333,6 +333,31 @@ impl BlockAllocator {
         Ok(())
     }
 
+    /// Makes the next data file out of a staged segment: `install(seq)` puts the segment in
+    /// place as file `seq` and opens it. The file then counts like any other (table, disk
+    /// account) and is fully allocated, every block of it handed out: its extents are the
+    /// adopted ones, which the topics now hold. Serialized with file creation, so no spare
+    /// takes the same number.
+    pub fn adopt_file(
+        &self,
+        install: impl FnOnce(u64) -> Result<Arc<DataFile>>,
+    ) -> Result<Arc<DataFile>> {
+        let _create = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        let seq = self.next_seq.load(Ordering::Acquire);
+        let file = install(seq)?;
+        self.next_seq.store(seq + 1, Ordering::Release);
+        self.files
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(seq, Arc::clone(&file));
+        self.account_file(&file);
+        file.counters.recovered(file.block_count, false);
+        // Not deletable: nothing of it is consumed yet.
+        let deletable = file.counters.seal_allocation();
+        debug_assert!(!deletable);
+        Ok(file)
+    }
+
     /// True when the current file is at least half used and no spare is ready: time for the
     /// background thread to make one.
     pub fn wants_spare(&self) -> bool {

@@ -139,6 +139,44 @@ impl Block {
         self.consumed.load(Ordering::Acquire)
     }
 
+    /// True for an extent adopted from a staged segment: its frames carry topic id 0 and
+    /// their index in the extent instead of the topic's id and their offset.
+    #[inline]
+    pub fn relative(&self) -> bool {
+        self.file.header.version == format::VERSION_RELATIVE
+    }
+
+    /// Decodes (and with `verify`, checks) the frame of `offset` at `position` of `bytes`
+    /// (this extent's bytes from its start), whatever the extent's frame version.
+    #[inline]
+    pub fn decode_frame(
+        &self,
+        bytes: &[u8],
+        position: u64,
+        offset: u64,
+        verify: bool,
+    ) -> Result<FrameView, FrameError> {
+        let base = if self.relative() {
+            self.first_offset
+        } else {
+            0
+        };
+        let topic_id = if self.relative() { 0 } else { self.topic_id };
+        let Some(stored) = offset.checked_sub(base) else {
+            return Err(FrameError::WrongOffset);
+        };
+        let mut view = format::decode_frame(
+            bytes,
+            position as usize,
+            self.salt,
+            topic_id,
+            stored,
+            verify,
+        )?;
+        view.offset = offset;
+        Ok(view)
+    }
+
     /// Extent length in blocks needed for one frame of `frame_bytes` (a record or a batch).
     pub fn blocks_needed(frame_bytes: u64, block_size: u64, index_interval_bytes: u64) -> u64 {
         let mut count = 1;
@@ -154,8 +192,12 @@ impl Block {
 
     /// Writes the identity slot (before any record is written into the extent).
     pub fn write_identity(&self, topic: &str) {
+        debug_assert!(
+            !self.relative(),
+            "adopted extents keep their staged identity"
+        );
         let id = BlockIdentity {
-            version: format::FORMAT_VERSION,
+            version: self.file.header.version,
             topic_id: self.topic_id,
             block_index: self.block_index,
             block_count: self.block_count,
@@ -404,10 +446,25 @@ impl Block {
                 reason: "index footer checksum mismatch".to_owned(),
             });
         }
+        let base = self.footer_base();
         Ok(buf
             .chunks_exact(format::IX_LEN)
             .filter_map(IndexEntry::decode)
+            .map(|e| IndexEntry {
+                offset: e.offset + base,
+                ..e
+            })
             .collect())
+    }
+
+    /// What a footer entry's offset is relative to: the extent's first offset in an adopted
+    /// extent (written before the offsets were known), 0 otherwise.
+    fn footer_base(&self) -> u64 {
+        if self.relative() {
+            self.first_offset
+        } else {
+            0
+        }
     }
 
     /// Makes the published records durable and records that in the progress slot; seals the
@@ -439,8 +496,13 @@ impl Block {
             let guard = index.read().unwrap_or_else(|p| p.into_inner());
             let entries = guard.as_deref().unwrap_or(&[]);
             let mut buf = Vec::with_capacity(entries.len() * format::IX_LEN);
+            let base = self.footer_base();
             for e in entries {
-                buf.extend_from_slice(&e.encode());
+                let stored = IndexEntry {
+                    offset: e.offset - base,
+                    ..*e
+                };
+                buf.extend_from_slice(&stored.encode());
             }
             assert!(end + buf.len() as u64 <= self.len, "footer past the extent");
             map.write_header(self.abs(end), &buf);
@@ -567,14 +629,10 @@ impl PublishedFrames<'_> {
         if position >= self.end {
             return Err(FrameError::End);
         }
-        match format::decode_frame(
-            self.bytes,
-            position as usize,
-            self.block.salt,
-            self.block.topic_id,
-            offset,
-            verify,
-        ) {
+        match self
+            .block
+            .decode_frame(self.bytes, position, offset, verify)
+        {
             // Zero bytes inside the published range are damage, not the end.
             Err(FrameError::End) => Err(FrameError::BadMagic),
             other => other,

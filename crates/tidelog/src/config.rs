@@ -30,6 +30,8 @@ const RING_PAYLOAD_DEFAULT: u64 = 4 * MIB;
 pub const RING_CAPACITY_DEFAULT: u64 = 256 * MIB;
 /// Default of [`Config::staged_ttl_ms`]: a day.
 pub const STAGED_TTL_DEFAULT_MS: u64 = 24 * 3_600_000;
+/// Default of [`Config::staged_adopt_bytes_min`]: 4 MiB.
+pub const STAGED_ADOPT_BYTES_DEFAULT: u64 = 4 * MIB;
 /// Name of the ring file inside the data directory when no device is given.
 pub const RING_FILE: &str = "ring.wal";
 
@@ -160,6 +162,10 @@ pub struct Config {
     /// by the directory's holder once none of its files changed for this long, in
     /// milliseconds. `None` keeps such jobs forever. Default a day.
     pub staged_ttl_ms: Option<u64>,
+    /// A staged segment with at least this many bytes of records is adopted whole as a data
+    /// file when its job is published (its records are not copied); a smaller one is
+    /// copied into its topics (no small file per micro-batch). Default 4 MiB.
+    pub staged_adopt_bytes_min: u64,
 }
 
 impl Default for Config {
@@ -182,6 +188,7 @@ impl Default for Config {
             index_interval_bytes: 4 * KIB,
             ring: None,
             staged_ttl_ms: Some(STAGED_TTL_DEFAULT_MS),
+            staged_adopt_bytes_min: STAGED_ADOPT_BYTES_DEFAULT,
         }
     }
 }
@@ -255,6 +262,12 @@ impl Config {
     /// Sets [`Config::staged_ttl_ms`].
     pub fn staged_ttl_ms(mut self, ttl_ms: Option<u64>) -> Self {
         self.staged_ttl_ms = ttl_ms;
+        self
+    }
+
+    /// Sets [`Config::staged_adopt_bytes_min`].
+    pub fn staged_adopt_bytes_min(mut self, bytes: u64) -> Self {
+        self.staged_adopt_bytes_min = bytes;
         self
     }
 

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::format::{self, FORMAT_VERSION, FileHeader};
+use crate::format::{self, FORMAT_VERSION, FileHeader, VERSION_ABSOLUTE};
 use crate::io::Storage;
 use crate::mmap::Mapping;
 
@@ -175,7 +175,7 @@ impl DataFile {
             .create_new(&path)
             .map_err(|e| Error::io("create data file", &path, e))?;
         let header = FileHeader {
-            version: FORMAT_VERSION,
+            version: VERSION_ABSOLUTE,
             file_seq: seq,
             file_size_bytes,
             block_size_bytes,

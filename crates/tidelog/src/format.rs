@@ -12,8 +12,16 @@ use std::ops::Range;
 
 /// The unit of mmap alignment, msync and block headers.
 pub const PAGE_BYTES: u64 = 4096;
-/// Newest format version this build writes and reads.
-pub const FORMAT_VERSION: u32 = 1;
+/// Newest data-file format version this build reads (file header and identity slots).
+pub const FORMAT_VERSION: u32 = VERSION_RELATIVE;
+/// Version of the files the allocator creates and of their extents: each frame carries its
+/// topic id and its offset.
+pub const VERSION_ABSOLUTE: u32 = 1;
+/// Version of a file adopted from a staged segment (`crate::stage`) and of its extents: the
+/// frames were written before the directory gave the records a topic id and offsets, so
+/// each carries topic id 0 and its index in the extent (the extent's `first_offset` gives
+/// the offset). A file holds extents of its own version only.
+pub const VERSION_RELATIVE: u32 = 2;
 /// Longest topic or group name in bytes.
 pub const TOPIC_NAME_MAX: usize = 249;
 
@@ -440,6 +448,31 @@ pub fn encode_small_frame(
     padded
 }
 
+/// Encodes a whole frame (header, key, value, zero padding) at the start of `out`,
+/// checksummed in one pass over the bytes just written; returns its padded length.
+/// `out` must hold the padded frame.
+pub fn encode_frame_into(
+    out: &mut [u8],
+    fields: &FrameFields,
+    salt: u32,
+    key: &[u8],
+    value: &[u8],
+) -> usize {
+    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
+    debug_assert_eq!(fields.value_len as usize, value.len());
+    let frame_len = FRAME_HEADER + key.len() + value.len();
+    let padded = frame_padded_len((key.len() + value.len()) as u64) as usize;
+    let out = &mut out[..padded];
+    fill_header(out, fields);
+    out[FRAME_HEADER..FRAME_HEADER + key.len()].copy_from_slice(key);
+    out[FRAME_HEADER + key.len()..frame_len].copy_from_slice(value);
+    out[frame_len..].fill(0);
+    let mut crc = crc32fast::Hasher::new_with_initial(salt);
+    crc.update(&out[FR_CRC_FROM..frame_len]);
+    put_u32(out, FR_CRC, crc.finalize());
+    padded
+}
+
 /// Why bytes at a position are not a valid frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FrameError {
@@ -656,6 +689,28 @@ mod tests {
         assert_eq!(padded, 48);
         assert!(out[47..48].iter().all(|&b| b == 0));
         assert!(decode_frame(&out[..padded], 0, 9, 3, 11, true).is_ok());
+    }
+
+    #[test]
+    fn encoded_in_place_and_small_encodings_agree() {
+        let fields = FrameFields {
+            topic_id: 0,
+            offset: 3,
+            timestamp_us: 5,
+            key_len: Some(2),
+            value_len: 5,
+            batch_count: 1,
+        };
+        let mut small = [0u8; SMALL_FRAME_MAX];
+        let padded = encode_small_frame(&fields, 9, b"kk", b"value", &mut small);
+        let mut out = vec![0xEE; 3 + padded + 5];
+        assert_eq!(
+            encode_frame_into(&mut out[3..], &fields, 9, b"kk", b"value"),
+            padded
+        );
+        assert_eq!(&out[3..3 + padded], &small[..padded]);
+        assert_eq!(&out[3 + padded..], &[0xEE; 5], "nothing past the frame");
+        assert!(decode_frame(&out, 3, 9, 0, 3, true).is_ok());
     }
 
     #[test]

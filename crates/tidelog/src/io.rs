@@ -31,10 +31,14 @@ pub mod points {
     pub const SYNC_DIR: &str = "sync_dir";
     /// Unlinking a file.
     pub const REMOVE: &str = "remove";
+    /// Renaming a file (matched against the old name).
+    pub const RENAME: &str = "rename";
     /// A positional read (ring recovery and scans).
     pub const READ: &str = "read";
     /// Opening a ring device or file for synchronous (and maybe direct) I/O.
     pub const OPEN_DEVICE: &str = "open_device";
+    /// Opening a file for direct writes (staged segments).
+    pub const OPEN_DIRECT: &str = "open_direct";
 }
 
 /// File operations used by the engine. Implementations must be thread-safe.
@@ -46,6 +50,10 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// Opens an existing ring device or file read-write with `O_DSYNC` (every completed
     /// write is durable), and with `O_DIRECT` when `direct`.
     fn open_device(&self, path: &Path, direct: bool) -> io::Result<File>;
+    /// Opens an existing file for writing with `O_DIRECT` (page-aligned buffers, offsets and
+    /// lengths; no `O_DSYNC`: the caller syncs). Fails (`EINVAL`) where the file system has
+    /// no direct I/O.
+    fn open_direct(&self, path: &Path) -> io::Result<File>;
     /// Sets the file length (sparse extension).
     fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()>;
     /// Reserves disk blocks for `[offset, offset + len)` so later writes cannot hit ENOSPC.
@@ -131,6 +139,14 @@ impl Storage for StdStorage {
 
     fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
         OpenOptions::new().read(true).write(writable).open(path)
+    }
+
+    fn open_direct(&self, path: &Path) -> io::Result<File> {
+        use std::os::unix::fs::OpenOptionsExt;
+        OpenOptions::new()
+            .write(true)
+            .custom_flags(libc::O_DIRECT)
+            .open(path)
     }
 
     fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
@@ -227,6 +243,14 @@ pub enum Fault {
     Always(i32),
     /// Write only the first `n` bytes of the next matching write, then report `EIO`.
     ShortWrite(usize),
+    /// Let `skip` matching calls through, then fail the next one with `errno` (a sweep over
+    /// every I/O of an operation fails each in turn).
+    After {
+        /// Matching calls that succeed first.
+        skip: u64,
+        /// The errno of the call that fails.
+        errno: i32,
+    },
 }
 
 #[derive(Debug)]
@@ -234,7 +258,6 @@ struct Armed {
     point: &'static str,
     path_contains: Option<String>,
     fault: Fault,
-    hits: u64,
 }
 
 /// A [`Storage`] that fails named points on demand; everything else goes to [`StdStorage`].
@@ -243,6 +266,8 @@ pub struct FaultStorage {
     armed: Arc<Mutex<Vec<Armed>>>,
     /// Every call per point, failed or not (tests count syncs with it).
     calls: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
+    /// Calls failed per point, by any fault armed since the layer was made.
+    failed: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
 }
 
 impl FaultStorage {
@@ -263,7 +288,6 @@ impl FaultStorage {
             point,
             path_contains: path_contains.map(str::to_owned),
             fault,
-            hits: 0,
         });
     }
 
@@ -272,14 +296,11 @@ impl FaultStorage {
         self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
     }
 
-    /// How many calls the armed faults of `point` have failed so far.
+    /// How many calls of `point` the faults armed so far have failed (one-shot faults that
+    /// fired included).
     pub fn hits(&self, point: &str) -> u64 {
-        let armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
-        armed
-            .iter()
-            .filter(|a| a.point == point)
-            .map(|a| a.hits)
-            .sum()
+        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        failed.get(point).copied().unwrap_or(0)
     }
 
     /// How many calls reached `point` so far, failed or not.
@@ -301,17 +322,33 @@ impl FaultStorage {
             a.point == point && a.path_contains.as_deref().is_none_or(|s| path.contains(s))
         })?;
         let a = &mut armed[idx];
-        a.hits += 1;
+        if let Fault::After { skip, errno } = a.fault {
+            if skip > 0 {
+                a.fault = Fault::After {
+                    skip: skip - 1,
+                    errno,
+                };
+                return None;
+            }
+            a.fault = Fault::Once(errno);
+        }
         let fault = a.fault;
         if !matches!(fault, Fault::Always(_)) {
             armed.remove(idx);
         }
+        *self
+            .failed
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(point)
+            .or_insert(0) += 1;
         Some(fault)
     }
 
     fn fail(&self, point: &'static str, path: &Path) -> io::Result<()> {
         match self.check(point, path) {
-            Some(Fault::Once(errno) | Fault::Always(errno)) => {
+            // `check` hands out an `After` fault as `Once` when its turn comes.
+            Some(Fault::Once(errno) | Fault::Always(errno) | Fault::After { errno, .. }) => {
                 Err(io::Error::from_raw_os_error(errno))
             }
             Some(Fault::ShortWrite(_)) => Err(io::Error::from_raw_os_error(libc::EIO)),
@@ -327,6 +364,10 @@ impl Storage for FaultStorage {
     }
     fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
         StdStorage.open(path, writable)
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<File> {
+        self.fail(points::OPEN_DIRECT, path)?;
+        StdStorage.open_direct(path)
     }
     fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
         self.fail(points::OPEN_DEVICE, path)?;
@@ -346,7 +387,9 @@ impl Storage for FaultStorage {
                 StdStorage.write_at(file, path, &buf[..n.min(buf.len())], offset)?;
                 Err(io::Error::from_raw_os_error(libc::EIO))
             }
-            Some(Fault::Once(e) | Fault::Always(e)) => Err(io::Error::from_raw_os_error(e)),
+            Some(Fault::Once(e) | Fault::Always(e) | Fault::After { errno: e, .. }) => {
+                Err(io::Error::from_raw_os_error(e))
+            }
             None => StdStorage.write_at(file, path, buf, offset),
         }
     }
@@ -367,6 +410,7 @@ impl Storage for FaultStorage {
         StdStorage.sync_dir(dir)
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.fail(points::RENAME, from)?;
         StdStorage.rename(from, to)
     }
     fn remove_file(&self, path: &Path) -> io::Result<()> {

@@ -58,7 +58,7 @@ mod wal;
 
 pub use config::{
     Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, Retention, RingBackend,
-    STAGED_TTL_DEFAULT_MS, validate_name,
+    STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS, validate_name,
 };
 pub use error::{Error, Result};
 pub use file::FileState;

@@ -98,14 +98,7 @@ fn scan(
     let stop;
     loop {
         let offset = block.first_offset + count;
-        match format::decode_frame(
-            extent,
-            pos as usize,
-            block.salt,
-            block.topic_id,
-            offset,
-            true,
-        ) {
+        match block.decode_frame(extent, pos, offset, true) {
             Ok(view) => {
                 if batch_left == 0 {
                     if view.batch_count == 0 {
@@ -308,7 +301,8 @@ pub fn recover(
         while slot < file.block_count {
             let (id, progress) = read_slots(storage, &file, slot)?;
             let valid = id.as_ref().is_some_and(|id| {
-                id.version == format::FORMAT_VERSION
+                // A file holds extents of its own version only (see `format::VERSION_RELATIVE`).
+                id.version == file.header.version
                     && id.block_index == slot
                     && id.file_seq == file.seq
                     && id.block_count >= 1

@@ -182,6 +182,65 @@ impl Topic {
         self.tail().ingesting = false;
     }
 
+    /// Ends the current extent ahead of extents adopted from a staged segment (the caller
+    /// made the topic exclusive with [`Topic::begin_ingest`]): the extent takes no more
+    /// records and its writer lets it go, so the next append starts a new extent after the
+    /// adopted ones. An empty extent leaves the chain (retired on disk), so no two extents
+    /// start at one offset. Returns the next offset and the topic's largest timestamp.
+    pub fn end_tail_for_adoption(&self, ctx: &Ctx<'_>) -> Result<(u64, u64)> {
+        let mut tail = self.tail();
+        debug_assert!(tail.ingesting, "adoption needs the topic exclusive");
+        if tail.closed {
+            return Err(Error::Closed);
+        }
+        let (next, max_ts) = (tail.next_offset, tail.max_ts);
+        let count = tail.count;
+        let end = tail.pos;
+        let old = tail.block.take();
+        tail.pos = 0;
+        tail.count = 0;
+        tail.last_index_pos = None;
+        tail.prefaulted_to = 0;
+        drop(tail);
+        let Some(old) = old else {
+            return Ok((next, max_ts));
+        };
+        old.set_final(count, end);
+        if count == 0 {
+            self.chain
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .retain(|b| !Arc::ptr_eq(b, &old));
+            self.forget_synced(std::slice::from_ref(&old));
+            old.retire(ctx.storage, format::ProgressState::Consumed)?;
+        }
+        if old.release_writer() | (count == 0 && old.mark_consumed()) {
+            ctx.alloc.doom(&old.file);
+        }
+        Ok((next, max_ts))
+    }
+
+    /// Appends `blocks`, extents adopted from a staged segment (sealed and durable, their
+    /// slots naming this topic), after the topic's records: `records` records from the next
+    /// offset on, with timestamps up to `max_ts`. Follows [`Topic::end_tail_for_adoption`].
+    pub fn push_adopted(&self, blocks: Vec<Arc<Block>>, records: u64, max_ts: u64) {
+        let mut tail = self.tail();
+        debug_assert!(tail.ingesting && tail.block.is_none());
+        debug_assert_eq!(
+            blocks.first().map(|b| b.first_offset),
+            Some(tail.next_offset)
+        );
+        self.chain
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .extend(blocks);
+        tail.next_offset += records;
+        tail.max_ts = tail.max_ts.max(max_ts);
+        // No append is in flight (the topic is exclusive): the records are published at once.
+        self.published_next
+            .store(tail.next_offset, Ordering::Release);
+    }
+
     /// True once the topic was deleted.
     pub fn is_deleted(&self) -> bool {
         self.deleted.load(Ordering::Acquire)
@@ -648,7 +707,7 @@ impl Topic {
 }
 
 /// A fresh checksum seed for a new extent.
-fn new_salt() -> u32 {
+pub(crate) fn new_salt() -> u32 {
     // RandomState is seeded per process and advanced per instance; mixing in the time keeps
     // salts distinct across restarts too.
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();

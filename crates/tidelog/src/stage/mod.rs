@@ -2,26 +2,30 @@
 //! until one commit publishes them into their topics, exactly once (Spark's write protocol:
 //! tasks stage, the driver commits or aborts).
 //!
-//! A job's files live in `staging/JOB/`: one `PART.stage` per task attempt, written through
-//! [`StagedWriter`] (no lock; the name appears only once the part is complete and durable),
-//! then `COMMIT` (the parts the commit accepted, written atomically), then, while its records
-//! are appended, `INGEST` (each topic's first offset for the job). The holder of the
-//! directory's lock ingests a committed job: it makes each of the job's topics exclusive
-//! (other appends to it wait), records where the job starts in each, appends the records,
-//! makes the data files durable and removes the job's directory. After a crash the `INGEST`
-//! ledger says which offsets are the job's, so the ingest resumes where the data files end
-//! and no record is appended twice. Bytes: `docs/FORMAT.md`, "Staged appends".
+//! A job's files live in `staging/JOB/`. Each task attempt writes one part through
+//! [`StagedWriter`] (no lock): segments laid out like data files (`segment`), then the
+//! part's manifest `PART.stage` once they are durable (`part`). The commit writes `COMMIT`
+//! (the parts it accepted, atomically); the holder of the directory's lock publishes the job
+//! (`Wal`'s publish path): it makes each of the job's topics exclusive (other appends to it
+//! wait), records in `INGEST` where the job starts in each, then adopts each large segment
+//! as a data file (its records are not copied) or copies a small one's records, and removes
+//! the job's directory. After a crash the ledger and the segments still in the directory say
+//! which records the data files already hold, so the publish resumes and no record is
+//! appended twice. Bytes: `docs/FORMAT.md`, "Staged appends".
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
-use crate::clock;
 use crate::config::validate_name;
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage, read_optional};
-use crate::journal;
-use crate::mmap::FrozenFile;
-use crate::topic::Append;
+
+mod part;
+pub(crate) mod segment;
+
+pub use part::{PART_SUFFIX, STAGED_RECORD_BYTES_MAX, StagedPart, StagedWriter};
+pub(crate) use part::{PartManifest, SegmentEntry, read_manifest};
+pub use segment::{SEGMENT_SUFFIX, segment_name};
 
 /// Directory of staged jobs inside a data directory.
 pub const STAGING_DIR: &str = "staging";
@@ -29,20 +33,6 @@ pub const STAGING_DIR: &str = "staging";
 pub const COMMIT_FILE: &str = "COMMIT";
 /// An ingesting job's ledger.
 pub const INGEST_FILE: &str = "INGEST";
-/// Suffix of a complete part.
-pub const PART_SUFFIX: &str = ".stage";
-
-const PART_MAGIC: u32 = u32::from_le_bytes(*b"TLSG");
-const PART_END_MAGIC: u32 = u32::from_le_bytes(*b"TLSE");
-const PART_VERSION: u32 = 1;
-/// Part header: magic u32, version u32.
-pub const SP_HEADER_LEN: usize = 8;
-/// Chunk header: body length u32, CRC-32 of the body u32; the body is a journal entry.
-pub const SC_HEADER_LEN: usize = 8;
-/// Trailer: magic u32, chunk count u32, record count u64.
-pub const SP_TRAILER_LEN: usize = 16;
-/// Largest chunk body: one journal entry of at most this many bytes.
-pub const CHUNK_BYTES_MAX: usize = 64 << 20;
 const COMMIT_HEADER: &str = "tidelog commit v1\n";
 /// Manifest line naming the streaming sink and micro-batch a job publishes.
 const SINK_LINE: &str = "@sink ";
@@ -55,167 +45,6 @@ const INGEST_HEADER: &str = "tidelog ingest v1\n";
 pub fn job_dir(dir: &Path, job: &str) -> Result<PathBuf> {
     validate_name(job)?;
     Ok(dir.join(STAGING_DIR).join(job))
-}
-
-/// A part that [`StagedWriter::finish`] made durable: name it in the commit.
-#[derive(Debug, Clone, PartialEq, Eq)]
-#[non_exhaustive]
-pub struct StagedPart {
-    /// The part's name.
-    pub part: String,
-    /// Records in it.
-    pub records: u64,
-}
-
-/// Writes one part of a job. Needs no lock: each task attempt writes its own part.
-#[derive(Debug)]
-pub struct StagedWriter {
-    storage: Arc<dyn Storage>,
-    file: std::fs::File,
-    dir: PathBuf,
-    tmp: PathBuf,
-    path: PathBuf,
-    part: String,
-    pos: u64,
-    chunks: u32,
-    records: u64,
-    buf: Vec<u8>,
-}
-
-impl StagedWriter {
-    /// Starts part `part` of job `job` in the data directory `dir` (which must exist).
-    /// A part of that name that is already complete is an error.
-    pub fn create(dir: &Path, job: &str, part: &str) -> Result<StagedWriter> {
-        Self::create_with_storage(dir, job, part, Arc::new(StdStorage))
-    }
-
-    /// As [`StagedWriter::create`], doing all I/O through `storage`.
-    pub fn create_with_storage(
-        dir: &Path,
-        job: &str,
-        part: &str,
-        storage: Arc<dyn Storage>,
-    ) -> Result<StagedWriter> {
-        validate_name(part)?;
-        if !dir.is_dir() {
-            return Err(Error::io(
-                "open directory",
-                dir,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-        let job_dir = job_dir(dir, job)?;
-        std::fs::create_dir_all(&job_dir)
-            .map_err(|e| Error::io("create staging directory", &job_dir, e))?;
-        if job_dir.join(COMMIT_FILE).exists() {
-            return Err(Error::invalid(
-                "job",
-                format!("job {job:?} is already committed"),
-            ));
-        }
-        let path = job_dir.join(format!("{part}{PART_SUFFIX}"));
-        if path.exists() {
-            return Err(Error::invalid(
-                "part",
-                format!("part {part:?} of job {job:?} already exists"),
-            ));
-        }
-        let tmp = job_dir.join(format!("{part}{PART_SUFFIX}.tmp"));
-        match storage.remove_file(&tmp) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove staged part", &tmp, e)),
-        }
-        let file = storage
-            .create_new(&tmp)
-            .map_err(|e| Error::io("create staged part", &tmp, e))?;
-        let mut header = [0u8; SP_HEADER_LEN];
-        header[..4].copy_from_slice(&PART_MAGIC.to_le_bytes());
-        header[4..].copy_from_slice(&PART_VERSION.to_le_bytes());
-        storage
-            .write_at(&file, &tmp, &header, 0)
-            .map_err(|e| Error::io("write staged part", &tmp, e))?;
-        Ok(StagedWriter {
-            storage,
-            file,
-            dir: job_dir,
-            tmp,
-            path,
-            part: part.to_owned(),
-            pos: SP_HEADER_LEN as u64,
-            chunks: 0,
-            records: 0,
-            buf: Vec::new(),
-        })
-    }
-
-    /// Stages `records` for `topic` (records without a timestamp get the time of this call).
-    pub fn append(&mut self, topic: &str, records: &[Append<'_>]) -> Result<()> {
-        validate_name(topic)?;
-        if records.is_empty() {
-            return Ok(());
-        }
-        let len = journal::entry_len(topic, records);
-        if len > CHUNK_BYTES_MAX as u64 {
-            return Err(Error::limit(
-                "staged chunk bytes",
-                len,
-                CHUNK_BYTES_MAX as u64,
-            ));
-        }
-        self.chunks = self.chunks.checked_add(1).ok_or_else(|| {
-            Error::limit(
-                "staged chunks",
-                u64::from(u32::MAX) + 1,
-                u64::from(u32::MAX),
-            )
-        })?;
-        // The chunk header, then the entry encoded right after it: one copy of the records.
-        let frame = &mut self.buf;
-        frame.clear();
-        frame.extend_from_slice(&[0u8; SC_HEADER_LEN]);
-        journal::encode_after(frame, topic, 0, records, clock::now_us());
-        let body_len = (frame.len() - SC_HEADER_LEN) as u32;
-        let crc = crc32fast::hash(&frame[SC_HEADER_LEN..]);
-        frame[..4].copy_from_slice(&body_len.to_le_bytes());
-        frame[4..SC_HEADER_LEN].copy_from_slice(&crc.to_le_bytes());
-        self.storage
-            .write_at(&self.file, &self.tmp, frame, self.pos)
-            .map_err(|e| Error::io("write staged part", &self.tmp, e))?;
-        self.pos += frame.len() as u64;
-        self.records += records.len() as u64;
-        Ok(())
-    }
-
-    /// Records staged so far.
-    pub fn records(&self) -> u64 {
-        self.records
-    }
-
-    /// Writes the trailer, makes the part durable and gives it its name.
-    pub fn finish(self) -> Result<StagedPart> {
-        let mut trailer = [0u8; SP_TRAILER_LEN];
-        trailer[..4].copy_from_slice(&PART_END_MAGIC.to_le_bytes());
-        trailer[4..8].copy_from_slice(&self.chunks.to_le_bytes());
-        trailer[8..].copy_from_slice(&self.records.to_le_bytes());
-        let io = |op, e| Error::io(op, &self.tmp, e);
-        self.storage
-            .write_at(&self.file, &self.tmp, &trailer, self.pos)
-            .map_err(|e| io("write staged part", e))?;
-        self.storage
-            .sync_file(&self.file, &self.tmp)
-            .map_err(|e| io("fsync staged part", e))?;
-        self.storage
-            .rename(&self.tmp, &self.path)
-            .map_err(|e| Error::io("rename staged part", &self.path, e))?;
-        self.storage
-            .sync_dir(&self.dir)
-            .map_err(|e| Error::io("fsync directory", &self.dir, e))?;
-        Ok(StagedPart {
-            part: self.part,
-            records: self.records,
-        })
-    }
 }
 
 /// A staged job as found in a data directory (for inspection: `tidelog stat`).
@@ -261,7 +90,8 @@ pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
             if name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
                 parts += 1;
             }
-            bytes += f.metadata().map_or(0, |m| m.len());
+            // Blocks on disk: segments are sparse.
+            bytes += f.metadata().map_or(0, |m| m.blocks() * 512);
         }
         jobs.push(StagedJob {
             committed: job_dir.join(COMMIT_FILE).exists(),
@@ -295,13 +125,69 @@ pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<V
         if is_committed(&job_dir) {
             continue;
         }
-        match std::fs::remove_dir_all(&job_dir) {
-            Ok(()) => removed.push(job.job),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-            Err(e) => return Err(Error::io("remove abandoned staged job", &job_dir, e)),
+        if remove_job_dir(&StdStorage, &job_dir)? {
+            removed.push(job.job);
         }
     }
     Ok(removed)
+}
+
+/// Prefix a job's directory is renamed to before its files are removed.
+const REMOVING_PREFIX: &str = ".removing-";
+
+/// Removes a job's directory: renamed first (atomically, then the staging directory synced),
+/// so a crash part way through the removal never leaves a job with some of its files gone
+/// (a commit whose parts are missing); what such a crash leaves is no job at all, and
+/// [`remove_leftovers`] clears it. False when the job was not there.
+pub(crate) fn remove_job_dir(storage: &dyn Storage, job_dir: &Path) -> Result<bool> {
+    let (Some(staging), Some(name)) = (job_dir.parent(), job_dir.file_name()) else {
+        return Err(Error::invalid(
+            "job",
+            "a job directory has a parent and a name",
+        ));
+    };
+    let mut removing = std::ffi::OsString::from(REMOVING_PREFIX);
+    removing.push(name);
+    let removing = staging.join(removing);
+    remove_tree(&removing)?;
+    match storage.rename(job_dir, &removing) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+        Err(e) => return Err(Error::io("remove staged job", job_dir, e)),
+    }
+    storage
+        .sync_dir(staging)
+        .map_err(|e| Error::io("fsync directory", staging, e))?;
+    remove_tree(&removing)?;
+    Ok(true)
+}
+
+/// Clears what removals cut short by a crash left in the staging directory of `dir`.
+pub(crate) fn remove_leftovers(dir: &Path) -> Result<()> {
+    let staging = dir.join(STAGING_DIR);
+    let entries = match std::fs::read_dir(&staging) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(Error::io("list staging directory", &staging, e)),
+    };
+    for entry in entries.flatten() {
+        if entry
+            .file_name()
+            .to_str()
+            .is_some_and(|n| n.starts_with(REMOVING_PREFIX))
+        {
+            remove_tree(&entry.path())?;
+        }
+    }
+    Ok(())
+}
+
+fn remove_tree(path: &Path) -> Result<()> {
+    match std::fs::remove_dir_all(path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove staged job", path, e)),
+    }
 }
 
 fn is_committed(job_dir: &Path) -> bool {
@@ -366,11 +252,7 @@ pub fn abort(dir: &Path, job: &str) -> Result<()> {
             format!("job {job:?} is being published and cannot be aborted"),
         ));
     }
-    match std::fs::remove_dir_all(&job_dir) {
-        Ok(()) => Ok(()),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-        Err(e) => Err(Error::io("remove staged job", &job_dir, e)),
-    }
+    remove_job_dir(&StdStorage, &job_dir).map(drop)
 }
 
 /// Records the commit of `job` in `dir`: the parts to publish, in order. The process that
@@ -576,107 +458,7 @@ pub(crate) fn write_ingest(
     )
 }
 
-/// Every record of the committed parts, grouped by topic in first-appearance order, each
-/// group in staging order. The parts' bytes are returned too: the records borrow them.
-pub(crate) fn read_parts(job_dir: &Path, parts: &[String]) -> Result<Vec<FrozenFile>> {
-    parts
-        .iter()
-        .map(|part| {
-            let path = job_dir.join(format!("{part}{PART_SUFFIX}"));
-            let file =
-                std::fs::File::open(&path).map_err(|e| Error::io("open staged part", &path, e))?;
-            let len = file
-                .metadata()
-                .map_err(|e| Error::io("stat staged part", &path, e))?
-                .len();
-            if len < (SP_HEADER_LEN + SP_TRAILER_LEN) as u64 {
-                return Err(corrupt(&path, "not a tidelog staged part (version 1)"));
-            }
-            // Mapped, not read: no copy of the parts into fresh memory.
-            #[expect(unsafe_code, reason = "mapping a file relies on nobody changing it")]
-            // SAFETY: a part's name appears only once it is complete and durable (written as
-            // `.tmp`, synced, renamed); after that nothing writes or truncates it, and
-            // removal only unlinks it (a rename over it leaves this inode as it was).
-            let map = unsafe { FrozenFile::map(&file) }
-                .map_err(|e| Error::io("map staged part", &path, e))?;
-            check_part(&path, map.bytes())?;
-            Ok(map)
-        })
-        .collect()
-}
-
-/// Validates a part's header, chunk framing and checksums, and trailer.
-fn check_part(path: &Path, bytes: &[u8]) -> Result<()> {
-    let u32_at =
-        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
-    if bytes.len() < SP_HEADER_LEN + SP_TRAILER_LEN
-        || u32_at(0) != PART_MAGIC
-        || u32_at(4) != PART_VERSION
-    {
-        return Err(corrupt(path, "not a tidelog staged part (version 1)"));
-    }
-    let end = bytes.len() - SP_TRAILER_LEN;
-    if u32_at(end) != PART_END_MAGIC {
-        return Err(corrupt(path, "the part has no trailer"));
-    }
-    let mut chunks = 0u32;
-    let mut records = 0u64;
-    for chunk in chunks_of(bytes, true) {
-        let entry = journal::decode(chunk.map_err(|r| corrupt(path, r))?)
-            .map_err(|r| corrupt(path, &format!("chunk {chunks}: {r}")))?;
-        chunks += 1;
-        records += entry.records.len() as u64;
-    }
-    let mut count = [0u8; 8];
-    count.copy_from_slice(&bytes[end + 8..]);
-    if u32_at(end + 4) != chunks || u64::from_le_bytes(count) != records {
-        return Err(corrupt(
-            path,
-            "the trailer's counts disagree with the chunks",
-        ));
-    }
-    Ok(())
-}
-
-/// The chunk bodies of a part, in order; with `verify`, each checked against its CRC-32 (a
-/// part [`read_parts`] returned was checked in full already).
-pub(crate) fn chunks_of(
-    bytes: &[u8],
-    verify: bool,
-) -> impl Iterator<Item = std::result::Result<&[u8], &'static str>> {
-    let end = bytes.len().saturating_sub(SP_TRAILER_LEN);
-    let mut at = SP_HEADER_LEN;
-    std::iter::from_fn(move || {
-        if at >= end {
-            return None;
-        }
-        let Some(head) = bytes
-            .get(at..at + SC_HEADER_LEN)
-            .filter(|_| at + SC_HEADER_LEN <= end)
-        else {
-            at = end;
-            return Some(Err("a chunk header is cut"));
-        };
-        let len = u32::from_le_bytes([head[0], head[1], head[2], head[3]]) as usize;
-        let crc = u32::from_le_bytes([head[4], head[5], head[6], head[7]]);
-        let body_at = at + SC_HEADER_LEN;
-        let Some(body) = bytes
-            .get(body_at..body_at + len)
-            .filter(|_| body_at + len <= end)
-        else {
-            at = end;
-            return Some(Err("a chunk is cut"));
-        };
-        if verify && crc32fast::hash(body) != crc {
-            at = end;
-            return Some(Err("a chunk's checksum does not match"));
-        }
-        at = body_at + len;
-        Some(Ok(body))
-    })
-}
-
-fn corrupt(path: &Path, reason: &str) -> Error {
+pub(crate) fn corrupt(path: &Path, reason: &str) -> Error {
     Error::Corruption {
         topic: String::new(),
         offset: 0,

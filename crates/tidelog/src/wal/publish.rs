@@ -1,0 +1,400 @@
+//! Publishing committed staged jobs (`crate::stage`): the directory holder's side of Spark's
+//! write protocol. Large segments are adopted whole as data files (their records are never
+//! copied: the publish rewrites a page per extent); small ones are copied into the topics.
+
+use std::ops::Range;
+use std::path::Path;
+use std::sync::Arc;
+
+use super::Shared;
+use crate::block::Block;
+use crate::error::{Error, Result};
+use crate::file::{DataFile, data_file_name};
+use crate::format::{self, ProgressState};
+use crate::stage::{self, PartManifest, SegmentEntry, segment::Placement, segment::Segment};
+use crate::topic::{Append, Ctx, Topic};
+
+/// The topics of a job being published, made exclusive, released however the publish ends.
+struct Exclusive(Vec<Arc<Topic>>);
+
+impl Drop for Exclusive {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            t.end_ingest();
+        }
+    }
+}
+
+/// A job's topics during its publish: names in order of first appearance, their topics, and
+/// per topic how many of the job's records the data files already hold and are yet to be
+/// met in the walk over the segments (a resumed publish skips them).
+struct JobTopics {
+    names: Vec<(String, u64)>,
+    topics: Vec<Arc<Topic>>,
+    skip: Vec<u64>,
+}
+
+impl JobTopics {
+    fn index(&self, topic: &str) -> Option<usize> {
+        self.names.iter().position(|(t, _)| t == topic)
+    }
+}
+
+impl Shared {
+    /// Publishes every committed staged job found in the directory.
+    pub(super) fn ingest_committed(&self) -> Result<()> {
+        stage::remove_leftovers(&self.dir)?;
+        let staging = self.dir.join(stage::STAGING_DIR);
+        let entries = match std::fs::read_dir(&staging) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(Error::io("list staging directory", &staging, e)),
+        };
+        let mut jobs: Vec<String> = entries
+            .filter_map(|e| e.ok())
+            .filter(|e| e.path().join(stage::COMMIT_FILE).exists())
+            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            // Not a job: the sinks' ledgers, a removal cut short.
+            .filter(|name| !name.starts_with('.'))
+            .collect();
+        jobs.sort();
+        for job in jobs {
+            let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
+            self.ingest_job(&job)?;
+        }
+        Ok(())
+    }
+
+    /// Publishes committed job `job`: each of its topics is made exclusive, the offset where
+    /// the job starts in each is recorded (once), its segments are adopted or copied after
+    /// whatever of them the data files already hold, the data files are made durable and
+    /// the job's directory is removed. Returns the offsets the job got, per topic. The
+    /// caller holds `ingest_lock`.
+    pub(super) fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
+        let job_dir = stage::job_dir(&self.dir, job)?;
+        // An abort in another process holds it: the job is going, not to be published.
+        let Some(_job_lock) = stage::try_lock_job(&job_dir)? else {
+            return Ok(Vec::new());
+        };
+        let Some(manifest) = stage::read_commit(&job_dir)? else {
+            // Published meanwhile (by this handle's housekeeping thread), or aborted.
+            return Ok(Vec::new());
+        };
+        // A micro-batch its sink already published (a replay committed twice) adds nothing.
+        if let Some((sink, batch)) = &manifest.sink
+            && stage::sink_batch(&self.dir, sink)?.is_some_and(|last| last >= *batch)
+        {
+            self.remove_job(&job_dir)?;
+            return Ok(Vec::new());
+        }
+        let parts = manifest
+            .parts
+            .iter()
+            .map(|part| stage::read_manifest(&job_dir, part))
+            .collect::<Result<Vec<PartManifest>>>()?;
+        // Every segment checked before anything is published: its slots and footers, and
+        // the records of one too small to adopt (it will be copied). `None`: adopted by an
+        // earlier publish of this job that stopped part way (only an adoption takes a segment
+        // away), its records are in the data files.
+        let mut segments: Vec<(&SegmentEntry, Option<Segment>)> = Vec::new();
+        for (part, part_manifest) in manifest.parts.iter().zip(&parts) {
+            for entry in &part_manifest.segments {
+                let path = job_dir.join(stage::segment_name(part, entry.index));
+                if !path.exists() {
+                    segments.push((entry, None));
+                    continue;
+                }
+                let segment = Segment::open(self.storage.as_ref(), &path)?;
+                let mut found = segment.counts();
+                let mut listed = entry.counts.clone();
+                found.sort();
+                listed.sort();
+                if found != listed {
+                    return Err(staged_corruption(
+                        &path,
+                        "the segment disagrees with its part's manifest",
+                    ));
+                }
+                if segment.data_bytes() < self.config.staged_adopt_bytes_min {
+                    segment.for_each_extent(self.storage.as_ref(), |_, _| Ok(()))?;
+                }
+                segments.push((entry, Some(segment)));
+            }
+        }
+        // Records per topic, topics in order of first appearance.
+        let mut names: Vec<(String, u64)> = Vec::new();
+        for segment in parts.iter().flat_map(|m| &m.segments) {
+            if segment.max_record_bytes > self.record_bytes_max {
+                return Err(Error::limit(
+                    "max_record_bytes",
+                    segment.max_record_bytes,
+                    self.record_bytes_max,
+                ));
+            }
+            for (topic, n) in &segment.counts {
+                match names.iter_mut().find(|(t, _)| t == topic) {
+                    Some((_, count)) => *count += n,
+                    None => names.push((topic.clone(), *n)),
+                }
+            }
+        }
+        let topics = names
+            .iter()
+            .map(|(name, _)| self.topic_or_create(name))
+            .collect::<Result<Vec<_>>>()?;
+        // Exclusive from here; released however this ends.
+        let mut _exclusive = Exclusive(Vec::new());
+        let mut next = Vec::with_capacity(topics.len());
+        for t in &topics {
+            next.push(t.begin_ingest()?);
+            _exclusive.0.push(Arc::clone(t));
+        }
+        let recorded = stage::read_ingest(&job_dir)?;
+        let mut starts: Vec<(String, u64)> = match &recorded {
+            Some(ledger) => names
+                .iter()
+                .map(|(name, _)| {
+                    ledger
+                        .iter()
+                        .find(|(t, _)| t == name)
+                        .map(|(t, s)| (t.clone(), *s))
+                        .ok_or_else(|| {
+                            staged_corruption(&job_dir, "the ledger lacks one of its topics")
+                        })
+                })
+                .collect::<Result<_>>()?,
+            None => names
+                .iter()
+                .zip(&next)
+                .map(|((name, _), n)| (name.clone(), *n))
+                .collect(),
+        };
+        // A topic that lost records below the job's start (appends that were never durable)
+        // starts the job where it now ends: record that before appending.
+        let mut moved = false;
+        for ((_, start), n) in starts.iter_mut().zip(&next) {
+            if *n < *start {
+                *start = *n;
+                moved = true;
+            }
+        }
+        if recorded.is_none() || moved {
+            stage::write_ingest(self.storage.as_ref(), &job_dir, &starts)?;
+        }
+        let skip = names
+            .iter()
+            .zip(starts.iter().zip(&next))
+            .map(|((_, count), ((_, start), n))| (n - start).min(*count))
+            .collect();
+        let mut job = JobTopics {
+            names,
+            topics,
+            skip,
+        };
+        let ctx = Ctx {
+            write_through: false,
+            journal: None,
+            ingest: true,
+            ..self.ctx(self.default_opts())
+        };
+        for (entry, segment) in &segments {
+            let Some(segment) = segment else {
+                for (topic, n) in &entry.counts {
+                    let i = job.index(topic).ok_or_else(|| {
+                        staged_corruption(&job_dir, "a segment names an unknown topic")
+                    })?;
+                    job.skip[i] = job.skip[i].checked_sub(*n).ok_or_else(|| {
+                        staged_corruption(
+                            &job_dir,
+                            "an adopted segment's records are missing from the data files",
+                        )
+                    })?;
+                }
+                continue;
+            };
+            let fresh = entry
+                .counts
+                .iter()
+                .all(|(t, _)| job.index(t).is_some_and(|i| job.skip[i] == 0));
+            if fresh && self.adoptable(segment) {
+                self.adopt(&ctx, &job_dir, segment, &job)?;
+            } else {
+                self.copy(&ctx, segment, &mut job)?;
+            }
+        }
+        let ranges: Vec<(String, Range<u64>)> = job
+            .names
+            .iter()
+            .zip(&starts)
+            .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
+            .collect();
+        self.flush()?;
+        // Durable records first, then the sink's ledger, then the job goes: a crash between
+        // two steps repeats only steps that append nothing.
+        if let Some((sink, batch)) = &manifest.sink {
+            stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
+        }
+        self.remove_job(&job_dir)?;
+        Ok(ranges)
+    }
+
+    /// Whether `segment` is adopted rather than copied: it is large enough to be worth a
+    /// file of its own, and each extent's records end within what this directory's index
+    /// interval leaves for records (recovery checks that of every sealed extent).
+    fn adoptable(&self, segment: &Segment) -> bool {
+        let interval = self.config.index_interval_bytes;
+        segment.data_bytes() >= self.config.staged_adopt_bytes_min
+            && segment.extents.iter().all(|e| {
+                let len = u64::from(e.block_count) * segment.block_size_bytes;
+                e.durable_end <= len - format::footer_bytes_max(len, interval)
+            })
+    }
+
+    /// Adopts `segment` as the next data file: its extents follow their topics' records,
+    /// taking the next offsets, without a record being copied.
+    fn adopt(
+        &self,
+        ctx: &Ctx<'_>,
+        job_dir: &Path,
+        segment: &Segment,
+        job: &JobTopics,
+    ) -> Result<()> {
+        // Each topic's records before the segment's must be durable (their extent sealed)
+        // before the segment's extents follow them on disk: a gap after a crash would be
+        // corruption to recovery.
+        let counts = segment.counts();
+        // Each extent's topic, as a position in `counts`.
+        let topic_of: Vec<usize> = segment
+            .extents
+            .iter()
+            .map(|e| counts.iter().position(|(t, _)| *t == e.topic).unwrap_or(0))
+            .collect();
+        let mut running = Vec::with_capacity(counts.len());
+        for (topic, _) in &counts {
+            let i = job
+                .index(topic)
+                .ok_or_else(|| staged_corruption(job_dir, "a segment names an unknown topic"))?;
+            let (next, max_ts) = job.topics[i].end_tail_for_adoption(ctx)?;
+            running.push((i, next, max_ts));
+        }
+        self.flush()?;
+        let placements: Vec<Placement> = segment
+            .extents
+            .iter()
+            .zip(&topic_of)
+            .map(|(e, &at)| {
+                let (i, next, max_ts) = &mut running[at];
+                let placement = Placement {
+                    topic_id: job.topics[*i].id,
+                    first_offset: *next,
+                    max_timestamp_us: (*max_ts).max(e.max_timestamp_us),
+                };
+                *next += e.records;
+                *max_ts = placement.max_timestamp_us;
+                placement
+            })
+            .collect();
+        let storage = self.storage.as_ref();
+        let file = self.alloc.adopt_file(|seq| {
+            segment.prepare_adoption(storage, seq, &placements)?;
+            let to = self.dir.join(data_file_name(seq));
+            storage
+                .rename(&segment.path, &to)
+                .map_err(|e| Error::io("rename staged segment into place", &to, e))?;
+            // The file may now be in the data directory or not, as the next sync says:
+            // nothing more may be acknowledged until a reopen has looked.
+            let installed = (|| {
+                storage
+                    .sync_dir(&self.dir)
+                    .map_err(|e| Error::io("fsync directory", &self.dir, e))?;
+                storage
+                    .sync_dir(job_dir)
+                    .map_err(|e| Error::io("fsync directory", job_dir, e))?;
+                DataFile::open(storage, &to, true)?
+                    .ok_or_else(|| staged_corruption(&to, "the adopted file does not open"))
+            })();
+            installed.inspect_err(|e| self.sync.poison(e))
+        })?;
+        let interval = self.config.index_interval_bytes;
+        let mut adopted: Vec<Vec<Arc<Block>>> = vec![Vec::new(); counts.len()];
+        for ((e, p), &at) in segment.extents.iter().zip(&placements).zip(&topic_of) {
+            let block = Arc::new(Block::new(
+                Arc::clone(&file),
+                e.block_index,
+                e.block_count,
+                p.topic_id,
+                e.salt,
+                p.first_offset,
+                interval,
+                None,
+            ));
+            block.restore(
+                e.records,
+                e.durable_end,
+                p.max_timestamp_us,
+                e.durable_end,
+                ProgressState::Sealed,
+            );
+            block.set_final(e.records, e.durable_end);
+            adopted[at].push(block);
+        }
+        for ((blocks, (_, records)), (i, _, max_ts)) in
+            adopted.into_iter().zip(&counts).zip(running)
+        {
+            job.topics[i].push_adopted(blocks, *records, max_ts);
+        }
+        Ok(())
+    }
+
+    /// Copies `segment`'s records into their topics, skipping those the data files already
+    /// hold (a resumed publish).
+    fn copy(&self, ctx: &Ctx<'_>, segment: &Segment, job: &mut JobTopics) -> Result<()> {
+        segment.for_each_extent(self.storage.as_ref(), |e, records| {
+            let i = job
+                .index(&e.topic)
+                .ok_or_else(|| staged_corruption(&segment.path, "an unknown topic"))?;
+            let held = (job.skip[i] as usize).min(records.len());
+            job.skip[i] -= held as u64;
+            for batch in self.batches(&records[held..]) {
+                job.topics[i].append(ctx, batch)?;
+            }
+            Ok(())
+        })
+    }
+
+    /// Removes a published job's directory, durably.
+    fn remove_job(&self, job_dir: &Path) -> Result<()> {
+        stage::remove_job_dir(self.storage.as_ref(), job_dir).map(drop)
+    }
+
+    /// `records` cut into batches within the batch limits.
+    fn batches<'r, 'a>(&self, records: &'r [Append<'a>]) -> Vec<&'r [Append<'a>]> {
+        let mut out = Vec::new();
+        let (mut from, mut bytes) = (0, 0u64);
+        for (i, r) in records.iter().enumerate() {
+            let len = r.payload_len();
+            let count = (i - from) as u64;
+            if i > from
+                && (bytes + len > self.batch_bytes_max || count >= self.config.max_batch_records)
+            {
+                out.push(&records[from..i]);
+                (from, bytes) = (i, 0);
+            }
+            bytes += len;
+        }
+        if from < records.len() {
+            out.push(&records[from..]);
+        }
+        out
+    }
+}
+
+fn staged_corruption(path: &Path, reason: &str) -> Error {
+    Error::Corruption {
+        topic: String::new(),
+        offset: 0,
+        path: path.to_owned(),
+        position: 0,
+        reason: format!("staged job: {reason}"),
+    }
+}
