@@ -323,6 +323,38 @@ fn segments_before_commit() -> usize {
 }
 
 #[test]
+fn adoption_behind_a_ring_keeps_the_ring_and_data_files_in_step() {
+    // Appends before and after the publish go through the ring; the adopted extents sit
+    // between them in the data files, and a reopen replays the ring around them.
+    let dir = tempdir();
+    let config = adopting().ring(
+        tidelog::RingBackend::default()
+            .ring(tidelog::RingConfig::default().capacity_bytes(8 << 20)),
+    );
+    let wal = Wal::open_with(dir.path(), config.clone()).expect("open");
+    append_before(&wal, 3);
+    stage_standard(dir.path());
+    wal.commit_staged("job", &["p0", "p1"]).expect("commit");
+    assert!(!adopted_files(dir.path()).is_empty());
+    assert_eq!(wal.append("a", b"after").expect("append"), 1003);
+    check_standard_with_after(&wal, "ring, before close");
+    wal.close().expect("close");
+    let wal = Wal::open_with(dir.path(), config).expect("reopen");
+    check_standard_with_after(&wal, "ring, after reopen");
+}
+
+fn check_standard_with_after(wal: &Wal, what: &str) {
+    let mut a = before_rows(3);
+    a.extend(expected(3, &[("p0", 700), ("p1", 300)], "a"));
+    let got = rows(wal, "a");
+    same_rows(&got[..got.len() - 1], &a, what);
+    assert_eq!(
+        got.last().map(|r| (r.0, r.3.clone())),
+        Some((1003, b"after".to_vec()))
+    );
+}
+
+#[test]
 fn a_directory_with_a_finer_index_copies_instead_of_adopting() {
     // A smaller index interval reserves more footer room than the staged extents left.
     let dir = tempdir();
