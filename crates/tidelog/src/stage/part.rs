@@ -477,9 +477,8 @@ impl StagedWriter {
         // A frame too large for the buffer gets one of its own.
         let need = self.extents[i].tail.len() + padded;
         let big = need > capacity;
-        if big {
-            self.buf_len = 0;
-        }
+        // A frame that fits the buffer together with what it holds never counts as big.
+        debug_assert!(!big || self.buf_len == 0);
         let buf = match &mut self.buf {
             Some(b) if !big => b,
             slot => slot.insert(

@@ -143,11 +143,11 @@ impl Shared {
             .map(|(name, _)| self.topic_or_create(name))
             .collect::<Result<Vec<_>>>()?;
         // Exclusive from here; released however this ends.
-        let mut _exclusive = Exclusive(Vec::new());
+        let mut exclusive = Exclusive(Vec::new());
         let mut next = Vec::with_capacity(topics.len());
         for t in &topics {
             next.push(t.begin_ingest()?);
-            _exclusive.0.push(Arc::clone(t));
+            exclusive.0.push(Arc::clone(t));
         }
         let recorded = stage::read_ingest(&job_dir)?;
         let mut starts: Vec<(String, u64)> = match &recorded {
