@@ -34,7 +34,6 @@ dropped. Offsets are assigned at the commit.
 from __future__ import annotations
 
 import json
-import math
 import os
 import re
 import sys
@@ -500,8 +499,6 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
 
 # --- writes ---
 
-# Most bytes one append_arrow call stages (a staged chunk holds at most 64 MiB).
-CHUNK_BYTES_MAX = 16 << 20
 # Topic, job, part and sink names: the engine's rule.
 _NAME = re.compile(r"[A-Za-z0-9_-][A-Za-z0-9._-]{0,248}")
 # Room for the "-b<micro-batch id>" of a sink's job names within 249 characters.
@@ -624,14 +621,6 @@ def _part_name(prefix: str = "") -> str:
     return f"{prefix}p{ctx.partitionId()}-a{ctx.taskAttemptId()}"
 
 
-def _sized(topic: str, data: pa.RecordBatch) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """`data` in slices of at most CHUNK_BYTES_MAX bytes (about)."""
-    pieces = max(1, math.ceil(data.nbytes / CHUNK_BYTES_MAX))
-    rows = max(1, math.ceil(data.num_rows / pieces))
-    for start in range(0, data.num_rows, rows):
-        yield topic, data.slice(start, rows)
-
-
 def _by_topic(
     options: _WriteOptions, batch: pa.RecordBatch
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
@@ -649,7 +638,7 @@ def _by_topic(
     names = ["value"] + ["key"] * options.key + ["timestamp"] * options.timestamp
     data = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
     if options.topic is not None:
-        yield from _sized(options.topic, data)
+        yield options.topic, data
         return
     topics = batch.column("topic")
     if topics.null_count:
@@ -661,7 +650,7 @@ def _by_topic(
     encoded = pc.dictionary_encode(topics)
     topic_names = encoded.dictionary.to_pylist()
     if len(topic_names) == 1:
-        yield from _sized(topic_names[0], data)
+        yield topic_names[0], data
         return
     # A stable sort groups each topic's rows and keeps their order.
     data = data.take(pc.sort_indices(encoded.indices))
@@ -671,7 +660,7 @@ def _by_topic(
     )
     start = 0
     for index, topic in enumerate(topic_names):
-        yield from _sized(topic, data.slice(start, count_of[index]))
+        yield topic, data.slice(start, count_of[index])
         start += count_of[index]
 
 

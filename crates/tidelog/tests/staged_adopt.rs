@@ -249,9 +249,7 @@ fn segments_written_without_direct_io_are_the_same() {
         w.append("a", &records).expect("stage");
         w.finish().expect("finish");
         assert_eq!(faults.hits(point), 1, "{name}");
-        let wal = Wal::open_with(dir.path(), adopting()).expect("open");
-        wal.commit_staged("job", &["p0"]).expect("commit");
-        let got: Vec<Vec<u8>> = rows(&wal, "a").into_iter().map(|r| r.3).collect();
+        let got = publish_values(dir.path(), adopting(), "a");
         assert!(got == values, "{name}: the records differ");
     }
 }
@@ -276,11 +274,16 @@ fn records_larger_than_the_write_buffer_are_staged_whole() {
     ] {
         let run = tempdir();
         common::copy_dir(dir.path(), run.path());
-        let wal = Wal::open_with(run.path(), config).expect("open");
-        wal.commit_staged("job", &["p0"]).expect("commit");
-        let got: Vec<Vec<u8>> = rows(&wal, "big").into_iter().map(|r| r.3).collect();
+        let got = publish_values(run.path(), config, "big");
         assert!(got == values, "the records differ");
     }
+}
+
+/// Publishes part `p0` of job `job` in `dir` and returns the values of `topic`.
+fn publish_values(dir: &Path, config: Config, topic: &str) -> Vec<Vec<u8>> {
+    let wal = Wal::open_with(dir, config).expect("open");
+    wal.commit_staged("job", &["p0"]).expect("commit");
+    rows(&wal, topic).into_iter().map(|r| r.3).collect()
 }
 
 #[test]
