@@ -68,18 +68,6 @@ pub fn entry_len(name: &str, records: &[Append<'_>]) -> u64 {
 /// timestamp get `now_us`) into `buf`, replacing what it held.
 fn encode(buf: &mut Vec<u8>, name: &str, first: u64, records: &[Append<'_>], now_us: u64) {
     buf.clear();
-    encode_after(buf, name, first, records, now_us);
-}
-
-/// As [`encode`], appending the entry to what `buf` already holds.
-pub fn encode_after(
-    buf: &mut Vec<u8>,
-    name: &str,
-    first: u64,
-    records: &[Append<'_>],
-    now_us: u64,
-) {
-    let start = buf.len();
     buf.reserve(entry_len(name, records) as usize);
     buf.push(ENTRY_KIND_BATCH);
     buf.push(ENTRY_VERSION);
@@ -97,7 +85,7 @@ pub fn encode_after(
         }
         buf.extend_from_slice(r.value);
     }
-    debug_assert_eq!((buf.len() - start) as u64, entry_len(name, records));
+    debug_assert_eq!(buf.len() as u64, entry_len(name, records));
 }
 
 /// A decoded entry, borrowing the ring record's body.
