@@ -180,6 +180,7 @@ fn large_segments_become_data_files_and_read_like_any_other() {
     stage_standard(dir.path());
     let segments = segments_of(dir.path(), "job");
     assert!(segments.len() >= 3, "several segments: {segments:?}");
+    let usage = wal.disk_usage();
     let ranges = wal.commit_staged("job", &["p0", "p1"]).expect("commit");
     assert_eq!(
         ranges,
@@ -192,6 +193,14 @@ fn large_segments_become_data_files_and_read_like_any_other() {
     );
     assert!(!dir.path().join(stage::STAGING_DIR).join("job").exists());
     check_standard(&wal, "after the commit");
+    // The adopted files count in the disk account with what they hold on disk.
+    let adopted_bytes = common::real_bytes(&adopted_files(dir.path()));
+    let after = wal.disk_usage();
+    assert_eq!(after.files, usage.files + segments.len() as u64);
+    assert!(
+        after.bytes >= usage.bytes + adopted_bytes,
+        "{usage:?} -> {after:?}"
+    );
 
     // Point reads and seeks land inside adopted extents (their index footers are relative).
     for offset in [3, 4, 250, 702, 703, 1002] {
