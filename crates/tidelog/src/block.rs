@@ -495,9 +495,15 @@ impl Block {
             let index = self.load_index(topic)?;
             let guard = index.read().unwrap_or_else(|p| p.into_inner());
             let entries = guard.as_deref().unwrap_or(&[]);
-            let mut buf = Vec::with_capacity(entries.len() * format::IX_LEN);
+            // Records written under a coarser index interval than this open's may leave less
+            // room than the index needs: then every k-th entry goes to disk (the first
+            // always), a sparser index that seeks use the same way.
+            let room = ((self.len - end) / format::IX_LEN as u64) as usize;
+            let stride = entries.len().div_ceil(room.max(1)).max(1);
+            let kept = entries.iter().step_by(stride).take(room);
+            let mut buf = Vec::with_capacity(entries.len().min(room) * format::IX_LEN);
             let base = self.footer_base();
-            for e in entries {
+            for e in kept {
                 let stored = IndexEntry {
                     offset: e.offset - base,
                     ..*e
@@ -506,7 +512,7 @@ impl Block {
             }
             assert!(end + buf.len() as u64 <= self.len, "footer past the extent");
             map.write_header(self.abs(end), &buf);
-            footer_count = entries.len() as u64;
+            footer_count = (buf.len() / format::IX_LEN) as u64;
             footer_crc = crc32fast::hash(&buf);
             data_end = end + buf.len() as u64;
         }

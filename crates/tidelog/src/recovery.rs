@@ -407,8 +407,11 @@ pub fn recover(
             }
             match f.progress {
                 Some(p) if p.state == ProgressState::Sealed => {
+                    // Against the extent itself, not this open's footer reserve: the extent
+                    // may have been written with another index interval.
+                    let footer_bytes = p.footer_count.saturating_mul(format::IX_LEN as u64);
                     if p.durable_end < format::BLOCK_HEADER_BYTES
-                        || p.durable_end > block.data_limit
+                        || p.durable_end.saturating_add(footer_bytes) > block.len
                     {
                         return Err(block.corruption(
                             &name,
@@ -440,10 +443,12 @@ pub fn recover(
                 }
                 progress => {
                     let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+                    // Records may reach past this open's footer reserve (an extent written
+                    // with a coarser index interval), never past the extent.
                     let limit = if writable {
-                        block.data_limit
+                        block.len
                     } else {
-                        watermark.min(block.data_limit)
+                        watermark.min(block.len)
                     };
                     // Resume a read-only scan where the last refresh stopped.
                     let (count0, end0) = block.published();
@@ -466,7 +471,7 @@ pub fn recover(
                     );
                     out.report.scanned_extents += 1;
                     out.report.scanned_bytes += s.end - end0;
-                    if s.end < watermark.min(block.data_limit) {
+                    if s.end < watermark.min(block.len) {
                         return Err(block.corruption(
                             &name,
                             f.id.first_offset + s.count,

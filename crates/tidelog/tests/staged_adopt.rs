@@ -367,22 +367,23 @@ fn check_standard_with_after(wal: &Wal, what: &str) {
 }
 
 #[test]
-fn a_directory_with_a_finer_index_copies_instead_of_adopting() {
-    // A smaller index interval reserves more footer room than the staged extents left.
-    let dir = tempdir();
-    let config = adopting().index_interval_bytes(512);
-    let wal = Wal::open_with(dir.path(), config.clone()).expect("open");
-    append_before(&wal, 3);
-    stage_standard(dir.path());
-    wal.commit_staged("job", &["p0", "p1"]).expect("commit");
-    // Segments whose extents are full are copied; others may still be adopted.
-    assert!(adopted_files(dir.path()).len() < segments_before_commit());
-    check_standard(&wal, "after the commit");
-    drop(wal);
-    check_standard(
-        &Wal::open_with(dir.path(), config).expect("reopen"),
-        "after a restart",
-    );
+fn a_directory_with_another_index_interval_adopts_all_the_same() {
+    // Staged extents keep the footer reserve of the interval they were written with.
+    for interval in [512, 1 << 20] {
+        let dir = tempdir();
+        let config = adopting().index_interval_bytes(interval);
+        let wal = Wal::open_with(dir.path(), config.clone()).expect("open");
+        append_before(&wal, 3);
+        stage_standard(dir.path());
+        wal.commit_staged("job", &["p0", "p1"]).expect("commit");
+        assert_eq!(adopted_files(dir.path()).len(), segments_before_commit());
+        check_standard(&wal, &format!("interval {interval}"));
+        drop(wal);
+        check_standard(
+            &Wal::open_with(dir.path(), config).expect("reopen"),
+            &format!("interval {interval}, after a restart"),
+        );
+    }
 }
 
 /// Fails the `skip`-th call (0-based) of `point` during the standard job's publish, then

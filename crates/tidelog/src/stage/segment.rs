@@ -27,9 +27,8 @@ pub const SEGMENT_BLOCKS_MAX: u32 = 102;
 /// Largest segment file, header page included (about 1 GiB, like a default data file).
 pub const SEGMENT_BYTES_MAX: u64 =
     format::FILE_HEADER_BYTES + SEGMENT_BLOCKS_MAX as u64 * SEGMENT_BLOCK_BYTES;
-/// Index interval of staged extents: `Config::index_interval_bytes`' default. A directory
-/// with a smaller interval reserves more footer room than a staged extent left, so it
-/// copies such a segment instead of adopting it.
+/// Index interval of staged extents: `Config::index_interval_bytes`' default (an extent
+/// keeps the footer reserve of the interval it was written with, whatever the directory's).
 pub const SEGMENT_INDEX_INTERVAL_BYTES: u64 = 4096;
 const _: () = assert!(SEGMENT_BYTES_MAX <= crate::config::FILE_SIZE_MAX);
 const _: () = assert!(SEGMENT_BLOCK_BYTES.is_multiple_of(format::PAGE_BYTES));

@@ -10,7 +10,7 @@ use super::Shared;
 use crate::block::Block;
 use crate::error::{Error, Result};
 use crate::file::{DataFile, data_file_name};
-use crate::format::{self, ProgressState};
+use crate::format::ProgressState;
 use crate::stage::{self, PartManifest, SegmentEntry, segment::Placement, segment::Segment};
 use crate::topic::{Append, Ctx, Topic};
 
@@ -239,15 +239,9 @@ impl Shared {
     }
 
     /// Whether `segment` is adopted rather than copied: it is large enough to be worth a
-    /// file of its own, and each extent's records end within what this directory's index
-    /// interval leaves for records (recovery checks that of every sealed extent).
+    /// file of its own.
     fn adoptable(&self, segment: &Segment) -> bool {
-        let interval = self.config.index_interval_bytes;
         segment.data_bytes() >= self.config.staged_adopt_bytes_min
-            && segment.extents.iter().all(|e| {
-                let len = u64::from(e.block_count) * segment.block_size_bytes;
-                e.durable_end <= len - format::footer_bytes_max(len, interval)
-            })
     }
 
     /// Adopts `segment` as the next data file: its extents follow their topics' records,
