@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use super::segment::{
     SEGMENT_BLOCK_BYTES, SEGMENT_BLOCKS_MAX, SEGMENT_BYTES_MAX, SEGMENT_INDEX_INTERVAL_BYTES,
-    SEGMENT_SUFFIX, SH_LEN, SegmentHeader, segment_name, staged_slots,
+    SEGMENT_SUFFIX, SH_LEN, SegmentHeader, block_position, segment_name, staged_slots,
 };
 use super::{COMMIT_FILE, job_dir};
 use crate::block::Block;
@@ -680,11 +680,6 @@ impl StagedWriter {
         });
         Ok(())
     }
-}
-
-/// Byte position of block `index` in a segment of `block_bytes` blocks.
-fn block_position(block_bytes: u64, index: u32) -> u64 {
-    format::FILE_HEADER_BYTES + u64::from(index) * block_bytes
 }
 
 /// `len` rounded up to whole pages.

@@ -296,7 +296,7 @@ impl Segment {
 
     /// Byte position of block `index` in the file.
     fn block_position(&self, index: u32) -> u64 {
-        format::FILE_HEADER_BYTES + u64::from(index) * self.block_size_bytes
+        block_position(self.block_size_bytes, index)
     }
 
     /// Records in the segment.
@@ -449,13 +449,12 @@ impl Segment {
 
 /// A corruption error naming a staged file.
 pub(crate) fn staged_corruption(path: &Path, reason: &str) -> Error {
-    Error::Corruption {
-        topic: String::new(),
-        offset: 0,
-        path: path.to_owned(),
-        position: 0,
-        reason: format!("staged segment: {reason}"),
-    }
+    super::corrupt(path, &format!("staged segment: {reason}"))
+}
+
+/// Byte position of block `index` in a segment of `block_bytes` blocks.
+pub(crate) fn block_position(block_bytes: u64, index: u32) -> u64 {
+    format::FILE_HEADER_BYTES + u64::from(index) * block_bytes
 }
 
 #[cfg(test)]

@@ -384,11 +384,5 @@ impl Shared {
 }
 
 fn staged_corruption(path: &Path, reason: &str) -> Error {
-    Error::Corruption {
-        topic: String::new(),
-        offset: 0,
-        path: path.to_owned(),
-        position: 0,
-        reason: format!("staged job: {reason}"),
-    }
+    stage::corrupt(path, &format!("staged job: {reason}"))
 }
