@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import select
+import shutil
 import signal
 import subprocess
 import sys
@@ -178,3 +179,34 @@ def kill_after_first_line(code: str, *args: str, delay_s: float) -> list[str]:
         rest, err = proc.communicate()
     assert proc.returncode == -signal.SIGKILL, err.decode()
     return (out + rest).decode().split("\n")[:-1]
+
+
+# A loop device.
+
+LOOP_DEVICE_BYTES = 64 << 20
+
+
+@pytest.fixture
+def loop_device(tmp_path: Path) -> Iterator[str]:
+    """A loop device (4096-byte sectors, direct I/O) over a LOOP_DEVICE_BYTES image, detached
+    afterwards; skips where this machine cannot attach one (not root, no losetup)."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root to attach a loop device")
+    if shutil.which("losetup") is None:
+        pytest.skip("no losetup")
+    image = tmp_path / "disk.img"
+    with image.open("wb") as f:
+        f.truncate(LOOP_DEVICE_BYTES)
+    proc = subprocess.run(
+        ["losetup", "-f", "--show", "--direct-io=on", "--sector-size", "4096", str(image)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    device = proc.stdout.strip()
+    if proc.returncode != 0 or not device.startswith("/dev/"):
+        pytest.skip(f"losetup could not attach a loop device: {proc.stderr.strip()}")
+    try:
+        yield device
+    finally:
+        subprocess.run(["losetup", "-d", device], check=False)

@@ -21,6 +21,7 @@ from typing import Any
 import pytest
 import tidelog
 from conftest import (
+    LOOP_DEVICE_BYTES,
     RING_CAPACITY,
     SMALL,
     data_files,
@@ -482,11 +483,16 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def durable_options() -> dict[str, Any]:
+def durable_options(**options: Any) -> dict[str, Any]:
     """Durable appends, and a ring that never checkpoints (no timed checkpoint, never half
-    full): the ring alone holds every acknowledged append."""
+    full): the ring alone holds every acknowledged append. `options` override these."""
     return ring_options(
-        capacity=RING_CAPACITY, fsync="always", fsync_interval_ms=NO_TIMED_CHECKPOINT_MS
+        **{
+            "capacity": RING_CAPACITY,
+            "fsync": "always",
+            "fsync_interval_ms": NO_TIMED_CHECKPOINT_MS,
+            **options,
+        }
     )
 
 
@@ -506,15 +512,22 @@ def lose_data_files(path: Path) -> None:
         f.unlink()
 
 
-def test_acknowledged_appends_survive_losing_every_data_file(tmp_path: Path) -> None:
-    path = tmp_path / "wal"
-    n = 40
-    proc = run_child(ACKING_CHILD, str(path), json.dumps(durable_options()), str(n))
+def acked_then_killed(path: Path, n: int, options: dict[str, Any]) -> dict[str, list[int]]:
+    """Runs ACKING_CHILD (`n` rounds) on `path` with `options` until it kills itself with no
+    checkpoint made; returns what it acknowledged, per topic."""
+    proc = run_child(ACKING_CHILD, str(path), json.dumps(options), str(n))
     assert proc.returncode == -signal.SIGKILL, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[-1] == "checkpoints 0"
     acks = parse_acks(lines[:-1])
     assert {t: len(o) for t, o in acks.items()} == {"alpha": n + 5, "beta": n + 1, "gamma": n}
+    return acks
+
+
+def test_acknowledged_appends_survive_losing_every_data_file(tmp_path: Path) -> None:
+    path = tmp_path / "wal"
+    n = 40
+    acks = acked_then_killed(path, n, durable_options())
     lose_data_files(path)
     with tidelog.open(path, **durable_options()) as wal:
         assert sorted(wal.topics()) == list(TOPICS)
@@ -529,6 +542,31 @@ def test_acknowledged_appends_survive_losing_every_data_file(tmp_path: Path) -> 
     with tidelog.open(path, **SMALL) as wal:
         for topic, offsets in acks.items():
             check_records(wal, topic, len(offsets))
+
+
+def test_on_a_loop_device(tmp_path: Path, loop_device: str) -> None:
+    """The topic log on a block device: formatted only when asked, written with O_DIRECT at
+    the device's size, and every acknowledged append replayed from it after a kill -9 that
+    also loses every data file."""
+    path = tmp_path / "wal"
+    device = {"device": loop_device, "capacity": None}
+    with pytest.raises(tidelog.NotFormattedError):
+        tidelog.open(path, **durable_options(**device))
+    assert not (path / "RING").exists()
+    n = 40
+    acks = acked_then_killed(path, n, durable_options(**device, format=True))
+    lose_data_files(path)
+    with tidelog.open(path, **durable_options(**device)) as wal:
+        stats = ring_stats(wal)
+        assert (stats["device"], stats["capacity"]) == (loop_device, LOOP_DEVICE_BYTES)
+        assert stats["direct_io"]
+        for topic, offsets in acks.items():
+            assert offsets == list(range(len(offsets)))
+            check_records(wal, topic, len(offsets))
+        assert wal.append("alpha", value("alpha", n + 5)) == n + 5
+    with tidelog.open(path, **SMALL) as wal:
+        check_records(wal, "alpha", n + 6)
+        check_records(wal, "beta", n + 1)
 
 
 RANDOM_CHILD = """

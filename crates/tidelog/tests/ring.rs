@@ -1,52 +1,23 @@
-//! The ring backend's behaviours: wrap-around, trim and reopen, ring full, recovery with
-//! holes, torn headers, stale records from earlier laps and sessions, bit flips, and I/O
-//! faults. Crash images are byte copies of a ring taken while it is open (every completed
-//! write is durable, so the copy is what a crash would leave).
+//! The ring backend on a regular file: round trips, I/O faults, opening checks, both I/O
+//! engines, one writer per ring, and a model-based random test. The seed's recovery
+//! behaviours (laps, trims, ring full, holes, stale records, torn headers, bit flips) run on
+//! a file and on a loop device in `ring_targets.rs`. Crash images are byte copies of a ring
+//! taken while it is open (every completed write is durable, so the copy is what a crash
+//! would leave).
 
 mod common;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::Duration;
 
-use common::{RING_CAP as CAP, patch, ring_append_n, ring_body, ring_config};
+use common::{RING_CAP as CAP, ring_append_n, ring_body, ring_config, ring_records, same_records};
 use tidelog::io::{Fault, FaultStorage, points};
-use tidelog::ring::format::{ALIGN_BYTES, HEADER_SLOT_BYTES, RING_START};
 use tidelog::{DirectIo, Error, IoEngine, RingConfig, RingWal};
-
-fn collect(ring: &RingWal) -> Vec<(u64, Vec<u8>)> {
-    ring.recover()
-        .expect("recover")
-        .collect::<tidelog::Result<Vec<_>>>()
-        .expect("records")
-}
-
-/// Compares record lists by offset, then body, without printing megabytes on failure.
-#[track_caller]
-fn same(got: &[(u64, Vec<u8>)], want: &[(u64, Vec<u8>)]) {
-    let offsets = |r: &[(u64, Vec<u8>)]| r.iter().map(|x| x.0).collect::<Vec<_>>();
-    assert_eq!(offsets(got), offsets(want), "record offsets differ");
-    for (g, w) in got.iter().zip(want) {
-        assert!(g.1 == w.1, "body of record {} differs", g.0);
-    }
-}
 
 fn crash_image(ring: &RingWal, dir: &Path, name: &str) -> PathBuf {
     let dst = dir.join(name);
     std::fs::copy(ring.path(), &dst).expect("copy image");
     dst
-}
-
-fn read(path: &Path, pos: u64, len: usize) -> Vec<u8> {
-    use std::os::unix::fs::FileExt;
-    let f = std::fs::File::open(path).expect("open image");
-    let mut b = vec![0u8; len];
-    f.read_exact_at(&mut b, pos).expect("read");
-    b
-}
-
-fn physical(ring_bytes: u64, offset: u64) -> u64 {
-    RING_START + offset % ring_bytes
 }
 
 #[test]
@@ -58,7 +29,7 @@ fn append_flush_reopen_recovers_everything() {
         let ring = RingWal::open(&path, ring_config()).expect("open");
         expected = ring_append_n(&ring, 0, 1000, 37);
         assert!(expected.windows(2).all(|w| w[0].0 < w[1].0));
-        same(&collect(&ring), &expected);
+        same_records(&ring_records(&ring), &expected);
         ring.close().expect("close");
         assert!(matches!(ring.append(b"x"), Err(Error::Closed)));
     }
@@ -67,11 +38,11 @@ fn append_flush_reopen_recovers_everything() {
     assert_eq!(report.records, 1000);
     assert!(report.clean_shutdown);
     assert_eq!(report.clean_end_offset, Some(report.end_offset));
-    same(&collect(&ring), &expected);
+    same_records(&ring_records(&ring), &expected);
     // Appends continue after the recovered log.
     let more = ring_append_n(&ring, 1000, 10, 37);
     assert!(more[0].0 >= report.end_offset);
-    assert_eq!(collect(&ring).len(), 1010);
+    assert_eq!(ring_records(&ring).len(), 1010);
 }
 
 #[test]
@@ -88,291 +59,7 @@ fn direct_io_required_works_on_a_regular_file() {
     };
     assert!(ring.direct_io());
     let expected = ring_append_n(&ring, 0, 300, 1000);
-    same(&collect(&ring), &expected);
-}
-
-#[test]
-fn wraps_around_over_several_laps_with_trims_and_reopens() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let mut live: Vec<(u64, Vec<u8>)> = Vec::new();
-    let mut id = 0;
-    let mut ring_bytes = 0;
-    let mut last_offset = 0;
-    for round in 0..12 {
-        let ring = RingWal::open(&path, ring_config()).expect("open");
-        ring_bytes = ring.ring_bytes();
-        same(&collect(&ring), &live);
-        let batch = ring_append_n(&ring, id, 300, 3000 + round * 100);
-        id += 300;
-        live.extend(batch);
-        // Keep only the newest 100 records.
-        let keep_from = live[live.len() - 100].0;
-        ring.trim(keep_from).expect("trim");
-        live.retain(|(o, _)| *o >= keep_from);
-        assert_eq!(ring.trim_offset(), keep_from);
-        last_offset = live.last().map_or(0, |r| r.0);
-        if round % 3 == 0 {
-            ring.close().expect("close");
-        } else {
-            // Unclean: leave the header as a crash would (drop still closes, so copy first).
-            let img = crash_image(&ring, dir.path(), "img");
-            drop(ring);
-            std::fs::rename(img, &path).expect("swap in crash image");
-        }
-    }
-    assert!(last_offset > 3 * ring_bytes, "did not wrap several laps");
-    let ring = RingWal::open(&path, ring_config()).expect("open");
-    same(&collect(&ring), &live);
-}
-
-#[test]
-fn padding_fills_the_lap_end() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config().block_delay_us(0)).expect("open");
-    let ring_bytes = ring.ring_bytes();
-    // Records of 40 KiB (block_bytes 64 KiB: one per block, 44 KiB aligned): the lap end
-    // never lines up, so every lap needs a padding block.
-    let mut all = Vec::new();
-    for i in 0..300 {
-        let rec = ring_append_n(&ring, i, 1, 40 << 10);
-        ring.trim(rec[0].0).expect("trim");
-        all.extend(rec);
-    }
-    let last = all.last().expect("records").clone();
-    assert!(last.0 > 2 * ring_bytes);
-    for (o, b) in &all {
-        let in_lap = o % ring_bytes;
-        assert!(
-            in_lap + b.len() as u64 <= ring_bytes,
-            "record crosses the lap end"
-        );
-    }
-    same(&collect(&ring), std::slice::from_ref(&last));
-    let img = crash_image(&ring, dir.path(), "img");
-    drop(ring);
-    let ring = RingWal::open(&img, ring_config()).expect("open image");
-    same(&collect(&ring), &[last]);
-}
-
-#[test]
-fn ring_full_fails_at_once_or_waits_for_a_trim() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ring = Arc::new(RingWal::open(dir.path().join("ring"), ring_config()).expect("open"));
-    let mut offsets = Vec::new();
-    let err = loop {
-        match ring.append(&[7u8; 8000]) {
-            Ok(h) => offsets.push(h),
-            Err(e) => break e,
-        }
-    };
-    match err {
-        Error::RingFull {
-            requested_bytes,
-            free_bytes,
-        } => assert!(requested_bytes > free_bytes),
-        e => panic!("expected RingFull, got {e}"),
-    }
-    assert!(ring.free_bytes() < 16 << 10);
-    // Waiting without a trim times out with RingFull.
-    let t = std::time::Instant::now();
-    assert!(matches!(
-        ring.append_wait(b"x", Duration::from_millis(50)),
-        Err(Error::RingFull { .. })
-    ));
-    assert!(t.elapsed() >= Duration::from_millis(50));
-    // A trim from another thread lets a waiting append through.
-    let last = offsets.last().expect("appended").wait().expect("durable");
-    let r = ring.clone();
-    let trimmer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(30));
-        r.trim(last).expect("trim");
-    });
-    let h = ring
-        .append_wait(b"after trim", Duration::from_secs(10))
-        .expect("append after trim");
-    trimmer.join().expect("trimmer");
-    h.wait().expect("durable");
-    same(&collect(&ring), &[(h.offset, b"after trim".to_vec())]);
-}
-
-#[test]
-fn trim_rules() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config()).expect("open");
-    let recs = ring_append_n(&ring, 0, 50, 100);
-    let flushed = ring.flushed_offset();
-    assert!(matches!(
-        ring.trim(flushed + 1),
-        Err(Error::InvalidArgument { name: "offset", .. })
-    ));
-    // Trimming mid-record discards the record it lands in.
-    ring.trim(recs[10].0 + 1).expect("trim");
-    same(&collect(&ring), &recs[11..]);
-    // A smaller offset is a no-op.
-    ring.trim(recs[2].0).expect("no-op trim");
-    assert_eq!(ring.trim_offset(), recs[10].0 + 1);
-    drop(ring);
-    let ring = RingWal::open(&path, ring_config()).expect("reopen");
-    assert_eq!(ring.trim_offset(), recs[10].0 + 1);
-    same(&collect(&ring), &recs[11..]);
-    assert_eq!(ring.recovery_report().records, 39);
-    let end = ring.reset().expect("reset");
-    assert_eq!(ring.trim_offset(), end);
-    assert!(collect(&ring).is_empty());
-    assert_eq!(ring.free_bytes(), ring.ring_bytes());
-}
-
-/// A crash image with the block at `hole` (an in-flight block that never reached the
-/// device) zeroed; the blocks after it were written.
-#[test]
-fn recovery_stops_at_a_hole_and_ignores_blocks_past_it() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ring =
-        RingWal::open(dir.path().join("ring"), ring_config().block_delay_us(0)).expect("open");
-    let ring_bytes = ring.ring_bytes();
-    // One record per block: 20 KiB records in 64 KiB blocks would share; use 40 KiB.
-    let recs = ring_append_n(&ring, 0, 10, 40 << 10);
-    let img = crash_image(&ring, dir.path(), "img");
-    let hole = recs[4].0 - 40; // the block header sits just before its first record
-    assert_eq!(hole % ALIGN_BYTES, 0);
-    patch(&img, physical(ring_bytes, hole), &vec![0u8; 44 << 10]);
-    let reopened = RingWal::open(&img, ring_config()).expect("open image");
-    let report = reopened.recovery_report().clone();
-    assert_eq!(report.end_offset, hole);
-    assert_eq!(report.records, 4);
-    assert!(!report.clean_shutdown);
-    assert!(report.blocks_past_end >= 1, "{report:?}");
-    same(&collect(&reopened), &recs[..4]);
-}
-
-/// A restart continues at the hole; the old session's blocks past it must never come back,
-/// even where the new session's shorter blocks leave them exposed.
-#[test]
-fn stale_blocks_of_an_earlier_session_are_not_recovered() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let ring =
-        RingWal::open(dir.path().join("ring"), ring_config().block_delay_us(0)).expect("open");
-    let ring_bytes = ring.ring_bytes();
-    let recs = ring_append_n(&ring, 0, 10, 40 << 10);
-    let img = crash_image(&ring, dir.path(), "img");
-    let hole = recs[4].0 - 40;
-    patch(&img, physical(ring_bytes, hole), &vec![0u8; 44 << 10]);
-    drop(ring);
-    // Session 2 writes one block of the same size at the hole, then crashes: session 1's
-    // blocks 5.. follow it with matching offsets, and only their epoch tells them apart.
-    let s2 = RingWal::open(&img, ring_config().block_delay_us(0)).expect("open image");
-    let again = ring_append_n(&s2, 100, 1, 40 << 10);
-    assert_eq!(again[0].0, recs[4].0);
-    let img2 = crash_image(&s2, dir.path(), "img2");
-    drop(s2);
-    let s3 = RingWal::open(&img2, ring_config()).expect("open image 2");
-    let mut expected = recs[..4].to_vec();
-    expected.extend(again);
-    same(&collect(&s3), &expected);
-    assert_eq!(s3.recovery_report().end_offset, recs[5].0 - 40);
-    assert!(
-        s3.recovery_report().stop_reason.contains("older session"),
-        "{}",
-        s3.recovery_report().stop_reason
-    );
-}
-
-#[test]
-fn records_from_an_earlier_lap_are_rejected() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config()).expect("open");
-    let ring_bytes = ring.ring_bytes();
-    // Fill most of a lap, trim it all, then write a little on the next lap.
-    let first = ring_append_n(&ring, 0, 90, 40 << 10);
-    ring.reset().expect("reset");
-    let second = ring_append_n(&ring, 1000, 200, 1000);
-    assert!(second.last().expect("records").0 > ring_bytes);
-    let img = crash_image(&ring, dir.path(), "img");
-    drop(ring);
-    let ring = RingWal::open(&img, ring_config()).expect("open image");
-    same(&collect(&ring), &second);
-    assert!(first.iter().all(|r| !collect(&ring).contains(r)));
-}
-
-#[test]
-fn a_torn_header_slot_falls_back_to_the_other() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config()).expect("open");
-    let recs = ring_append_n(&ring, 0, 40, 500);
-    ring.trim(recs[5].0).expect("trim");
-    let img = crash_image(&ring, dir.path(), "img");
-    drop(ring);
-    for slot in 0..2u64 {
-        let copy = dir.path().join(format!("torn{slot}"));
-        std::fs::copy(&img, &copy).expect("copy");
-        // Tear the slot: its second half is garbage.
-        patch(&copy, slot * HEADER_SLOT_BYTES + 40, &[0xAB; 40]);
-        let ring = RingWal::open(&copy, ring_config()).expect("open with one torn slot");
-        let got = collect(&ring);
-        // The surviving slot holds either the newest header or the one before it; both
-        // recover every live record (an older trim only brings back trimmed ones).
-        assert!(got.ends_with(&recs[5..]), "slot {slot}");
-    }
-    let copy = dir.path().join("torn-both");
-    std::fs::copy(&img, &copy).expect("copy");
-    patch(&copy, 40, &[0xAB; 40]);
-    patch(&copy, HEADER_SLOT_BYTES + 40, &[0xAB; 40]);
-    assert!(matches!(
-        RingWal::open(&copy, ring_config()),
-        Err(Error::NotFormatted { .. })
-    ));
-}
-
-#[test]
-fn header_writes_alternate_slots_and_never_touch_the_newest() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config()).expect("open");
-    let recs = ring_append_n(&ring, 0, 10, 100);
-    let mut prev = (read(&path, 0, 80), read(&path, HEADER_SLOT_BYTES, 80));
-    for r in &recs[1..] {
-        ring.trim(r.0).expect("trim");
-        let now = (read(&path, 0, 80), read(&path, HEADER_SLOT_BYTES, 80));
-        // Exactly one slot changed.
-        assert!((now.0 == prev.0) != (now.1 == prev.1));
-        prev = now;
-    }
-}
-
-#[test]
-fn a_bit_flip_ends_recovery_at_its_block_and_fails_a_live_read() {
-    let dir = tempfile::tempdir().expect("tempdir");
-    let path = dir.path().join("ring");
-    let ring = RingWal::open(&path, ring_config().block_delay_us(0)).expect("open");
-    let ring_bytes = ring.ring_bytes();
-    let recs = ring_append_n(&ring, 0, 8, 40 << 10);
-    // Flip one bit in the body of record 5.
-    let at = physical(ring_bytes, recs[5].0) + 24 + 1000;
-    let byte = read(&path, at, 1)[0];
-    patch(&path, at, &[byte ^ 0x04]);
-    // Reading the durable log now reports corruption rather than wrong bytes.
-    let err = ring
-        .recover()
-        .expect("recover")
-        .collect::<tidelog::Result<Vec<_>>>()
-        .expect_err("corruption");
-    assert!(matches!(err, Error::Corruption { .. }), "{err}");
-    let img = crash_image(&ring, dir.path(), "img");
-    drop(ring);
-    let ring = RingWal::open(&img, ring_config()).expect("open image");
-    let report = ring.recovery_report();
-    assert_eq!(report.records, 5);
-    assert!(
-        report.stop_reason.contains("checksum"),
-        "{}",
-        report.stop_reason
-    );
-    same(&collect(&ring), &recs[..5]);
+    same_records(&ring_records(&ring), &expected);
 }
 
 #[test]
@@ -395,7 +82,7 @@ fn a_failed_write_poisons_the_ring_and_keeps_what_was_durable() {
     assert!(matches!(ring.close(), Err(Error::Poisoned { .. })));
     drop(ring);
     let ring = RingWal::open(&path, ring_config()).expect("reopen");
-    same(&collect(&ring), &before);
+    same_records(&ring_records(&ring), &before);
 }
 
 #[test]
@@ -438,7 +125,7 @@ fn concurrent_appenders_complete_in_offset_order() {
         .collect();
     ring.flush().expect("flush");
     all.sort();
-    same(&collect(&ring), &all);
+    same_records(&ring_records(&ring), &all);
 }
 
 #[test]
@@ -488,10 +175,10 @@ fn opening_checks_sizes_headers_and_formatting() {
     ));
     // Reformatting drops every old record, even though the old blocks are still there.
     let ring = RingWal::open(&path, RingConfig::default()).expect("reopen");
-    same(&collect(&ring), &recs);
+    same_records(&ring_records(&ring), &recs);
     drop(ring);
     let ring = RingWal::open(&path, ring_config().format(true)).expect("reformat");
-    assert!(collect(&ring).is_empty());
+    assert!(ring_records(&ring).is_empty());
     assert_eq!(ring.recovery_report().records, 0);
     // Limits.
     assert!(matches!(
@@ -521,13 +208,16 @@ fn empty_records_and_the_largest_record_round_trip() {
     let big = ring_body(1, 64 << 10);
     let b = ring.append(&big).expect("largest");
     ring.flush().expect("flush");
-    same(
-        &collect(&ring),
+    same_records(
+        &ring_records(&ring),
         &[(a.offset, Vec::new()), (b.offset, big.clone())],
     );
     drop(ring);
     let ring = RingWal::open(&path, ring_config()).expect("reopen");
-    same(&collect(&ring), &[(a.offset, Vec::new()), (b.offset, big)]);
+    same_records(
+        &ring_records(&ring),
+        &[(a.offset, Vec::new()), (b.offset, big)],
+    );
 }
 
 #[test]
@@ -557,10 +247,10 @@ fn both_io_engines_write_the_same_log() {
             .flat_map(|t| t.join().expect("thread"))
             .collect();
         all.sort();
-        same(&collect(&ring), &all);
+        same_records(&ring_records(&ring), &all);
         ring.close().expect("close");
         let reopened = RingWal::open(&path, ring_config()).expect("reopen");
-        same(&collect(&reopened), &all);
+        same_records(&ring_records(&reopened), &all);
     }
 }
 
@@ -638,9 +328,9 @@ fn random_operations_match_the_model() {
                     drop(ring);
                     std::fs::rename(&img, &path).expect("swap in crash image");
                     ring = RingWal::open(&path, cfg()).expect("reopen after crash");
-                    let got = collect(&ring);
+                    let got = ring_records(&ring);
                     assert!(got.len() >= acked.len(), "step {step}: lost records");
-                    same(&got[..acked.len()], &acked);
+                    same_records(&got[..acked.len()], &acked);
                     let extra = &got[acked.len()..];
                     for ((o, b), (h, want)) in extra.iter().zip(&unacked) {
                         assert_eq!((*o, b), (h.offset, want), "step {step}: not a prefix");
@@ -671,11 +361,11 @@ fn random_operations_match_the_model() {
                 drop(ring);
                 ring = RingWal::open(&path, cfg()).expect("clean reopen");
                 assert!(ring.recovery_report().clean_shutdown);
-                same(&collect(&ring), &acked);
+                same_records(&ring_records(&ring), &acked);
             }
             _ => {
                 ring.flush().expect("flush");
-                same(&collect(&ring), &acked);
+                same_records(&ring_records(&ring), &acked);
             }
         }
     }

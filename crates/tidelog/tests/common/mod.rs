@@ -348,6 +348,24 @@ pub fn ring_config() -> tidelog::RingConfig {
         .block_delay_us(100)
 }
 
+/// Every live record of `ring`, as `recover()` returns them.
+pub fn ring_records(ring: &tidelog::RingWal) -> Vec<(u64, Vec<u8>)> {
+    ring.recover()
+        .expect("recover")
+        .collect::<tidelog::Result<Vec<_>>>()
+        .expect("records")
+}
+
+/// Compares ring record lists by offset, then body, without printing megabytes on failure.
+#[track_caller]
+pub fn same_records(got: &[(u64, Vec<u8>)], want: &[(u64, Vec<u8>)]) {
+    let offsets = |r: &[(u64, Vec<u8>)]| r.iter().map(|x| x.0).collect::<Vec<_>>();
+    assert_eq!(offsets(got), offsets(want), "record offsets differ");
+    for (g, w) in got.iter().zip(want) {
+        assert!(g.1 == w.1, "body of record {} differs", g.0);
+    }
+}
+
 /// A ring record body: `len` bytes derived from `i`.
 pub fn ring_body(i: u64, len: usize) -> Vec<u8> {
     (0..len).map(|j| (i as usize * 31 + j) as u8).collect()
