@@ -107,48 +107,46 @@ ring() {
     grep '^{' "$log"
 }
 
-# fio_run LABEL PATH BLOCK_SIZE -> "MB/s p99_us"
-fio_run() {
-    local log="$logs/$1-fio.log"
-    shift
-    local size=$((SIZE_MIB * 1024 * 1024))
-    local args=(--name=seqwrite --filename="$1" --rw=write --bs="$2" --direct=1 --sync=dsync
-        --time_based --runtime="$SECS" --ramp_time=1 --group_reporting --output-format=terse)
-    if [ "$FIO_ENGINE" = psync ]; then
-        args+=(--ioengine=psync --numjobs="$INFLIGHT" --size=$((size / INFLIGHT))
-            --offset_increment=$((size / INFLIGHT)))
-    else
-        args+=(--ioengine=io_uring --iodepth="$INFLIGHT" --size="$size")
-    fi
-    fio "${args[@]}" >"$log" 2>&1 || {
+# fio_terse LOG PATH BLOCK_SIZE ARGS... -> fio's terse v3 result line: a sequential durable
+# write (O_DIRECT + O_DSYNC, as the ring opens its target) with the run length of this script.
+fio_terse() {
+    local log=$1 path=$2 bs=$3
+    shift 3
+    fio --name=seqwrite --filename="$path" --rw=write --bs="$bs" --direct=1 --sync=dsync \
+        --time_based --runtime="$SECS" --ramp_time=1 --group_reporting --output-format=terse \
+        "$@" >"$log" 2>&1 || {
         cat "$log" >&2
         die "fio failed"
     }
-    # Terse v3: field 48 is write KiB/s, field 71 the write completion latency p99 (µs).
+    grep '^3;' "$log" | tail -1
+}
+
+# fio_run LABEL PATH BLOCK_SIZE -> "MB/s p99_us"
+fio_run() {
+    local size=$((SIZE_MIB * 1024 * 1024)) engine
+    if [ "$FIO_ENGINE" = psync ]; then
+        engine=(--ioengine=psync --numjobs="$INFLIGHT" --size=$((size / INFLIGHT))
+            --offset_increment=$((size / INFLIGHT)))
+    else
+        engine=(--ioengine=io_uring --iodepth="$INFLIGHT" --size="$size")
+    fi
     local line
-    line=$(grep '^3;' "$log" | tail -1)
+    line=$(fio_terse "$logs/$1-fio.log" "$2" "$3" "${engine[@]}")
+    # Terse v3: field 48 is write KiB/s, field 71 the write completion latency p99 (µs).
     awk -F';' '{ split($71, p, "="); printf "%.1f %s\n", $48 * 1024 / 1e6, p[2] }' <<<"$line"
-    say "  fio bs=$2: $(awk -F';' '{ printf "%.1f MB/s, %s IOPS", $48 * 1024 / 1e6, $49 }' <<<"$line")"
+    say "  fio bs=$3: $(awk -F';' '{ printf "%.1f MB/s, %s IOPS", $48 * 1024 / 1e6, $49 }' <<<"$line")"
 }
 
 # fio_rate LABEL PATH BLOCK_SIZE BYTES_PER_S -> "p99_us mean_us": fio's own write latency when
 # paced to the ring's half-rate run, at the block size the ring issued there: the device's share
-# of the ring's append-to-durable tail.
+# of the ring's append-to-durable tail. Always io_uring, 4 in flight: the ring's own engine.
 fio_rate() {
-    local log="$logs/$1-fio-rate.log"
-    shift
-    local size=$((SIZE_MIB * 1024 * 1024))
-    fio --name=ratewrite --filename="$1" --rw=write --bs="$2" --rate="$3" --direct=1 --sync=dsync \
-        --ioengine=io_uring --iodepth="$INFLIGHT" --size="$size" --time_based --runtime="$SECS" \
-        --ramp_time=1 --output-format=terse >"$log" 2>&1 || {
-        cat "$log" >&2
-        die "fio failed"
-    }
-    # Terse v3: field 57 is the write completion latency mean (µs), field 71 its p99.
     local line
-    line=$(grep '^3;' "$log" | tail -1)
+    line=$(fio_terse "$logs/$1-fio-rate.log" "$2" "$3" --rate="$4" --ioengine=io_uring \
+        --iodepth="$INFLIGHT" --size=$((SIZE_MIB * 1024 * 1024)))
+    # Terse v3: field 57 is the write completion latency mean (µs), field 71 its p99.
     awk -F';' '{ split($71, p, "="); printf "%s %.0f\n", p[2], $57 }' <<<"$line"
-    say "  fio bs=$2 at $(($3 / 1000000)) MB/s: write p99 $(awk -F';' '{ split($71, p, "="); print p[2] }' <<<"$line") µs"
+    say "  fio bs=$3 at $(($4 / 1000000)) MB/s: write p99 $(awk -F';' '{ split($71, p, "="); print p[2] }' <<<"$line") µs"
 }
 
 median() {
