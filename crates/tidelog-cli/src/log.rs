@@ -5,7 +5,7 @@ use std::io::{BufRead, Write};
 use std::path::Path;
 use std::time::Duration;
 
-use tidelog::{Durability, Error, ReaderOptions, StartPosition, Wal};
+use tidelog::{Durability, Error, ReaderOptions, RecoveryReport, StartPosition, Wal};
 
 use crate::progress::Progress;
 use crate::{Failure, Fsync, InputFormat, Out, quote, write_err};
@@ -410,11 +410,11 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
     let mut bad = Vec::new();
     // Opening validates what it trusts without reading (sealed extents, clean ends): a
     // record that fails there is a finding like any other.
-    let (topics, torn_tails, wal) = match open_read_only(dir) {
-        Ok(wal) => (wal.topics(), wal.recovery_report().torn_tails, Some(wal)),
+    let (topics, report, wal) = match open_read_only(dir) {
+        Ok(wal) => (wal.topics(), wal.recovery_report(), Some(wal)),
         Err(Failure::Corrupt(m)) => {
             bad.push(m);
-            (Vec::new(), 0, None)
+            (Vec::new(), RecoveryReport::default(), None)
         }
         Err(e) => return Err(e),
     };
@@ -446,6 +446,16 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
         }
     }
     progress.finish();
+    // A damaged progress slot loses no record (its extent is scanned instead), but it is
+    // damage all the same: reported, and the directory is not "ok".
+    let damaged_slots = report.damaged_progress_slots;
+    if damaged_slots > 0 {
+        bad.push(format!(
+            "{damaged_slots} extent progress slots are damaged (their extents were scanned; a \
+             writable open rewrites them)"
+        ));
+    }
+    let torn_tails = report.torn_tails;
     if json {
         let list: Vec<String> = bad.iter().map(|b| quote(b)).collect();
         writeln!(

@@ -40,8 +40,8 @@ pub struct SyncState {
     pub sealed_on_disk: bool,
     /// The progress slot says `Clean` at `synced_end` and is durable.
     pub clean_on_disk: bool,
-    /// End the durable progress slot claims (it may lag `synced_end`: group commits sync
-    /// data only, the periodic flush catches the slot up).
+    /// End the progress slot claims (a group commit writes the slot after syncing the data
+    /// and syncs it before it acknowledges; the flusher writes and syncs it in one step).
     pub progress_end: u64,
     /// The progress slot says `Consumed` or `Deleted`: nothing more is written.
     pub deleted: bool,
@@ -209,12 +209,6 @@ impl Block {
         self.file
             .map
             .write_header(self.abs(format::ID_SLOT_AT as u64), &id.encode());
-    }
-
-    /// Clears the identity slot so the extent reads as unused (recovery drops it).
-    pub fn clear_identity(file: &DataFile, block_index: u32) {
-        let at = file.block_position(block_index) as usize + format::ID_SLOT_AT;
-        file.map.write_header(at, &[0u8; format::ID_LEN]);
     }
 
     /// Absolute position in the file's mapping of relative position `rel`.
@@ -545,21 +539,42 @@ impl Block {
         Ok(sealing)
     }
 
-    /// The published range not yet made durable, `(from, end)`; `None` when there is none.
-    /// On the first sync `from` is 0, so the identity slot is included.
-    pub fn unsynced_range(&self) -> Option<(u64, u64)> {
+    /// The published range not yet made durable, `(from, count, end)` with `count` the
+    /// records below `end`; `None` when there is none. On the first sync `from` is 0, so the
+    /// identity slot is included.
+    pub fn unsynced_range(&self) -> Option<(u64, u64, u64)> {
         let st = self.sync_state();
         if st.sealed_on_disk || st.deleted {
             return None;
         }
-        let (_, end) = self.published();
-        (end > st.synced_end).then_some((st.synced_end, end))
+        let (count, end) = self.published();
+        (end > st.synced_end).then_some((st.synced_end, count, end))
     }
 
-    /// Records that data up to `end` is durable (a group commit synced it).
-    pub fn mark_synced(&self, end: u64) {
+    /// A group commit made the data below `end` (`count` records) durable: records that,
+    /// and writes the progress slot (state `Open`) claiming it, unsynced. Returns the slot's
+    /// absolute position when it was written; the caller msyncs it before acknowledging, so
+    /// the durable point on disk covers every acknowledged record.
+    pub fn note_synced(&self, count: u64, end: u64) -> Option<usize> {
         let mut st = self.sync_state();
         st.synced_end = st.synced_end.max(end);
+        // A retired or sealed extent's slot is final; an older claim is never written back.
+        if st.deleted || st.sealed_on_disk || end <= st.progress_end {
+            return None;
+        }
+        let progress = Progress {
+            state: ProgressState::Open,
+            durable_end: end,
+            record_count: count,
+            max_timestamp_us: self.max_timestamp_us(),
+            footer_count: 0,
+            footer_crc: 0,
+        };
+        let at = self.abs(format::PG_SLOT_AT as u64);
+        self.file.map.write_header(at, &progress.encode());
+        st.progress_end = end;
+        st.clean_on_disk = false;
+        Some(at)
     }
 
     /// Marks the extent `Consumed` (every consumer is done with it, or retention dropped it)

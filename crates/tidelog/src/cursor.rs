@@ -67,6 +67,29 @@ pub fn decode_slot(slot: &[u8]) -> Option<CursorRecord> {
     rkyv::from_bytes::<CursorRecord, rkyv::rancor::Error>(&aligned).ok()
 }
 
+/// The newest valid slot of a cursor file's bytes. A file whose slots are all blank, or
+/// with one slot torn and the other blank (a first commit that did not finish), holds no
+/// commit; one whose every slot is damaged is `Corruption`, never read as "no group" (the
+/// first commit writes both slots, so one damaged slot always leaves a valid one).
+pub fn newest_slot(bytes: &[u8], path: &Path) -> Result<Option<CursorRecord>> {
+    let slots: Vec<&[u8]> = bytes.chunks(CURSOR_SLOT_BYTES).collect();
+    let newest = slots
+        .iter()
+        .filter_map(|s| decode_slot(s))
+        .max_by_key(|r| r.generation);
+    let written = slots.iter().filter(|s| s.iter().any(|&b| b != 0)).count();
+    if newest.is_none() && written >= 2 {
+        return Err(Error::Corruption {
+            topic: String::new(),
+            offset: 0,
+            path: path.to_owned(),
+            position: 0,
+            reason: "every slot of the cursor file is damaged".to_owned(),
+        });
+    }
+    Ok(newest)
+}
+
 /// Longest file name most Linux filesystems accept.
 const FILE_NAME_MAX: usize = 255;
 
@@ -116,11 +139,7 @@ impl CursorFile {
                     .read_at(&f, &path, &mut buf, 0)
                     .map_err(|e| Error::io("read cursor", &path, e))?;
                 buf.truncate(n);
-                newest = buf
-                    .chunks(CURSOR_SLOT_BYTES)
-                    .filter_map(decode_slot)
-                    .filter(|r| r.topic == topic && r.group == group)
-                    .max_by_key(|r| r.generation);
+                newest = newest_slot(&buf, &path)?.filter(|r| r.topic == topic && r.group == group);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open cursor", &path, e)),
@@ -171,9 +190,15 @@ impl CursorFile {
         let Some(file) = inner.file.as_ref() else {
             return Err(Error::Closed);
         };
-        let at = (generation % 2) * CURSOR_SLOT_BYTES as u64;
+        // The first commit fills both slots, so a later damaged slot always leaves a valid
+        // one; each later commit overwrites the older slot.
+        let (at, bytes) = if inner.newest.is_none() {
+            (0, [slot.as_slice(), slot.as_slice()].concat())
+        } else {
+            ((generation % 2) * CURSOR_SLOT_BYTES as u64, slot)
+        };
         storage
-            .write_at(file, &self.path, &slot, at)
+            .write_at(file, &self.path, &bytes, at)
             .map_err(|e| Error::io("write cursor", &self.path, e))?;
         storage
             .sync_file(file, &self.path)
@@ -252,13 +277,9 @@ impl CursorTable {
             }
             let path = entry.path();
             let bytes = std::fs::read(&path).map_err(|e| Error::io("read cursor", &path, e))?;
-            // A file with no valid slot (created, then a crash before its first commit)
+            // A file with no commit (created, then a crash before its first commit finished)
             // registers nothing.
-            let Some(r) = bytes
-                .chunks(CURSOR_SLOT_BYTES)
-                .filter_map(decode_slot)
-                .max_by_key(|r| r.generation)
-            else {
+            let Some(r) = newest_slot(&bytes, &path)? else {
                 continue;
             };
             if cursor_file_name(&r.topic, &r.group) == name {

@@ -217,8 +217,10 @@ impl DataFile {
         }))
     }
 
-    /// Opens an existing data file. `Ok(None)` means the file has no valid header yet (a
-    /// creation that crashed or is in progress in another process).
+    /// Opens an existing data file. `Ok(None)` means the file holds no valid header and
+    /// nothing else either: every byte is zero (a creation that crashed before its header
+    /// was durable, or one in progress in another process). A file that holds any byte but
+    /// lacks a valid header, or is shorter than its header says, is damaged: `Corruption`.
     pub fn open(
         storage: &dyn Storage,
         path: &Path,
@@ -234,11 +236,18 @@ impl DataFile {
         let n = storage
             .read_at(&file, path, &mut buf, 0)
             .map_err(|e| Error::io("read data file header", path, e))?;
-        if n < buf.len() {
-            return Ok(None);
-        }
-        let Ok(header) = FileHeader::decode(&buf) else {
-            return Ok(None);
+        let header = match FileHeader::decode(&buf[..n]) {
+            Ok(header) => header,
+            Err(why) => {
+                return match first_nonzero(storage, &file, path, 0)? {
+                    None => Ok(None),
+                    Some(at) => Err(damaged(
+                        path,
+                        at,
+                        format!("data file header is damaged ({why}) but the file holds data"),
+                    )),
+                };
+            }
         };
         if header.version > FORMAT_VERSION || header.version == 0 {
             return Err(Error::UnsupportedVersion {
@@ -252,24 +261,30 @@ impl DataFile {
             && header.file_size_bytes >= format::FILE_HEADER_BYTES + header.block_size_bytes
             && header.file_size_bytes <= u64::from(u32::MAX) + 1;
         if !geometry_ok {
-            return Err(Error::Corruption {
-                topic: String::new(),
-                offset: 0,
-                path: path.to_owned(),
-                position: 0,
-                reason: format!(
+            return Err(damaged(
+                path,
+                0,
+                format!(
                     "file header has impossible geometry (file {} bytes, block {} bytes)",
                     header.file_size_bytes, header.block_size_bytes
                 ),
-            });
+            ));
         }
         let meta = file
             .metadata()
             .map_err(|e| Error::io("stat data file", path, e))?;
         let len = meta.len();
         if len < header.file_size_bytes {
-            // Still being sized by its creator (another process), or damaged: not usable yet.
-            return Ok(None);
+            // The creator sizes a file before it writes the header, so a valid header on a
+            // short file means the file was cut: records may be gone.
+            return Err(damaged(
+                path,
+                len,
+                format!(
+                    "data file is {len} bytes but its header says {}",
+                    header.file_size_bytes
+                ),
+            ));
         }
         let map = Mapping::map(&file, header.file_size_bytes, writable)
             .map_err(|e| Error::io("mmap", path, e))?;
@@ -288,5 +303,42 @@ impl DataFile {
                 ..FileCounters::default()
             },
         })))
+    }
+}
+
+/// A `Corruption` error about a data file as a whole (no topic known).
+fn damaged(path: &Path, position: u64, reason: String) -> Error {
+    Error::Corruption {
+        topic: String::new(),
+        offset: 0,
+        path: path.to_owned(),
+        position,
+        reason,
+    }
+}
+
+/// Position of the first non-zero byte of `file` at or after `from`, if any. Reads the file
+/// in 1 MiB chunks: only called for a file without a valid header, to tell an unfinished
+/// creation (all zeros, safe to remove) from a damaged file (never removed).
+pub fn first_nonzero(
+    storage: &dyn Storage,
+    file: &File,
+    path: &Path,
+    from: u64,
+) -> Result<Option<u64>> {
+    const CHUNK_BYTES: usize = 1 << 20;
+    let mut buf = vec![0u8; CHUNK_BYTES];
+    let mut at = from;
+    loop {
+        let n = storage
+            .read_at(file, path, &mut buf, at)
+            .map_err(|e| Error::io("read data file", path, e))?;
+        if let Some(i) = buf[..n].iter().position(|&b| b != 0) {
+            return Ok(Some(at + i as u64));
+        }
+        if n < CHUNK_BYTES {
+            return Ok(None);
+        }
+        at += n as u64;
     }
 }

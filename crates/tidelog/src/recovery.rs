@@ -35,6 +35,17 @@ pub struct RecoveryReport {
     pub torn_tails: u64,
     /// Records dropped from torn tails: the complete records of an incomplete batch.
     pub torn_records: u64,
+    /// Valid records found past a torn tail, cut with it: appends that were in flight when
+    /// the process died (another appender's copy finished before the torn one's), or damage
+    /// past the durable point. Never acknowledged as durable: every acknowledged record lies
+    /// below its extent's durable point, where a bad frame is `Corruption`.
+    pub records_past_tear: u64,
+    /// Progress slots that failed their checks (a torn slot write, or damage): their extents
+    /// were scanned instead of trusted, and a writable open rewrites the slot.
+    pub damaged_progress_slots: u64,
+    /// Extents of a deleted topic found under the name of a newer topic of the same name (a
+    /// crash cut the deletion short): skipped, and marked deleted by a writable open.
+    pub deleted_remnants: u64,
     /// Extents dropped because they followed a gap in their topic's offsets.
     pub dropped_extents: u64,
     /// Ring backend: records replayed from the ring into the data files.
@@ -168,6 +179,39 @@ fn scan(
     }
 }
 
+/// Counts the valid records of `block` that lie past `from` (where a scan stopped on a bad
+/// frame), up to `limit`: frames at any 8-byte position that pass every check, with an offset
+/// at or past `next_offset`. Stale bytes never pass (the salt), so a count above zero means
+/// records were written after the bad frame: appends in flight at a crash, or damage.
+fn records_past(block: &Block, limit: u64, from: u64, next_offset: u64) -> u64 {
+    let extent = block.recovery_bytes(limit);
+    let magic = format::FRAME_MAGIC.to_le_bytes();
+    let base = if block.relative() {
+        block.first_offset
+    } else {
+        0
+    };
+    let mut found = 0;
+    let mut pos = from as usize + format::FRAME_ALIGN as usize;
+    while pos + format::FRAME_HEADER_BYTES as usize <= extent.len() {
+        let at = pos + format::FR_MAGIC;
+        if extent[at..at + 2] != magic {
+            pos += format::FRAME_ALIGN as usize;
+            continue;
+        }
+        let stored = format::get_u64(extent, pos + format::FR_OFFSET);
+        let offset = stored.saturating_add(base);
+        match block.decode_frame(extent, pos as u64, offset, true) {
+            Ok(view) if offset >= next_offset => {
+                found += 1;
+                pos = view.next_position;
+            }
+            _ => pos += format::FRAME_ALIGN as usize,
+        }
+    }
+    found
+}
+
 /// An extent found on disk.
 #[derive(Debug)]
 struct Found {
@@ -176,29 +220,119 @@ struct Found {
     progress: Option<Progress>,
 }
 
+/// What the first page of a block slot holds.
+#[derive(Debug)]
+struct Slots {
+    id: Option<BlockIdentity>,
+    progress: Option<Progress>,
+    /// The identity slot's bytes are all zero: the block was never handed out.
+    id_blank: bool,
+    /// The progress slot's bytes are all zero.
+    progress_blank: bool,
+}
+
 /// The identity and progress slots of the extent that would start at block `index`.
 ///
 /// Read with `pread`, not through the mapping: a fault on a sparse file's hole reads around
 /// it (`read_ahead_kb`, 8 MiB on some VMs) and zero-fills every page of that window, so
 /// touching each block's first page through the mapping cost a cold open of a 1 GiB file
 /// about 0.2 s and as much page cache as the file's size. A small `pread` reads a few pages.
-fn read_slots(
-    storage: &dyn Storage,
-    file: &DataFile,
-    index: u32,
-) -> Result<(Option<BlockIdentity>, Option<Progress>)> {
+fn read_slots(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<Slots> {
     const SLOTS_LEN: usize = format::PG_SLOT_AT + format::PG_LEN;
     const _: () = assert!(format::ID_SLOT_AT + format::ID_LEN <= format::PG_SLOT_AT);
     let at = file.block_position(index);
     let mut buf = [0u8; SLOTS_LEN];
-    // A short read (a file shorter than its header says is never opened) leaves zeros,
-    // which decode as no slot.
+    // The file's length was checked against its header at open, so the read is whole.
     storage
         .read_at(&file.file, &file.path, &mut buf, at)
         .map_err(|e| Error::io("read extent slots", &file.path, e))?;
     let id = &buf[format::ID_SLOT_AT..format::ID_SLOT_AT + format::ID_LEN];
     let pg = &buf[format::PG_SLOT_AT..];
-    Ok((BlockIdentity::decode(id), Progress::decode(pg)))
+    Ok(Slots {
+        id: BlockIdentity::decode(id),
+        progress: Progress::decode(pg),
+        id_blank: id.iter().all(|&b| b == 0),
+        progress_blank: pg.iter().all(|&b| b == 0),
+    })
+}
+
+/// Whether the first frame header of the extent at block `index` is all zeros (no record
+/// was ever written there).
+fn first_frame_blank(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<bool> {
+    let mut buf = [0u8; format::FRAME_HEADER_BYTES as usize];
+    let at = file.block_position(index) + format::BLOCK_HEADER_BYTES;
+    storage
+        .read_at(&file.file, &file.path, &mut buf, at)
+        .map_err(|e| Error::io("read extent", &file.path, e))?;
+    Ok(buf.iter().all(|&b| b == 0))
+}
+
+/// What a block slot is: the start of an extent, a block never handed out, or damage.
+#[derive(Debug)]
+enum SlotKind {
+    /// An extent's identity, its progress slot, and whether that slot is damaged (not
+    /// blank, yet failing its checks).
+    Extent(BlockIdentity, Option<Progress>, bool),
+    Unused,
+}
+
+/// Classifies block slot `index` of `file`. A blank identity slot is a block never handed
+/// out. An identity slot that is not blank but fails its checks is an allocation torn by a
+/// crash only when nothing else of the extent was ever written (its identity is written
+/// before its first record and before its first progress slot); anything else is damage,
+/// reported, never read as unused.
+fn classify_slot(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<SlotKind> {
+    // A read-only handle may read a slot while the writer rewrites it: a slot that fails its
+    // checks is read again before it counts as damaged.
+    const READS_MAX: u32 = 3;
+    let mut slots = read_slots(storage, file, index)?;
+    for _ in 1..READS_MAX {
+        let suspect = (slots.id.is_none() && !slots.id_blank)
+            || (slots.progress.is_none() && !slots.progress_blank);
+        if !suspect {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+        slots = read_slots(storage, file, index)?;
+    }
+    let position = file.block_position(index);
+    if let Some(id) = slots.id {
+        // A file holds extents of its own version only (see `format::VERSION_RELATIVE`).
+        let fits = id.block_count >= 1
+            && u64::from(index) + u64::from(id.block_count) <= u64::from(file.block_count);
+        if id.version == file.header.version
+            && id.block_index == index
+            && id.file_seq == file.seq
+            && fits
+        {
+            let damaged = slots.progress.is_none() && !slots.progress_blank;
+            return Ok(SlotKind::Extent(id, slots.progress, damaged));
+        }
+        return Err(Error::Corruption {
+            topic: id.topic.clone(),
+            offset: id.first_offset,
+            path: file.path.clone(),
+            position,
+            reason: format!(
+                "identity slot of block {index} names another place (version {}, block {} \
+                 of {}, file {})",
+                id.version, id.block_index, id.block_count, id.file_seq
+            ),
+        });
+    }
+    if slots.id_blank {
+        return Ok(SlotKind::Unused);
+    }
+    if slots.progress_blank && first_frame_blank(storage, file, index)? {
+        return Ok(SlotKind::Unused);
+    }
+    Err(Error::Corruption {
+        topic: String::new(),
+        offset: 0,
+        path: file.path.clone(),
+        position,
+        reason: format!("identity slot of block {index} is damaged"),
+    })
 }
 
 /// Counts an extent that holds nothing to read (empty, dropped, or of a deleted topic) as
@@ -210,14 +344,23 @@ fn count_unused(file: &DataFile, blocks: u32) {
     let _ = file.counters.consume(blocks);
 }
 
-/// Drops an extent for good (a writable open): its identity slot is zeroed and synced, so
-/// later opens never see it, and its blocks count as consumed.
+/// Drops an extent for good (a writable open): its progress slot is marked `Deleted` and
+/// synced, so later opens skip it (its identity stays, so the blocks it spans are never read
+/// as slots of their own), and its blocks count as consumed.
 fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
     count_unused(&f.file, f.id.block_count);
-    Block::clear_identity(&f.file, f.id.block_index);
-    let at = f.file.block_position(f.id.block_index) as usize;
+    let progress = Progress {
+        state: ProgressState::Deleted,
+        durable_end: format::BLOCK_HEADER_BYTES,
+        record_count: 0,
+        max_timestamp_us: 0,
+        footer_count: 0,
+        footer_crc: 0,
+    };
+    let at = f.file.block_position(f.id.block_index) as usize + format::PG_SLOT_AT;
+    f.file.map.write_header(at, &progress.encode());
     storage
-        .sync_map(&f.file.map, &f.file.path, at, format::ID_LEN)
+        .sync_map(&f.file.map, &f.file.path, at, format::PG_LEN)
         .map_err(|e| Error::io("msync", &f.file.path, e))
 }
 
@@ -266,7 +409,7 @@ pub fn recover(
             None => match DataFile::open(storage, path, writable)? {
                 Some(f) => f,
                 None if writable && Some(*seq) == last_seq => {
-                    // A file whose creation did not finish: it holds nothing.
+                    // A creation that did not finish: every byte is zero, nothing to keep.
                     storage
                         .remove_file(path)
                         .map_err(|e| Error::io("remove unfinished data file", path, e))?;
@@ -278,7 +421,7 @@ pub fn recover(
                         offset: 0,
                         path: path.clone(),
                         position: 0,
-                        reason: "data file header is invalid".to_owned(),
+                        reason: "data file holds nothing, though newer files exist".to_owned(),
                     });
                 }
                 None => continue,
@@ -299,19 +442,12 @@ pub fn recover(
         out.report.files += 1;
         let mut slot = 0u32;
         while slot < file.block_count {
-            let (id, progress) = read_slots(storage, &file, slot)?;
-            let valid = id.as_ref().is_some_and(|id| {
-                // A file holds extents of its own version only (see `format::VERSION_RELATIVE`).
-                id.version == file.header.version
-                    && id.block_index == slot
-                    && id.file_seq == file.seq
-                    && id.block_count >= 1
-                    && u64::from(slot) + u64::from(id.block_count) <= u64::from(file.block_count)
-            });
-            let Some(id) = id.filter(|_| valid) else {
+            let SlotKind::Extent(id, progress, damaged) = classify_slot(storage, &file, slot)?
+            else {
                 slot += 1;
                 continue;
             };
+            out.report.damaged_progress_slots += u64::from(damaged);
             let next_slot = slot + id.block_count;
             used_end.insert(file.seq, next_slot);
             found.push(Found {
@@ -353,17 +489,21 @@ pub fn recover(
     }
 
     for (name, mut extents) in by_topic {
-        extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
-        let topic_id = extents[0].id.topic_id;
-        if extents.iter().any(|f| f.id.topic_id != topic_id) {
-            return Err(Error::Corruption {
-                topic: name.clone(),
-                offset: 0,
-                path: extents[0].file.path.clone(),
-                position: 0,
-                reason: "extents of one topic carry different topic ids".to_owned(),
-            });
+        // Several ids under one name: the topic was deleted and appends created it again
+        // before every extent of the old one was marked `Deleted` (a crash cut the deletion
+        // short). Ids only grow, so the highest is the live topic; the rest are remnants of
+        // the deletion, finished here.
+        let Some(topic_id) = extents.iter().map(|f| f.id.topic_id).max() else {
+            continue;
+        };
+        for f in extents.iter().filter(|f| f.id.topic_id != topic_id) {
+            out.report.deleted_remnants += 1;
+            if writable {
+                forget_extent(storage, f)?;
+            }
         }
+        extents.retain(|f| f.id.topic_id == topic_id);
+        extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
         let mut chain: Vec<Arc<Block>> = Vec::new();
         let mut unsynced = Vec::new();
         let mut tail = Tail::default();
@@ -491,6 +631,10 @@ pub fn recover(
                     if torn && writable {
                         out.report.torn_tails += 1;
                         out.report.torn_records += s.cut_records;
+                        if s.stop != FrameError::End {
+                            out.report.records_past_tear +=
+                                records_past(&block, limit, s.end, f.id.first_offset + s.count);
+                        }
                     }
                     block.set_index(s.index);
                     let synced = progress.map_or(0, |p| p.durable_end.min(s.end));

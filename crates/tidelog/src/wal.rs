@@ -19,7 +19,7 @@ use crate::config::{self, Config, Durability};
 use crate::cursor::{CURSOR_DIR, CursorTable};
 use crate::error::{Error, Result};
 use crate::file::{DataFile, FileState};
-use crate::format::ProgressState;
+use crate::format::{self, ProgressState};
 use crate::io::{StdStorage, Storage};
 use crate::journal::{self, Journal};
 use crate::prefault::Prefaulter;
@@ -232,15 +232,17 @@ impl Shared {
 
     /// A group commit's I/O: makes the data published so far durable with one msync per
     /// data file, over the span of its extents with new data (one journal commit per file,
-    /// however many topics wrote to it). Progress slots wait for the periodic flush.
+    /// however many topics wrote to it), then writes the progress slots that claim it and
+    /// syncs them (one more msync per file), so the durable point on disk covers every record
+    /// this commit acknowledges: recovery and read-only handles see them as durable.
     fn sync_group_data(&self) -> Result<()> {
         let _flushing = self.flush_lock.lock().unwrap_or_else(|p| p.into_inner());
-        // Per file: the span to sync and the extents (with their new end) it covers.
-        type Span = (usize, usize, Vec<(Arc<Block>, u64)>);
+        // Per file: the span to sync and the extents (with their new count and end) it covers.
+        type Span = (usize, usize, Vec<(Arc<Block>, u64, u64)>);
         let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
         for topic in self.all_topics() {
             for block in topic.unsynced() {
-                let Some((from, end)) = block.unsynced_range() else {
+                let Some((from, count, end)) = block.unsynced_range() else {
                     continue;
                 };
                 let (lo, hi) = (block.abs(from), block.abs(end));
@@ -249,19 +251,29 @@ impl Shared {
                     .or_insert_with(|| (lo, hi, Vec::new()));
                 span.0 = span.0.min(lo);
                 span.1 = span.1.max(hi);
-                span.2.push((block, end));
+                span.2.push((block, count, end));
             }
         }
         for (lo, hi, blocks) in spans.into_values() {
-            let Some((first, _)) = blocks.first() else {
+            let Some((first, _, _)) = blocks.first() else {
                 continue;
             };
-            let file = &first.file;
+            let file = Arc::clone(&first.file);
             self.storage
                 .sync_map(&file.map, &file.path, lo, hi - lo)
                 .map_err(|e| Error::io("msync", &file.path, e))?;
-            for (block, end) in &blocks {
-                block.mark_synced(*end);
+            let mut slots: Option<(usize, usize)> = None;
+            for (block, count, end) in &blocks {
+                if let Some(at) = block.note_synced(*count, *end) {
+                    let (slo, shi) = slots.get_or_insert((at, at));
+                    *slo = (*slo).min(at);
+                    *shi = (*shi).max(at + format::PG_LEN);
+                }
+            }
+            if let Some((slo, shi)) = slots {
+                self.storage
+                    .sync_map(&file.map, &file.path, slo, shi - slo)
+                    .map_err(|e| Error::io("msync", &file.path, e))?;
             }
         }
         Ok(())
@@ -1240,6 +1252,12 @@ impl Wal {
                 let mut table = shared.topics.write().unwrap_or_else(|p| p.into_inner());
                 let next_id = table.next_id.max(t.id + 1);
                 table.next_id = next_id;
+                // Another id under a known name: the writer deleted the topic and created it
+                // again. The new topic starts afresh (its offsets from 0); readers of the old
+                // one keep their own handle.
+                if table.by_name.get(&t.name).is_some_and(|old| old.id != t.id) {
+                    table.by_name.remove(&t.name);
+                }
                 Arc::clone(
                     table
                         .by_name
@@ -1266,10 +1284,19 @@ impl Wal {
             all_present.extend(present);
             seen.insert(t.name);
         }
-        // Topics the writer deleted: nothing of theirs is left to read.
+        // Topics the writer deleted: nothing of theirs is left to read, and they are no
+        // longer listed.
         for topic in shared.all_topics() {
             if !seen.contains(&topic.name) {
                 topic.trim_front(|_| false);
+                let mut table = shared.topics.write().unwrap_or_else(|p| p.into_inner());
+                if table
+                    .by_name
+                    .get(&topic.name)
+                    .is_some_and(|t| Arc::ptr_eq(t, &topic))
+                {
+                    table.by_name.remove(&topic.name);
+                }
             }
         }
         known.retain(|key, _| all_present.contains(key));
