@@ -1,6 +1,7 @@
 //! `Wal`, `Writer`, `AppendHandle` and `TopicInfo`.
 
 use std::sync::Arc;
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
@@ -8,9 +9,9 @@ use tidelog::{Append, Durability, ReaderOptions, StartPosition, Wal};
 
 use crate::arrow;
 use crate::buffer::InputBytes;
-use crate::call::{attached, detached, run};
+use crate::call::{attached, detached, run, sliced};
 use crate::error::to_py;
-use crate::options::{durability, durability_name, timeout_seconds};
+use crate::options::{deadline, durability, durability_name, timeout_seconds};
 use crate::reader::PyReader;
 use crate::record::PyRecord;
 
@@ -498,16 +499,20 @@ impl PyAppendHandle {
     }
 
     /// Waits until durable (forever, or `timeout` seconds); False if the timeout passed.
+    /// Waits in slices without the GIL, so Ctrl-C interrupts it (under `fsync="never"` only
+    /// a flush or close ends it).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let deadline = match timeout {
+            Some(seconds) => deadline(timeout_seconds(seconds)?),
+            None => None,
+        };
         let handle = &self.handle;
-        match timeout {
-            None => detached(py, || handle.wait()).map(|()| true),
-            Some(seconds) => {
-                let timeout = timeout_seconds(seconds)?;
-                detached(py, || handle.wait_timeout(timeout))
-            }
-        }
+        let durable = sliced(py, deadline, |end| {
+            let left = end.saturating_duration_since(Instant::now());
+            Ok(handle.wait_timeout(left)?.then_some(()))
+        })?;
+        Ok(durable.is_some())
     }
 
     fn __repr__(&self) -> String {
