@@ -19,15 +19,33 @@ const POLL_SLEEP_MIN: Duration = Duration::from_micros(50);
 /// Longest `next_batch` in records.
 const BATCH_RECORDS_MAX: usize = 1 << 20;
 
+/// The engine reader behind a `Reader`, shared with its `Wal` so `Wal.close()` can release
+/// it (and the files it holds) while Python still references the `Reader`.
+#[derive(Debug)]
+pub struct ReaderSlot {
+    /// `None` once closed.
+    reader: Mutex<Option<tidelog::Reader>>,
+    /// Set by `close`: a `next` waiting in another thread (holding the lock) gives up.
+    closing: AtomicBool,
+}
+
+impl ReaderSlot {
+    /// Closes the reader: a `next` waiting in another thread raises `ClosedError`.
+    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closing.store(true, Ordering::Release);
+        let taken = lock(py, &self.reader)?.take();
+        // Dropping it may write its group's cursor: not while holding the GIL.
+        py.detach(|| drop(taken));
+        Ok(())
+    }
+}
+
 /// Reads one topic. Calls on one reader from several threads are serialised.
 #[pyclass(module = "tidelog._native", name = "Reader", frozen)]
 #[derive(Debug)]
 pub struct PyReader {
     wal: Arc<Wal>,
-    /// `None` once closed.
-    reader: Mutex<Option<tidelog::Reader>>,
-    /// Set by `close`: a `next` waiting in another thread (holding the lock) gives up.
-    closing: AtomicBool,
+    slot: Arc<ReaderSlot>,
     topic: String,
     group: Option<String>,
 }
@@ -41,18 +59,25 @@ impl PyReader {
     ) -> PyReader {
         PyReader {
             wal,
-            reader: Mutex::new(Some(reader)),
-            closing: AtomicBool::new(false),
+            slot: Arc::new(ReaderSlot {
+                reader: Mutex::new(Some(reader)),
+                closing: AtomicBool::new(false),
+            }),
             topic,
             group,
         }
+    }
+
+    /// What `Wal.close()` releases.
+    pub fn slot(&self) -> &Arc<ReaderSlot> {
+        &self.slot
     }
 
     /// Locks the reader. If another thread holds it (maybe waiting without the GIL), waits
     /// for it without the GIL, so that thread can take the GIL back and finish, and
     /// interruptibly.
     fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Option<tidelog::Reader>>> {
-        lock(py, &self.reader)
+        lock(py, &self.slot.reader)
     }
 
     fn with<T>(
@@ -127,7 +152,7 @@ impl PyReader {
 
     #[getter]
     fn closed(&self) -> bool {
-        self.closing.load(Ordering::Acquire)
+        self.slot.closing.load(Ordering::Acquire)
     }
 
     /// The next record, or None when none is available. With `timeout` (seconds), waits up
@@ -142,7 +167,7 @@ impl PyReader {
             let Some(wait) = wait else {
                 return Ok(None);
             };
-            let (wal, closing) = (&self.wal, &self.closing);
+            let (wal, closing) = (&self.wal, &self.slot.closing);
             let got = sliced(py, deadline(wait), |slice_end| {
                 poll_until(wal, reader, closing, slice_end)
             })?;
@@ -193,9 +218,7 @@ impl PyReader {
 
     /// Closes the reader; a `next` waiting in another thread raises `ClosedError`.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        self.closing.store(true, Ordering::Release);
-        self.lock(py)?.take();
-        Ok(())
+        self.slot.close(py)
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -230,7 +253,7 @@ impl PyReader {
             r.as_ref()
                 .map_or_else(|| "closed".to_owned(), |r| r.position().to_string())
         };
-        let position = match self.reader.try_lock() {
+        let position = match self.slot.reader.try_lock() {
             Ok(guard) => shown(&guard),
             Err(TryLockError::Poisoned(p)) => shown(&p.into_inner()),
             Err(TryLockError::WouldBlock) => "busy".to_owned(),
