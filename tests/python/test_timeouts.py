@@ -207,17 +207,11 @@ def held_files(directory: Path) -> tuple[list[str], list[str]]:
     return fds, mapped
 
 
-# The engine keeps a ring's device open until the last reference to it goes.
-RING_FD = "RingWal.close() does not close the ring's file yet"
-
-
 def threads() -> int:
     return len(os.listdir("/proc/self/task"))
 
 
 def test_close_releases_everything(tmp_path: Path, backend: str) -> None:
-    if backend == "ring":
-        pytest.xfail(RING_FD)
     before = threads()
     wal = open_small(tmp_path, fsync="never")  # on both backends (the `backend` fixture)
     wal.append("t", b"x" * 100)
@@ -264,7 +258,6 @@ def test_a_record_keeps_only_its_own_file_mapped(tmp_path: Path) -> None:
     assert held_files(tmp_path) == ([], [])
 
 
-@pytest.mark.xfail(reason=RING_FD, strict=True)
 def test_ring_close_releases_everything(tmp_path: Path) -> None:
     before = threads()
     ring = tidelog.RingWal(tmp_path / "ring", 1 << 20)
