@@ -94,7 +94,8 @@ class AppendHandle:
     def offsets(self) -> range: ...
     def is_durable(self) -> bool: ...
     def wait(self, timeout: float | None = None) -> bool:
-        """Waits until durable; False if `timeout` seconds passed first."""
+        """Waits until durable; False if `timeout` seconds passed first. Under
+        `fsync="never"` only a flush or close ends the wait; Ctrl-C interrupts it."""
 
 @final
 class Writer:
@@ -133,7 +134,8 @@ class Reader:
     def lag(self) -> int: ...
     def next(self, timeout: float | None = None) -> Record | None:
         """The next record; None when none is available. With `timeout` (seconds) it waits
-        up to that long for one to be appended."""
+        up to that long for one to be appended. `close()` from another thread ends the wait
+        with `ClosedError`."""
     def next_batch(self, max_records: int = 1000, max_bytes: int = 16777216) -> list[Record]: ...
     def seek(self, offset: int) -> None: ...
     def seek_time(self, timestamp_us: int) -> int:

@@ -1,6 +1,7 @@
 //! Running engine calls from Python: with or without the GIL, panics caught at the boundary.
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
@@ -62,5 +63,29 @@ pub fn sliced<T: Send>(
             return Ok(None);
         }
         py.check_signals()?;
+    }
+}
+
+/// Longest sleep between two tries of a contended lock.
+const LOCK_SLEEP_MAX: Duration = Duration::from_millis(1);
+
+/// Locks `mutex` (a poisoned one too: its holder's panic became an exception). While another
+/// thread holds it, maybe for a long wait of its own, sleeps without the GIL and checks
+/// signals between tries, so Ctrl-C interrupts the wait for the lock too.
+pub fn lock<'a, T>(py: Python<'_>, mutex: &'a Mutex<T>) -> PyResult<MutexGuard<'a, T>> {
+    let mut sleep = Duration::from_micros(20);
+    let mut checked = Instant::now();
+    loop {
+        match mutex.try_lock() {
+            Ok(guard) => return Ok(guard),
+            Err(TryLockError::Poisoned(p)) => return Ok(p.into_inner()),
+            Err(TryLockError::WouldBlock) => {}
+        }
+        py.detach(|| std::thread::sleep(sleep));
+        sleep = (sleep * 2).min(LOCK_SLEEP_MAX);
+        if checked.elapsed() >= SIGNAL_CHECK_INTERVAL {
+            py.check_signals()?;
+            checked = Instant::now();
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! engine's `Config` and `RingConfig`.
 
 use std::collections::HashMap;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use std::path::PathBuf;
@@ -33,12 +33,38 @@ pub fn durability_name(durability: Durability) -> &'static str {
     }
 }
 
+/// Longest wait the binding asks for (about a century): a larger timeout, `inf` included,
+/// means "as long as needed" and is capped to this rather than refused.
+const WAIT_MAX: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
 /// A `timeout=` argument in seconds.
 pub fn timeout_seconds(value: f64) -> PyResult<Duration> {
-    seconds("timeout", value)
+    wait_seconds("timeout", value)
 }
 
-/// A duration argument `name` in seconds.
+/// A wait argument `name` in seconds: 0 polls, huge values and `inf` saturate to
+/// [`WAIT_MAX`]; NaN and negative values are `InvalidArgumentError`.
+pub fn wait_seconds(name: &'static str, value: f64) -> PyResult<Duration> {
+    if value.is_nan() || value < 0.0 {
+        return Err(to_py(tidelog::Error::InvalidArgument {
+            name,
+            reason: format!("{value} is not a non-negative number of seconds"),
+        }));
+    }
+    if value >= WAIT_MAX.as_secs_f64() {
+        return Ok(WAIT_MAX);
+    }
+    // Only -0.0 fails here: no wait.
+    Ok(Duration::try_from_secs_f64(value).unwrap_or(Duration::ZERO))
+}
+
+/// When a wait of `wait` from now ends; `None` (no end) if that is past what an `Instant`
+/// holds.
+pub fn deadline(wait: Duration) -> Option<Instant> {
+    Instant::now().checked_add(wait)
+}
+
+/// A duration option `name` in seconds (a setting, not a wait: `inf` is refused).
 pub fn seconds(name: &'static str, value: f64) -> PyResult<Duration> {
     Duration::try_from_secs_f64(value).map_err(|_| {
         to_py(tidelog::Error::InvalidArgument {

@@ -1,16 +1,16 @@
 //! `Reader`: one topic in offset order, as zero-copy `Record`s.
 
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
-use pyo3::sync::MutexExt;
 use pyo3::types::PyType;
 use tidelog::Wal;
 
-use crate::call::{attached, detached, sliced};
+use crate::call::{attached, detached, lock, sliced};
 use crate::error::to_py;
-use crate::options::timeout_seconds;
+use crate::options::{deadline, timeout_seconds};
 use crate::record::PyRecord;
 
 /// Polling back-off while waiting for an append: starts short, grows to this.
@@ -19,13 +19,33 @@ const POLL_SLEEP_MIN: Duration = Duration::from_micros(50);
 /// Longest `next_batch` in records.
 const BATCH_RECORDS_MAX: usize = 1 << 20;
 
+/// The engine reader behind a `Reader`, shared with its `Wal` so `Wal.close()` can release
+/// it (and the files it holds) while Python still references the `Reader`.
+#[derive(Debug)]
+pub struct ReaderSlot {
+    /// `None` once closed.
+    reader: Mutex<Option<tidelog::Reader>>,
+    /// Set by `close`: a `next` waiting in another thread (holding the lock) gives up.
+    closing: AtomicBool,
+}
+
+impl ReaderSlot {
+    /// Closes the reader: a `next` waiting in another thread raises `ClosedError`.
+    pub fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closing.store(true, Ordering::Release);
+        let taken = lock(py, &self.reader)?.take();
+        // Dropping it may write its group's cursor: not while holding the GIL.
+        py.detach(|| drop(taken));
+        Ok(())
+    }
+}
+
 /// Reads one topic. Calls on one reader from several threads are serialised.
 #[pyclass(module = "tidelog._native", name = "Reader", frozen)]
 #[derive(Debug)]
 pub struct PyReader {
     wal: Arc<Wal>,
-    /// `None` once closed.
-    reader: Mutex<Option<tidelog::Reader>>,
+    slot: Arc<ReaderSlot>,
     topic: String,
     group: Option<String>,
 }
@@ -39,18 +59,25 @@ impl PyReader {
     ) -> PyReader {
         PyReader {
             wal,
-            reader: Mutex::new(Some(reader)),
+            slot: Arc::new(ReaderSlot {
+                reader: Mutex::new(Some(reader)),
+                closing: AtomicBool::new(false),
+            }),
             topic,
             group,
         }
     }
 
+    /// What `Wal.close()` releases.
+    pub fn slot(&self) -> &Arc<ReaderSlot> {
+        &self.slot
+    }
+
     /// Locks the reader. If another thread holds it (maybe waiting without the GIL), waits
-    /// for it without the GIL, so that thread can take the GIL back and finish.
-    fn lock(&self, py: Python<'_>) -> MutexGuard<'_, Option<tidelog::Reader>> {
-        self.reader
-            .lock_py_attached(py)
-            .unwrap_or_else(|p| p.into_inner())
+    /// for it without the GIL, so that thread can take the GIL back and finish, and
+    /// interruptibly.
+    fn lock(&self, py: Python<'_>) -> PyResult<MutexGuard<'_, Option<tidelog::Reader>>> {
+        lock(py, &self.slot.reader)
     }
 
     fn with<T>(
@@ -58,7 +85,7 @@ impl PyReader {
         py: Python<'_>,
         f: impl FnOnce(&mut tidelog::Reader) -> PyResult<T>,
     ) -> PyResult<T> {
-        let mut guard = self.lock(py);
+        let mut guard = self.lock(py)?;
         match guard.as_mut() {
             Some(reader) => f(reader),
             None => Err(to_py(tidelog::Error::Closed)),
@@ -66,14 +93,19 @@ impl PyReader {
     }
 }
 
-/// Polls `reader` until a record arrives or `until` passes (no GIL held).
+/// Polls `reader` until a record arrives or `until` passes (no GIL held), or `closing` is set
+/// (`ClosedError`).
 fn poll_until(
     wal: &Wal,
     reader: &mut tidelog::Reader,
+    closing: &AtomicBool,
     until: Instant,
 ) -> tidelog::Result<Option<tidelog::Record>> {
     let mut sleep = POLL_SLEEP_MIN;
     loop {
+        if closing.load(Ordering::Acquire) {
+            return Err(tidelog::Error::Closed);
+        }
         if let Some(record) = reader.next_record()? {
             return Ok(Some(record));
         }
@@ -119,8 +151,8 @@ impl PyReader {
     }
 
     #[getter]
-    fn closed(&self, py: Python<'_>) -> bool {
-        self.lock(py).is_none()
+    fn closed(&self) -> bool {
+        self.slot.closing.load(Ordering::Acquire)
     }
 
     /// The next record, or None when none is available. With `timeout` (seconds), waits up
@@ -135,9 +167,9 @@ impl PyReader {
             let Some(wait) = wait else {
                 return Ok(None);
             };
-            let wal = &self.wal;
-            let got = sliced(py, Some(Instant::now() + wait), |slice_end| {
-                poll_until(wal, reader, slice_end)
+            let (wal, closing) = (&self.wal, &self.slot.closing);
+            let got = sliced(py, deadline(wait), |slice_end| {
+                poll_until(wal, reader, closing, slice_end)
             })?;
             Ok(got.map(PyRecord::new))
         })
@@ -184,8 +216,9 @@ impl PyReader {
         })
     }
 
-    fn close(&self, py: Python<'_>) {
-        self.lock(py).take();
+    /// Closes the reader; a `next` waiting in another thread raises `ClosedError`.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.slot.close(py)
     }
 
     fn __iter__(slf: Py<Self>) -> Py<Self> {
@@ -209,18 +242,25 @@ impl PyReader {
         exc_type: Option<&Bound<'_, PyType>>,
         exc: Option<&Bound<'_, PyAny>>,
         tb: Option<&Bound<'_, PyAny>>,
-    ) {
+    ) -> PyResult<()> {
         let _ = (exc_type, exc, tb);
-        self.close(py);
+        self.close(py)
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
-        let position = self.lock(py).as_ref().map(tidelog::Reader::position);
+    fn __repr__(&self) -> String {
+        // Never waits: another thread may hold the reader in a long `next`.
+        let shown = |r: &Option<tidelog::Reader>| {
+            r.as_ref()
+                .map_or_else(|| "closed".to_owned(), |r| r.position().to_string())
+        };
+        let position = match self.slot.reader.try_lock() {
+            Ok(guard) => shown(&guard),
+            Err(TryLockError::Poisoned(p)) => shown(&p.into_inner()),
+            Err(TryLockError::WouldBlock) => "busy".to_owned(),
+        };
         format!(
-            "Reader(topic={:?}, group={:?}, position={})",
-            self.topic,
-            self.group,
-            position.map_or_else(|| "closed".to_owned(), |p| p.to_string())
+            "Reader(topic={:?}, group={:?}, position={position})",
+            self.topic, self.group
         )
     }
 }

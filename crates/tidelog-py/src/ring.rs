@@ -12,7 +12,7 @@ use tidelog::{Error, RingAppend, RingWal};
 
 use crate::buffer::InputBytes;
 use crate::call::{detached, sliced};
-use crate::options::{RingOptions, seconds};
+use crate::options::{RingOptions, deadline, timeout_seconds, wait_seconds};
 
 /// A write-ahead ring on a block device or preallocated file.
 #[pyclass(module = "tidelog._native", name = "RingWal", frozen)]
@@ -149,15 +149,14 @@ impl PyRingWal {
         space_timeout: Option<f64>,
     ) -> PyResult<PyRingAppendHandle> {
         let wait = space_timeout
-            .map(|s| seconds("space_timeout", s))
+            .map(|s| wait_seconds("space_timeout", s))
             .transpose()?;
         let input = InputBytes::extract(data, "data")?;
         let data = input.as_slice();
         let ring = &self.ring;
         // Even a plain append may wait for a block buffer, so the GIL is always released.
         if let Some(wait) = wait {
-            let deadline = Instant::now().checked_add(wait);
-            let got = sliced(py, deadline, |end| {
+            let got = sliced(py, deadline(wait), |end| {
                 match ring.append_wait(data, end.saturating_duration_since(Instant::now())) {
                     Ok(append) => Ok(Some(append)),
                     Err(Error::RingFull { .. }) => Ok(None),
@@ -274,7 +273,7 @@ impl PyRingAppendHandle {
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<u64>> {
         let deadline = match timeout {
-            Some(s) => Instant::now().checked_add(seconds("timeout", s)?),
+            Some(s) => deadline(timeout_seconds(s)?),
             None => None,
         };
         let append = &self.append;

@@ -10,7 +10,7 @@ use pyo3::sync::MutexExt;
 
 use crate::arrow;
 use crate::call::{detached, sliced};
-use crate::options::timeout_seconds;
+use crate::options::{deadline, timeout_seconds};
 use crate::wal::Parts;
 
 /// One part of a staged job, written by one task attempt.
@@ -144,8 +144,8 @@ pub fn stage_sink_batch(py: Python<'_>, path: PathBuf, sink: &str) -> PyResult<O
 #[pyfunction]
 #[pyo3(signature = (path, job, timeout = 60.0))]
 pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyResult<()> {
-    let deadline = Instant::now() + timeout_seconds(timeout)?;
-    let done = sliced(py, Some(deadline), |slice_end| {
+    let deadline = deadline(timeout_seconds(timeout)?);
+    let done = sliced(py, deadline, |slice_end| {
         let left = slice_end.saturating_duration_since(Instant::now());
         match tidelog::stage::wait_published(&path, job, left) {
             Ok(()) => Ok(Some(())),

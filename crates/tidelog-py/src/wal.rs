@@ -1,6 +1,7 @@
 //! `Wal`, `Writer`, `AppendHandle` and `TopicInfo`.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
@@ -8,10 +9,10 @@ use tidelog::{Append, Durability, ReaderOptions, StartPosition, Wal};
 
 use crate::arrow;
 use crate::buffer::InputBytes;
-use crate::call::{attached, detached, run};
+use crate::call::{attached, detached, run, sliced};
 use crate::error::to_py;
-use crate::options::{durability, durability_name, timeout_seconds};
-use crate::reader::PyReader;
+use crate::options::{deadline, durability, durability_name, timeout_seconds};
+use crate::reader::{PyReader, ReaderSlot};
 use crate::record::PyRecord;
 
 /// Appends at most this large are copied with the GIL held: releasing and retaking it costs
@@ -24,6 +25,7 @@ const GIL_HELD_APPEND_BYTES_MAX: usize = 64 * 1024;
 pub struct PyWal {
     wal: Arc<Wal>,
     path: String,
+    children: Children,
 }
 
 impl PyWal {
@@ -31,7 +33,52 @@ impl PyWal {
         PyWal {
             wal: Arc::new(wal),
             path,
+            children: Children::default(),
         }
+    }
+}
+
+/// The engine writer behind a `Writer`: `None` once its `Wal` closed. Locked only to clone
+/// the writer out, never across an append.
+type WriterSlot = RwLock<Option<Arc<tidelog::Writer>>>;
+
+/// The readers and writers a `Wal` handed out, so `close()` releases the files they hold
+/// even while Python still references them.
+#[derive(Debug, Default)]
+struct Children {
+    readers: Mutex<Vec<Weak<ReaderSlot>>>,
+    writers: Mutex<Vec<Weak<WriterSlot>>>,
+}
+
+/// Adds `item` to `list`, dropping the entries of dead children first when the list would
+/// grow (amortised O(1)).
+fn register<T>(list: &Mutex<Vec<Weak<T>>>, item: &Arc<T>) {
+    let mut list = list.lock().unwrap_or_else(PoisonError::into_inner);
+    if list.len() == list.capacity() {
+        list.retain(|w| w.strong_count() > 0);
+    }
+    list.push(Arc::downgrade(item));
+}
+
+impl Children {
+    /// Closes every live reader and writer.
+    fn release(&self, py: Python<'_>) -> PyResult<()> {
+        let readers =
+            std::mem::take(&mut *self.readers.lock().unwrap_or_else(PoisonError::into_inner));
+        for reader in readers.iter().filter_map(Weak::upgrade) {
+            reader.close(py)?;
+        }
+        let writers =
+            std::mem::take(&mut *self.writers.lock().unwrap_or_else(PoisonError::into_inner));
+        for writer in writers.iter().filter_map(Weak::upgrade) {
+            let taken = writer
+                .write()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            // An append still running holds its own clone; this one goes without the GIL.
+            py.detach(|| drop(taken));
+        }
+        Ok(())
     }
 }
 
@@ -236,11 +283,15 @@ impl PyWal {
         if let Some(fsync) = fsync {
             writer = writer.with_durability(durability(fsync)?);
         }
-        Ok(PyWriter {
-            writer,
+        let py_writer = PyWriter {
+            topic: writer.topic().to_owned(),
+            durability: writer.durability(),
+            writer: Arc::new(RwLock::new(Some(Arc::new(writer)))),
             space_wait: self.wal.config().space_wait_ms > 0,
             _wal: Arc::clone(&self.wal),
-        })
+        };
+        register(&self.children.writers, &py_writer.writer);
+        Ok(py_writer)
     }
 
     #[pyo3(
@@ -266,12 +317,9 @@ impl PyWal {
             ..ReaderOptions::default()
         };
         let reader = detached(py, || self.wal.reader_with(topic, options))?;
-        Ok(PyReader::new(
-            Arc::clone(&self.wal),
-            reader,
-            topic.to_owned(),
-            group,
-        ))
+        let reader = PyReader::new(Arc::clone(&self.wal), reader, topic.to_owned(), group);
+        register(&self.children.readers, reader.slot());
+        Ok(reader)
     }
 
     fn read(&self, py: Python<'_>, topic: &str, offset: u64) -> PyResult<PyRecord> {
@@ -295,8 +343,13 @@ impl PyWal {
         detached(py, || self.wal.flush())
     }
 
+    /// Closes the directory and every reader and writer it handed out, so their files are
+    /// released even while Python still references them (a `Record` keeps its own file
+    /// mapped while it lives).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
-        detached(py, || self.wal.close())
+        let result = detached(py, || self.wal.close());
+        self.children.release(py)?;
+        result
     }
 
     fn topics(&self) -> PyResult<Vec<String>> {
@@ -397,27 +450,41 @@ fn with_values<T>(
 #[pyclass(module = "tidelog._native", name = "Writer", frozen)]
 #[derive(Debug)]
 pub struct PyWriter {
-    writer: tidelog::Writer,
+    /// Shared with the `Wal`, which empties it at close.
+    writer: Arc<WriterSlot>,
+    topic: String,
+    durability: Durability,
     space_wait: bool,
     /// Keeps the directory open while this writer lives.
     _wal: Arc<Wal>,
+}
+
+impl PyWriter {
+    /// The engine writer; `ClosedError` once the `Wal` closed.
+    fn writer(&self) -> PyResult<Arc<tidelog::Writer>> {
+        self.writer
+            .read()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+            .ok_or_else(|| to_py(tidelog::Error::Closed))
+    }
 }
 
 #[pymethods]
 impl PyWriter {
     #[getter]
     fn topic(&self) -> &str {
-        self.writer.topic()
+        &self.topic
     }
 
     #[getter]
-    fn next_offset(&self) -> u64 {
-        self.writer.next_offset()
+    fn next_offset(&self) -> PyResult<u64> {
+        Ok(self.writer()?.next_offset())
     }
 
     #[getter]
     fn fsync(&self) -> &'static str {
-        durability_name(self.writer.durability())
+        durability_name(self.durability)
     }
 
     #[pyo3(signature = (value, *, key = None, timestamp = None))]
@@ -429,8 +496,8 @@ impl PyWriter {
         timestamp: Option<u64>,
     ) -> PyResult<u64> {
         let parts = Parts::extract(value, key, timestamp)?;
-        let release = releases_gil(self.writer.durability(), self.space_wait, parts.len());
-        let writer = &self.writer;
+        let release = releases_gil(self.durability, self.space_wait, parts.len());
+        let writer = self.writer()?;
         run(py, release, || writer.append_record(parts.append()))
     }
 
@@ -439,7 +506,7 @@ impl PyWriter {
         py: Python<'py>,
         values: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyRange>> {
-        let writer = &self.writer;
+        let writer = self.writer()?;
         let offsets = with_values(values, |v| detached(py, || writer.append_batch(v)))?;
         range(py, offsets)
     }
@@ -453,7 +520,7 @@ impl PyWriter {
         timestamp: Option<u64>,
     ) -> PyResult<PyAppendHandle> {
         let parts = Parts::extract(value, key, timestamp)?;
-        let writer = &self.writer;
+        let writer = self.writer()?;
         let handle = detached(py, || {
             writer.append_batch_async(std::slice::from_ref(&parts.append()))
         })?;
@@ -461,15 +528,18 @@ impl PyWriter {
     }
 
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        detached(py, || self.writer.flush())
+        let writer = self.writer()?;
+        detached(py, || writer.flush())
     }
 
     fn __repr__(&self) -> String {
+        let next = self
+            .writer()
+            .map_or_else(|_| "closed".to_owned(), |w| w.next_offset().to_string());
         format!(
-            "Writer(topic={:?}, fsync={:?}, next_offset={})",
-            self.writer.topic(),
-            durability_name(self.writer.durability()),
-            self.writer.next_offset()
+            "Writer(topic={:?}, fsync={:?}, next_offset={next})",
+            self.topic,
+            durability_name(self.durability)
         )
     }
 }
@@ -498,16 +568,20 @@ impl PyAppendHandle {
     }
 
     /// Waits until durable (forever, or `timeout` seconds); False if the timeout passed.
+    /// Waits in slices without the GIL, so Ctrl-C interrupts it (under `fsync="never"` only
+    /// a flush or close ends it).
     #[pyo3(signature = (timeout = None))]
     fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let deadline = match timeout {
+            Some(seconds) => deadline(timeout_seconds(seconds)?),
+            None => None,
+        };
         let handle = &self.handle;
-        match timeout {
-            None => detached(py, || handle.wait()).map(|()| true),
-            Some(seconds) => {
-                let timeout = timeout_seconds(seconds)?;
-                detached(py, || handle.wait_timeout(timeout))
-            }
-        }
+        let durable = sliced(py, deadline, |end| {
+            let left = end.saturating_duration_since(Instant::now());
+            Ok(handle.wait_timeout(left)?.then_some(()))
+        })?;
+        Ok(durable.is_some())
     }
 
     fn __repr__(&self) -> String {

@@ -180,7 +180,7 @@ impl BlockAllocator {
             self.disk_bytes.fetch_add(bytes, Ordering::AcqRel);
             return Ok(());
         };
-        let deadline = Instant::now() + wait;
+        let deadline = crate::clock::deadline_after(wait);
         let mut guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
         loop {
             let reserved = self

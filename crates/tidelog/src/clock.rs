@@ -6,7 +6,19 @@
 //! error stays far below a microsecond per tick of drift. Elsewhere it reads the wall clock.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Stands in for a wait too long for an `Instant` (`Duration::MAX`): about a century.
+const WAIT_FOREVER: Duration = Duration::from_secs(100 * 365 * 24 * 3600);
+
+/// `Instant::now() + wait`, saturating: a caller may pass `Duration::MAX` to mean "as long as
+/// needed", which `Instant + Duration` would panic on.
+pub(crate) fn deadline_after(wait: Duration) -> Instant {
+    let now = Instant::now();
+    now.checked_add(wait)
+        .or_else(|| now.checked_add(WAIT_FOREVER))
+        .unwrap_or(now)
+}
 
 /// Nanoseconds since the Unix epoch from the OS wall clock.
 fn wall_ns() -> u64 {

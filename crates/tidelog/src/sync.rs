@@ -532,7 +532,7 @@ impl AppendHandle {
     pub fn wait_timeout(&self, timeout: Duration) -> Result<bool> {
         match &self.durable {
             Durable::Ticket { queue, ticket } => {
-                queue.wait(*ticket, Some(Instant::now() + timeout))
+                queue.wait(*ticket, Some(crate::clock::deadline_after(timeout)))
             }
             Durable::Ring(ring) => ring.wait_timeout(timeout).map(|d| d.is_some()),
         }

@@ -376,7 +376,7 @@ impl Shared {
             return topic.append(&self.ctx(opts), records);
         };
         journal.check_fits(&topic.name, records)?;
-        let deadline = Instant::now() + RING_FULL_WAIT.max(opts.space_wait);
+        let deadline = crate::clock::deadline_after(RING_FULL_WAIT.max(opts.space_wait));
         // Trim offset at the last full ring, and whether a checkpoint since moved nothing.
         let mut last_trim = None;
         let mut stalled = false;

@@ -6,7 +6,7 @@ use std::fs::File;
 use std::io::{self, Seek, SeekFrom};
 use std::os::unix::fs::FileTypeExt;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, PoisonError, RwLock};
 
 use super::DirectIo;
 use super::format::{ALIGN_BYTES, CAPACITY_MIN};
@@ -24,8 +24,9 @@ const ZERO_FILL_CHUNK_BYTES: usize = 1 << 20;
 #[derive(Debug)]
 pub(crate) struct Device {
     pub path: PathBuf,
-    /// Also holds the writer lock (not when opened read-only).
-    file: File,
+    /// Also holds the writer lock (not when opened read-only). `None` once closed, so a
+    /// closed ring releases its descriptor while handles still reference it.
+    file: RwLock<Option<File>>,
     storage: Arc<dyn Storage>,
     /// `O_DIRECT` is on.
     pub direct: bool,
@@ -155,7 +156,7 @@ impl Device {
         }
         Ok(Device {
             path: path.to_owned(),
-            file,
+            file: RwLock::new(Some(file)),
             storage,
             direct,
             is_block_device,
@@ -186,7 +187,7 @@ impl Device {
             .map_err(|e| Error::io("size ring device", path, e))?;
         Ok(Device {
             path: path.to_owned(),
-            file,
+            file: RwLock::new(Some(file)),
             storage,
             direct: false,
             is_block_device,
@@ -201,20 +202,32 @@ impl Device {
         debug_assert!(
             pos.is_multiple_of(ALIGN_BYTES) && (buf.len() as u64).is_multiple_of(ALIGN_BYTES)
         );
-        self.storage.write_at(&self.file, &self.path, buf, pos)
+        let file = self.file.read().unwrap_or_else(PoisonError::into_inner);
+        self.storage
+            .write_at(open_file_of(&file)?, &self.path, buf, pos)
     }
 
-    /// Releases the writer lock (at close; handles may keep the descriptor open longer).
+    /// Releases the writer lock and closes the descriptor (at close: handles that still
+    /// reference the ring must not keep it open).
     pub fn unlock(&self) {
-        let _ = self.file.unlock();
+        let file = self
+            .file
+            .write()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        if let Some(file) = file {
+            let _ = file.unlock();
+        }
     }
 
     /// The descriptor for direct submission (io_uring), if the storage layer allows it.
     pub fn raw_fd(&self) -> Option<std::os::fd::RawFd> {
         use std::os::fd::AsRawFd;
+        let file = self.file.read().unwrap_or_else(PoisonError::into_inner);
+        let file = file.as_ref()?;
         self.storage
             .allows_direct_submission()
-            .then(|| self.file.as_raw_fd())
+            .then(|| file.as_raw_fd())
     }
 
     /// Fills `buf` (aligned) from device byte `pos`; returns the bytes read.
@@ -222,8 +235,16 @@ impl Device {
         debug_assert!(
             pos.is_multiple_of(ALIGN_BYTES) && (buf.len() as u64).is_multiple_of(ALIGN_BYTES)
         );
-        self.storage.read_at(&self.file, &self.path, buf, pos)
+        let file = self.file.read().unwrap_or_else(PoisonError::into_inner);
+        self.storage
+            .read_at(open_file_of(&file)?, &self.path, buf, pos)
     }
+}
+
+/// The device's file, or an error once the ring closed it.
+fn open_file_of(file: &Option<File>) -> io::Result<&File> {
+    file.as_ref()
+        .ok_or_else(|| io::Error::new(io::ErrorKind::NotConnected, "the ring is closed"))
 }
 
 fn validate_capacity(cap: u64) -> Result<()> {

@@ -25,7 +25,7 @@ use std::hash::{BuildHasher, Hasher};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
@@ -262,7 +262,7 @@ impl RingAppend {
     /// As [`RingAppend::wait`], giving up after `timeout` (`Ok(None)`).
     pub fn wait_timeout(&self, timeout: Duration) -> Result<Option<u64>> {
         self.shared
-            .wait_durable(self.end, Some(Instant::now() + timeout))
+            .wait_durable(self.end, Some(crate::clock::deadline_after(timeout)))
     }
 }
 

@@ -328,7 +328,7 @@ impl Shared {
             return Err(Error::limit("ring_bytes", block_bytes, self.ring_bytes));
         }
         let crc = crc32fast::hash(data);
-        let deadline = space_wait.map(|d| Instant::now() + d);
+        let deadline = space_wait.map(crate::clock::deadline_after);
         let mut st = self.lock();
         loop {
             self.check_open(&st)?;

@@ -367,7 +367,7 @@ pub(crate) fn write_commit(
 /// as the process holding the directory does it.
 pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Result<()> {
     let job_dir = job_dir(dir, job)?;
-    let deadline = std::time::Instant::now() + wait;
+    let deadline = crate::clock::deadline_after(wait);
     while job_dir.join(COMMIT_FILE).exists() {
         if std::time::Instant::now() >= deadline {
             return Err(Error::io(
