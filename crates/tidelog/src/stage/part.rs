@@ -73,7 +73,7 @@ pub(crate) struct PartManifest {
 }
 
 impl PartManifest {
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::from(PART_HEADER);
         let mut total = 0;
         for s in &self.segments {
@@ -90,7 +90,7 @@ impl PartManifest {
         text
     }
 
-    fn decode(path: &Path, text: &str) -> Result<PartManifest> {
+    pub(crate) fn decode(path: &Path, text: &str) -> Result<PartManifest> {
         let corrupt = |reason: &str| super::corrupt(path, reason);
         let body = text
             .strip_prefix(PART_HEADER)
