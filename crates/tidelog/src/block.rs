@@ -424,11 +424,17 @@ impl Block {
 
     /// Reads and checks the footer of a sealed extent.
     pub fn read_footer(&self, topic: &str, progress: &Progress) -> Result<Vec<IndexEntry>> {
-        let bytes_len = progress.footer_count as usize * format::IX_LEN;
+        // Both counts come from disk: checked, so a slot claiming more than the extent holds
+        // is corruption, not an overflow.
         let at = progress.durable_end;
-        if at + bytes_len as u64 > self.len {
-            return Err(self.corruption(topic, self.first_offset, at, FrameError::Truncated));
-        }
+        let bytes_len = usize::try_from(progress.footer_count)
+            .ok()
+            .and_then(|n| n.checked_mul(format::IX_LEN))
+            .filter(|&n| at.checked_add(n as u64).is_some_and(|end| end <= self.len));
+        let Some(bytes_len) = bytes_len else {
+            let position = at.min(self.len);
+            return Err(self.corruption(topic, self.first_offset, position, FrameError::Truncated));
+        };
         let mut buf = vec![0u8; bytes_len];
         self.file.map.copy_out(self.abs(at), &mut buf);
         if crc32fast::hash(&buf) != progress.footer_crc {
@@ -441,14 +447,20 @@ impl Block {
             });
         }
         let base = self.footer_base();
-        Ok(buf
-            .chunks_exact(format::IX_LEN)
+        buf.chunks_exact(format::IX_LEN)
             .filter_map(IndexEntry::decode)
-            .map(|e| IndexEntry {
-                offset: e.offset + base,
-                ..e
+            .map(|e| {
+                let offset = e.offset.checked_add(base)?;
+                Some(IndexEntry { offset, ..e })
             })
-            .collect())
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| Error::Corruption {
+                topic: topic.to_owned(),
+                offset: self.first_offset,
+                path: self.file.path.clone(),
+                position: self.start + at,
+                reason: "index footer offset past the largest offset".to_owned(),
+            })
     }
 
     /// What a footer entry's offset is relative to: the extent's first offset in an adopted

@@ -529,8 +529,9 @@ pub fn decode_frame(
     expected_offset: u64,
     verify_checksum: bool,
 ) -> Result<FrameView, FrameError> {
-    let h = extent
-        .get(position..position + FRAME_HEADER)
+    let h = position
+        .checked_add(FRAME_HEADER)
+        .and_then(|end| extent.get(position..end))
         .ok_or(FrameError::Truncated)?;
     let magic = u16::from_le_bytes([h[FR_MAGIC], h[FR_MAGIC + 1]]);
     if magic != FRAME_MAGIC {
@@ -555,6 +556,7 @@ pub fn decode_frame(
     if flags & FLAG_KEY == 0 && key_len != 0 {
         return Err(FrameError::BadLength);
     }
+    // `position + FRAME_HEADER` fits (checked above) and `frame_len` is a u32: no overflow.
     let frame = extent
         .get(position..position + frame_len)
         .ok_or(FrameError::Truncated)?;

@@ -66,7 +66,13 @@ pub fn entry_len(name: &str, records: &[Append<'_>]) -> u64 {
 
 /// Encodes the entry of `records` (of `name`, starting at offset `first`; records without a
 /// timestamp get `now_us`) into `buf`, replacing what it held.
-fn encode(buf: &mut Vec<u8>, name: &str, first: u64, records: &[Append<'_>], now_us: u64) {
+pub(crate) fn encode(
+    buf: &mut Vec<u8>,
+    name: &str,
+    first: u64,
+    records: &[Append<'_>],
+    now_us: u64,
+) {
     buf.clear();
     buf.reserve(entry_len(name, records) as usize);
     buf.push(ENTRY_KIND_BATCH);

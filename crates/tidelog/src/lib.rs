@@ -40,6 +40,8 @@ mod dio;
 mod error;
 mod file;
 pub mod format;
+#[doc(hidden)]
+pub mod internals;
 pub mod io;
 mod journal;
 mod mmap;

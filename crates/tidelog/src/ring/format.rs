@@ -317,7 +317,7 @@ pub fn decode_record_header(b: &[u8], offset: u64) -> Result<RecordHeader, &'sta
     if crc32fast::hash(&b[..RR_HEADER_CRC]) != get_u32(b, RR_HEADER_CRC) {
         return Err("record header checksum mismatch");
     }
-    if get_u64(b, RR_BODY_OFFSET) != offset + RR_HEADER_LEN as u64 {
+    if offset.checked_add(RR_HEADER_LEN as u64) != Some(get_u64(b, RR_BODY_OFFSET)) {
         return Err("record from an earlier lap (offset mismatch)");
     }
     let len = get_u32(b, RR_LEN) as usize;

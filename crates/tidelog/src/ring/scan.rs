@@ -206,7 +206,10 @@ impl Scanner {
         self.load(at, total as usize)?;
         let base = (at - self.chunk_start) as usize;
         let block = &self.buf[base..base + total as usize];
-        let mut records = Vec::with_capacity(header.record_count as usize);
+        // The count is read from disk: every record takes at least its header, so the block's
+        // length bounds the allocation (a checksummed header may still claim 2^32 records).
+        let fit = header.payload_bytes as usize / RR_HEADER_LEN;
+        let mut records = Vec::with_capacity((header.record_count as usize).min(fit));
         let mut bad_body = None;
         let mut framing = None;
         let mut q = BH_LEN;

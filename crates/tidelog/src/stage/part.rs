@@ -73,7 +73,7 @@ pub(crate) struct PartManifest {
 }
 
 impl PartManifest {
-    fn encode(&self) -> String {
+    pub(crate) fn encode(&self) -> String {
         let mut text = String::from(PART_HEADER);
         let mut total = 0;
         for s in &self.segments {
@@ -90,7 +90,7 @@ impl PartManifest {
         text
     }
 
-    fn decode(path: &Path, text: &str) -> Result<PartManifest> {
+    pub(crate) fn decode(path: &Path, text: &str) -> Result<PartManifest> {
         let corrupt = |reason: &str| super::corrupt(path, reason);
         let body = text
             .strip_prefix(PART_HEADER)
@@ -141,10 +141,14 @@ impl PartManifest {
             }
         }
         let total = total.ok_or_else(|| corrupt("the manifest is cut (no record total)"))?;
+        // Counts come from the file: summed with checks, so a sum past u64 is corruption.
+        fn sum(mut counts: impl Iterator<Item = u64>) -> Option<u64> {
+            counts.try_fold(0u64, u64::checked_add)
+        }
         let consistent = segments
             .iter()
-            .all(|s| s.counts.iter().map(|(_, n)| n).sum::<u64>() == s.records && s.records > 0)
-            && segments.iter().map(|s| s.records).sum::<u64>() == total;
+            .all(|s| sum(s.counts.iter().map(|(_, n)| *n)) == Some(s.records) && s.records > 0)
+            && sum(segments.iter().map(|s| s.records)) == Some(total);
         if !consistent {
             return Err(corrupt("the manifest's counts do not add up"));
         }

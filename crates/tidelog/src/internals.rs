@@ -1,0 +1,228 @@
+//! Crate-private decoders of on-disk bytes, reachable from the property tests in
+//! `tests/decoders.rs`. Not part of the API: hidden from the docs, no stability promise.
+//!
+//! The public decoders (`format`, `ring::format`, `stage::sink_batch`) are used directly; this
+//! module adds the ones behind private modules, with thin wrappers where a decoder needs an
+//! extent or a directory around it.
+#![allow(missing_docs, missing_debug_implementations)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::block::Block;
+use crate::error::Result;
+use crate::file::DataFile;
+use crate::format::{FrameError, FrameView, IndexEntry, Progress};
+use crate::io::StdStorage;
+use crate::topic::Append;
+
+/// What a cursor slot holds (`cursor::CursorRecord`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CursorRecord {
+    pub topic: String,
+    pub group: String,
+    pub offset: u64,
+    pub generation: u64,
+    pub updated_us: u64,
+}
+
+/// Encodes a cursor slot (magic, body length, CRC-32, rkyv body, zero padding).
+pub fn encode_cursor_slot(r: &CursorRecord) -> Result<Vec<u8>> {
+    crate::cursor::encode_slot(&crate::cursor::CursorRecord {
+        topic: r.topic.clone(),
+        group: r.group.clone(),
+        offset: r.offset,
+        generation: r.generation,
+        updated_us: r.updated_us,
+    })
+}
+
+/// Decodes a cursor slot; `None` when empty, torn or not ours.
+pub fn decode_cursor_slot(slot: &[u8]) -> Option<CursorRecord> {
+    crate::cursor::decode_slot(slot).map(|r| CursorRecord {
+        topic: r.topic,
+        group: r.group,
+        offset: r.offset,
+        generation: r.generation,
+        updated_us: r.updated_us,
+    })
+}
+
+/// Decodes and validates a journal entry: `(topic, first offset, records)`.
+pub fn decode_journal_entry(
+    body: &[u8],
+) -> std::result::Result<(&str, u64, Vec<Append<'_>>), String> {
+    crate::journal::decode(body).map(|e| (e.topic, e.first, e.records))
+}
+
+/// Encodes the journal entry of `records` of topic `name`, the first at offset `first`.
+pub fn encode_journal_entry(
+    name: &str,
+    first: u64,
+    records: &[Append<'_>],
+    now_us: u64,
+) -> Vec<u8> {
+    let mut buf = Vec::new();
+    crate::journal::encode(&mut buf, name, first, records, now_us);
+    buf
+}
+
+/// What a staged segment's header page says (`stage::segment::SegmentHeader`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SegmentHeader {
+    pub index: u32,
+    pub file_size_bytes: u64,
+    pub block_size_bytes: u64,
+    pub created_us: u64,
+    pub records: u64,
+    pub extents: u32,
+}
+
+/// Bytes of a staged segment's header, and where its checksum sits.
+pub const SEGMENT_HEADER_LEN: usize = crate::stage::segment::SH_LEN;
+pub const SEGMENT_HEADER_CRC_AT: usize = crate::stage::segment::SH_CRC;
+
+/// Encodes a staged segment's header (`SH_LEN` bytes).
+pub fn encode_segment_header(h: &SegmentHeader) -> Vec<u8> {
+    crate::stage::segment::SegmentHeader {
+        index: h.index,
+        file_size_bytes: h.file_size_bytes,
+        block_size_bytes: h.block_size_bytes,
+        created_us: h.created_us,
+        records: h.records,
+        extents: h.extents,
+    }
+    .encode()
+    .to_vec()
+}
+
+/// Decodes and checks a staged segment's header.
+pub fn decode_segment_header(b: &[u8]) -> std::result::Result<SegmentHeader, &'static str> {
+    crate::stage::segment::SegmentHeader::decode(b).map(|h| SegmentHeader {
+        index: h.index,
+        file_size_bytes: h.file_size_bytes,
+        block_size_bytes: h.block_size_bytes,
+        created_us: h.created_us,
+        records: h.records,
+        extents: h.extents,
+    })
+}
+
+/// One segment line of a part manifest and its topic lines: `(index, records,
+/// max_record_bytes, [(topic, count)])`.
+pub type ManifestSegment = (u32, u64, u64, Vec<(String, u64)>);
+
+/// Encodes a part manifest (`PART.stage`).
+pub fn encode_part_manifest(segments: &[ManifestSegment]) -> String {
+    crate::stage::PartManifest {
+        segments: segments
+            .iter()
+            .map(|(index, records, max, counts)| crate::stage::SegmentEntry {
+                index: *index,
+                records: *records,
+                max_record_bytes: *max,
+                counts: counts.clone(),
+            })
+            .collect(),
+    }
+    .encode()
+}
+
+/// Decodes and checks a part manifest.
+pub fn decode_part_manifest(text: &str) -> Result<Vec<ManifestSegment>> {
+    let m = crate::stage::PartManifest::decode(Path::new("PART.stage"), text)?;
+    Ok(m.segments
+        .into_iter()
+        .map(|s| (s.index, s.records, s.max_record_bytes, s.counts))
+        .collect())
+}
+
+/// Reads `job_dir/COMMIT`: `(parts, sink)`, `None` when there is no such file.
+#[expect(clippy::type_complexity, reason = "a test hook")]
+pub fn read_commit(job_dir: &Path) -> Result<Option<(Vec<String>, Option<(String, u64)>)>> {
+    Ok(crate::stage::read_commit(job_dir)?.map(|m| (m.parts, m.sink)))
+}
+
+/// Reads `job_dir/INGEST`: each topic's first offset for the job.
+pub fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
+    crate::stage::read_ingest(job_dir)
+}
+
+/// One extent of `block_count` blocks of 16 KiB at the start of a fresh data file in a
+/// caller's directory, for the decoders that need a [`Block`] around them.
+pub struct ExtentFixture {
+    block: Block,
+}
+
+/// Block size of an [`ExtentFixture`]'s file.
+pub const FIXTURE_BLOCK_BYTES: u64 = 16 << 10;
+/// Blocks in an [`ExtentFixture`]'s file.
+pub const FIXTURE_BLOCKS: u32 = 4;
+
+impl ExtentFixture {
+    /// Creates data file 1 in `dir` (a version-2 file, whose frames and footers carry offsets
+    /// relative to the extent, with `relative`) and an extent of `block_count` blocks at
+    /// block 0.
+    pub fn create(
+        dir: &Path,
+        relative: bool,
+        block_count: u32,
+        topic_id: u32,
+        salt: u32,
+        first_offset: u64,
+    ) -> Result<ExtentFixture> {
+        let block_count = block_count.clamp(1, FIXTURE_BLOCKS);
+        let mut file = DataFile::create(
+            &StdStorage,
+            dir,
+            1,
+            crate::format::FILE_HEADER_BYTES + u64::from(FIXTURE_BLOCKS) * FIXTURE_BLOCK_BYTES,
+            FIXTURE_BLOCK_BYTES,
+        )?;
+        if relative && let Some(f) = Arc::get_mut(&mut file) {
+            f.header.version = crate::format::VERSION_RELATIVE;
+        }
+        let block = Block::new(
+            file,
+            0,
+            block_count,
+            topic_id,
+            salt,
+            first_offset,
+            4096,
+            None,
+        );
+        Ok(ExtentFixture { block })
+    }
+
+    /// Extent length in bytes.
+    pub fn extent_bytes(&self) -> u64 {
+        self.block.len
+    }
+
+    /// Overwrites the extent's bytes at `at` (clamped to the extent).
+    pub fn write(&self, at: u64, bytes: &[u8]) {
+        let at = at.min(self.block.len) as usize;
+        let n = bytes.len().min(self.block.len as usize - at);
+        self.block
+            .file
+            .map
+            .write_header(self.block.abs(at as u64), &bytes[..n]);
+    }
+
+    /// [`Block::decode_frame`] over `bytes`.
+    pub fn decode_frame(
+        &self,
+        bytes: &[u8],
+        position: u64,
+        offset: u64,
+        verify: bool,
+    ) -> std::result::Result<FrameView, FrameError> {
+        self.block.decode_frame(bytes, position, offset, verify)
+    }
+
+    /// [`Block::read_footer`] of the extent as written, as `progress` describes it.
+    pub fn read_footer(&self, progress: &Progress) -> Result<Vec<IndexEntry>> {
+        self.block.read_footer("fixture", progress)
+    }
+}
