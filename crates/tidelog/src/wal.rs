@@ -1452,9 +1452,10 @@ pub fn commit_staged(
             .min(COMMIT_WAIT_SLICE);
         match Wal::open_with(dir, config.clone()) {
             // Opening publishes every committed job (or sets it aside).
+            // Still there after that: an abort held it; look again after a while.
             Ok(wal) => {
                 wal.close()?;
-                slice_wait(dir, job, Duration::ZERO)?;
+                slice_wait(dir, job, slice)?;
             }
             // A holder that closed before it saw the commit leaves it to the next opener.
             Err(Error::Locked { .. }) => slice_wait(dir, job, slice)?,

@@ -11,6 +11,7 @@ use std::time::{Duration, Instant};
 
 use common::{BLOCK, geometry, tempdir};
 use tidelog::format;
+use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::stage::{self, StagedWriter};
 use tidelog::{Append, Config, Error, RingBackend, RingConfig, Wal};
 
@@ -377,4 +378,27 @@ fn commits_from_several_processes_with_no_holder_all_complete_once() {
         assert_eq!(got, want, "topic t{t}: every job exactly once");
     }
     assert!(stage::jobs(&d).expect("jobs").is_empty());
+}
+
+#[test]
+fn an_io_error_that_may_pass_leaves_the_job_committed_not_set_aside() {
+    let dir = tempdir();
+    let d = dir.path();
+    let faults = FaultStorage::new();
+    let wal = Wal::open_with_storage(d, config(), Arc::new(faults.clone())).expect("open");
+    stage_part(d, "job", "p0", "a", 8);
+    faults.arm(points::READ, Fault::Always(libc::EIO));
+    match wal.commit_staged("job", &["p0"]) {
+        Err(Error::Io { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::EIO)),
+        r => panic!("expected EIO, got {r:?}"),
+    }
+    faults.disarm_all();
+    assert!(failure(d, "job").is_none(), "not the job's fault");
+    assert!(job_dir(d, "job").join(stage::COMMIT_FILE).exists());
+    assert_eq!(
+        wal.commit_staged("job", &["p0"])
+            .expect("the retry publishes"),
+        vec![("a".to_owned(), 0..8)]
+    );
+    assert_eq!(values(&wal, "a"), expected("job", "p0", 8));
 }
