@@ -10,6 +10,7 @@
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -98,6 +99,9 @@ __all__ = [
     "stage_wait",
 ]
 
+# How long a committer waits for the directory's holder before it tries to open it again.
+_COMMIT_WAIT_SLICE = 0.1
+
 
 def commit_staged(
     path: str | os.PathLike[str],
@@ -112,14 +116,33 @@ def commit_staged(
     """Commits the staged `parts` of `job` (written with `StagedWriter`) and returns once
     they are published, exactly once. It opens `path` with `options` (as `tidelog.open`)
     to publish them itself; when another process holds the directory for writing, that
-    process publishes them, and this waits up to `timeout` seconds. With `sink` and `batch`
-    (a streaming sink's micro-batch id) the publish also records `batch` as the sink's last,
-    so `stage_sink_batch` can recognise a replayed micro-batch."""
+    process publishes them, and this waits up to `timeout` seconds (opening the directory
+    itself should that process let go first). With `sink` and `batch` (a streaming sink's
+    micro-batch id) the publish also records `batch` as the sink's last, so
+    `stage_sink_batch` can recognise a replayed micro-batch. A part named twice or not
+    staged is `InvalidArgumentError`; so is a job set aside at its publish as one that
+    cannot be published (a damaged segment, a record over the directory's limits), with
+    the reason: `stage_abort` removes it. Committing a published job again does nothing."""
     stage_commit(path, job, list(parts), sink=sink, batch=batch)
-    try:
-        wal = open(path, **options)
-    except exceptions.LockedError:
-        stage_wait(path, job, timeout)
-        return
-    # Opening published every committed job.
-    wal.close()
+    deadline = time.monotonic() + timeout
+    while True:
+        wait = min(_COMMIT_WAIT_SLICE, max(0.0, deadline - time.monotonic()))
+        try:
+            wal = open(path, **options)
+        except exceptions.LockedError:
+            # The holder publishes it; should it close before it saw the commit, the next
+            # open does.
+            pass
+        else:
+            # Opening published every committed job, or set aside one that cannot be.
+            wal.close()
+        try:
+            # Returns at once once published; raises for a job set aside.
+            stage_wait(path, job, wait)
+            return
+        except TimeoutError:
+            if time.monotonic() >= deadline:
+                raise TimeoutError(
+                    f"job {job!r} was not published within {timeout} s: does the process "
+                    "holding the directory run?"
+                ) from None

@@ -446,10 +446,12 @@ def stage_commit(
     it) publishes it."""
 
 def stage_wait(path: str | os.PathLike[str], job: str, timeout: float = 60.0) -> None:
-    """Waits until committed `job` is published; `TimeoutError` after `timeout` seconds."""
+    """Waits until committed `job` is published; `TimeoutError` after `timeout` seconds.
+    A job set aside as one that cannot be published (a damaged segment, a record over the
+    directory's limits) raises `InvalidArgumentError` with the reason at once."""
 
 def stage_abort(path: str | os.PathLike[str], job: str) -> None:
-    """Discards a job that is not being published."""
+    """Discards a job that is not being published (or one set aside)."""
 
 def stage_sink_batch(path: str | os.PathLike[str], sink: str) -> int | None:
     """The last micro-batch id streaming sink `sink` published, or None."""

@@ -108,6 +108,31 @@ def test_a_holder_publishes_another_process_commit(tmp_path: Path) -> None:
         assert holder.topic_info("t").next_offset == 4
 
 
+def test_a_job_that_cannot_be_published_is_set_aside_and_reported(tmp_path: Path) -> None:
+    stage(tmp_path, "bad", "p0", [b"v" * 50] * 20)
+    with pytest.raises(tidelog.InvalidArgumentError, match="named twice"):
+        tidelog.commit_staged(tmp_path, "bad", ["p0", "p0"])
+    tidelog.stage_commit(tmp_path, "bad", ["p0"])
+    # A damaged record in the segment (small: its records would be copied).
+    segment = tmp_path / "staging" / "bad" / "p0.0.seg"
+    data = bytearray(segment.read_bytes())
+    data[4096 + 4096 + 60] ^= 0xFF
+    segment.write_bytes(bytes(data))
+    stage(tmp_path, "good", "p0", [b"g"])
+    with pytest.raises(tidelog.InvalidArgumentError, match="set aside"):
+        tidelog.commit_staged(tmp_path, "bad", ["p0"], timeout=5.0)
+    tidelog.commit_staged(tmp_path, "good", ["p0"], timeout=5.0)
+    tidelog.commit_staged(tmp_path, "good", ["p0"], timeout=5.0)  # again: nothing more
+    with tidelog.open(tmp_path) as wal:
+        assert [bytes(r) for r in wal.reader("t", start="earliest")] == [b"g"]
+        wal.flush()
+    with pytest.raises(tidelog.InvalidArgumentError, match="set aside"):
+        tidelog.stage_wait(tmp_path, "bad", 1.0)
+    assert segment.exists()
+    tidelog.stage_abort(tmp_path, "bad")
+    assert not (tmp_path / "staging" / "bad").exists()
+
+
 def _adopted_files(path: Path) -> list[Path]:
     """Data files whose header says they were adopted from a staged segment (version 2)."""
     return [

@@ -353,12 +353,14 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
     }
     let mut staged = String::new();
     for job in tidelog::stage::jobs(dir)? {
-        let state = if job.publishing {
-            "publish begun (resumes at the next writable open)"
+        let state = if let Some(reason) = &job.failed {
+            format!("set aside, cannot be published (abort it to remove it): {reason}")
+        } else if job.publishing {
+            "publish begun (resumes at the next writable open)".to_owned()
         } else if job.committed {
-            "committed (the directory's holder publishes it)"
+            "committed (the directory's holder publishes it)".to_owned()
         } else {
-            "not committed"
+            "not committed".to_owned()
         };
         let _ = writeln!(
             text,
@@ -370,14 +372,17 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
         );
         let _ = write!(
             staged,
-            "{}{{\"job\":{},\"committed\":{},\"publishing\":{},\"parts\":{},\"bytes\":{},\"idle_s\":{}}}",
+            "{}{{\"job\":{},\"committed\":{},\"publishing\":{},\"parts\":{},\"bytes\":{},\"idle_s\":{},\"failed\":{}}}",
             if staged.is_empty() { "" } else { "," },
             quote(&job.job),
             job.committed,
             job.publishing,
             job.parts,
             job.bytes,
-            job.idle.as_secs()
+            job.idle.as_secs(),
+            job.failed
+                .as_deref()
+                .map_or_else(|| "null".to_owned(), quote)
         );
     }
     let usage = wal.disk_usage();

@@ -140,7 +140,8 @@ pub fn stage_sink_batch(py: Python<'_>, path: PathBuf, sink: &str) -> PyResult<O
 }
 
 /// Waits up to `timeout` seconds until committed `job` is published (by the process that
-/// holds the directory); raises `TimeoutError` after that.
+/// holds the directory); raises `TimeoutError` after that, and `InvalidArgumentError` with
+/// the reason for a job set aside as one that cannot be published.
 #[pyfunction]
 #[pyo3(signature = (path, job, timeout = 60.0))]
 pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyResult<()> {
@@ -165,7 +166,7 @@ pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyR
     })
 }
 
-/// Discards an uncommitted (or committed but not yet publishing) job.
+/// Discards an uncommitted (or committed but not yet publishing, or set aside) job.
 #[pyfunction]
 pub fn stage_abort(py: Python<'_>, path: PathBuf, job: &str) -> PyResult<()> {
     detached(py, || tidelog::stage::abort(&path, job))

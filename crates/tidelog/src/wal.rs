@@ -1141,20 +1141,16 @@ impl Wal {
     /// in order, exactly once: after this returns every record of those parts is appended
     /// and durable, and none of another part of the job is; after a crash in between, the
     /// next open finishes the job without appending a record twice. Returns the offsets the
-    /// job got in each topic. A published job's directory is gone: committing it again is
-    /// an error. Other appends to the job's topics wait while it is published, so each
-    /// topic's share of the job is one contiguous offset range.
+    /// job got in each topic. The parts are checked first (each named once, staged, sound,
+    /// within the directory's limits); a job whose segments fail their checks is set aside,
+    /// not published (see [`crate::stage::jobs`]). Committing a published job again with the
+    /// same parts returns the offsets it got. Other appends to the job's topics wait while
+    /// it is published, so each topic's share of the job is one contiguous offset range.
     pub fn commit_staged(&self, job: &str, parts: &[&str]) -> Result<Vec<(String, Range<u64>)>> {
         self.shared.check_writable()?;
-        let job_dir = stage::job_dir(&self.shared.dir, job)?;
+        stage::job_dir(&self.shared.dir, job)?;
         if parts.is_empty() {
             return Ok(Vec::new());
-        }
-        if !job_dir.exists() {
-            return Err(Error::invalid(
-                "job",
-                format!("job {job:?} has no staged parts (or was published already)"),
-            ));
         }
         // Held across both steps, so the housekeeping thread cannot publish it in between.
         let _one = self
@@ -1162,14 +1158,18 @@ impl Wal {
             .ingest_lock
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        stage::write_commit(
+        let committed = stage::write_commit(
             self.shared.storage.as_ref(),
             &self.shared.dir,
             job,
             parts,
             None,
+            Some(self.shared.staged_limits()),
         )?;
-        self.shared.ingest_job(job)
+        match committed {
+            stage::Committed::Published(ranges) => Ok(ranges),
+            stage::Committed::Recorded => self.shared.ingest_job(job),
+        }
     }
 
     /// Deletes `topic`: its records, its cursors, and (once no other topic needs them) its
@@ -1448,9 +1448,11 @@ impl Writer {
 }
 
 /// Commits the staged parts `parts` of `job` in `dir` from a process that may not hold the
-/// directory: records the commit, then publishes it with a handle opened with `config`, or,
-/// when another process holds the directory for writing, waits up to `wait` for that
-/// process (its housekeeping thread) to publish it.
+/// directory: records the commit (checked against `config`'s limits), then publishes it with
+/// a handle opened with `config`, or, while another process holds the directory for writing,
+/// waits up to `wait` for that process (its housekeeping thread) to publish it, opening the
+/// directory itself should the holder let go first. A job that cannot be published is an
+/// error that says why (see [`stage::wait_published`]).
 pub fn commit_staged(
     dir: impl AsRef<Path>,
     config: Config,
@@ -1462,12 +1464,47 @@ pub fn commit_staged(
     if parts.is_empty() {
         return Ok(());
     }
-    stage::commit(dir, job, parts)?;
-    match Wal::open_with(dir, config) {
-        // Opening publishes every committed job.
-        Ok(wal) => wal.close(),
-        Err(Error::Locked { .. }) => stage::wait_published(dir, job, wait),
-        Err(e) => Err(e),
+    let limits = stage::Limits {
+        record_bytes_max: config.record_bytes_max(),
+        batch_bytes_max: config.batch_bytes_max(),
+    };
+    let committed = stage::write_commit(&StdStorage, dir, job, parts, None, Some(limits))?;
+    if let stage::Committed::Published(_) = committed {
+        return Ok(());
+    }
+    let deadline = Instant::now() + wait;
+    loop {
+        let slice = deadline
+            .saturating_duration_since(Instant::now())
+            .min(COMMIT_WAIT_SLICE);
+        match Wal::open_with(dir, config.clone()) {
+            // Opening publishes every committed job (or sets it aside).
+            // Still there after that: an abort held it; look again after a while.
+            Ok(wal) => {
+                wal.close()?;
+                slice_wait(dir, job, slice)?;
+            }
+            // A holder that closed before it saw the commit leaves it to the next opener.
+            Err(Error::Locked { .. }) => slice_wait(dir, job, slice)?,
+            Err(e) => return Err(e),
+        }
+        if !stage::job_dir(dir, job)?.join(stage::COMMIT_FILE).exists() {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return stage::wait_published(dir, job, Duration::ZERO);
+        }
+    }
+}
+
+/// How long a committer waits for the directory's holder before it tries to open it again.
+const COMMIT_WAIT_SLICE: Duration = Duration::from_millis(100);
+
+/// Waits up to `wait` for `job` to be published; a wait that runs out is no error here.
+fn slice_wait(dir: &Path, job: &str, wait: Duration) -> Result<()> {
+    match stage::wait_published(dir, job, wait) {
+        Err(Error::Io { source, .. }) if source.kind() == std::io::ErrorKind::TimedOut => Ok(()),
+        other => other,
     }
 }
 

@@ -13,6 +13,7 @@
 //! which records the data files already hold, so the publish resumes and no record is
 //! appended twice. Bytes: `docs/FORMAT.md`, "Staged appends".
 
+use std::ops::Range;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
@@ -40,6 +41,15 @@ const SINK_LINE: &str = "@sink ";
 pub const SINKS_DIR: &str = ".sinks";
 const SINK_HEADER: &str = "tidelog sink v1\n";
 const INGEST_HEADER: &str = "tidelog ingest v1\n";
+/// A committed job that cannot be published: the reason, set aside until it is aborted.
+pub const FAILED_FILE: &str = "FAILED";
+const FAILED_HEADER: &str = "tidelog failed v1\n";
+/// Directory of the records of published jobs (a name no job can have): what a job's
+/// commit named and the offsets it got, so that committing it again is answered, not redone.
+pub const PUBLISHED_DIR: &str = ".published";
+const PUBLISHED_HEADER: &str = "tidelog published v1\n";
+/// Published-record line: `@range TOPIC START END`.
+const RANGE_LINE: &str = "@range ";
 
 /// The directory of `job` in the data directory `dir`.
 pub fn job_dir(dir: &Path, job: &str) -> Result<PathBuf> {
@@ -57,6 +67,8 @@ pub struct StagedJob {
     pub committed: bool,
     /// Its publish has begun (an `INGEST` ledger exists) and resumes at the next open.
     pub publishing: bool,
+    /// It cannot be published, and why: set aside (its files kept) until it is aborted.
+    pub failed: Option<String>,
     /// Complete parts in it.
     pub parts: u64,
     /// Bytes of its files.
@@ -96,6 +108,7 @@ pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
         jobs.push(StagedJob {
             committed: job_dir.join(COMMIT_FILE).exists(),
             publishing: job_dir.join(INGEST_FILE).exists(),
+            failed: read_failed(&job_dir)?,
             parts,
             bytes,
             idle: newest_change(&job_dir)
@@ -129,7 +142,34 @@ pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<V
             removed.push(job.job);
         }
     }
+    remove_old_published(dir, ttl)?;
     Ok(removed)
+}
+
+/// Removes the records of jobs published longer than `ttl` ago: a commit repeated later
+/// than that is no retry.
+fn remove_old_published(dir: &Path, ttl: std::time::Duration) -> Result<()> {
+    let published = dir.join(STAGING_DIR).join(PUBLISHED_DIR);
+    let Ok(entries) = std::fs::read_dir(&published) else {
+        return Ok(());
+    };
+    let now = std::time::SystemTime::now();
+    for entry in entries.flatten() {
+        let old = entry
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .is_some_and(|age| age >= ttl);
+        if old {
+            match std::fs::remove_file(entry.path()) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("remove published job record", entry.path(), e)),
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Prefix a job's directory is renamed to before its files are removed.
@@ -232,9 +272,9 @@ pub(crate) fn try_lock_job(job_dir: &Path) -> Result<Option<std::fs::File>> {
     }
 }
 
-/// Discards job `job` of `dir`: its parts, and its commit if publishing has not started.
-/// Fails for a job being published (or whose publish started and was cut: the directory's
-/// holder finishes it).
+/// Discards job `job` of `dir`: its parts, and its commit if publishing has not started or
+/// the job was set aside as one that cannot be published. Fails for a job being published
+/// (or whose publish started and was cut: the directory's holder finishes it).
 pub fn abort(dir: &Path, job: &str) -> Result<()> {
     let job_dir = job_dir(dir, job)?;
     if !job_dir.exists() {
@@ -246,7 +286,7 @@ pub fn abort(dir: &Path, job: &str) -> Result<()> {
             format!("job {job:?} is being published and cannot be aborted"),
         ));
     };
-    if job_dir.join(INGEST_FILE).exists() {
+    if job_dir.join(INGEST_FILE).exists() && !job_dir.join(FAILED_FILE).exists() {
         return Err(Error::invalid(
             "job",
             format!("job {job:?} is being published and cannot be aborted"),
@@ -256,13 +296,15 @@ pub fn abort(dir: &Path, job: &str) -> Result<()> {
 }
 
 /// Records the commit of `job` in `dir`: the parts to publish, in order. The process that
-/// holds the directory (or the next to open it) publishes the job.
+/// holds the directory (or the next to open it) publishes the job. The parts are checked
+/// first: each named once, staged, and its manifest sound. Committing a published job again
+/// with the same parts does nothing.
 pub fn commit(dir: &Path, job: &str, parts: &[&str]) -> Result<()> {
     if parts.is_empty() {
         // Nothing to publish: whatever the job staged goes.
         return abort(dir, job);
     }
-    write_commit(&StdStorage, dir, job, parts, None)
+    write_commit(&StdStorage, dir, job, parts, None, None).map(drop)
 }
 
 /// As [`commit`], for micro-batch `batch` of streaming sink `sink`: publishing the job also
@@ -279,7 +321,7 @@ pub fn commit_for_sink(
     if parts.is_empty() {
         return abort(dir, job);
     }
-    write_commit(&StdStorage, dir, job, parts, Some((sink, batch)))
+    write_commit(&StdStorage, dir, job, parts, Some((sink, batch)), None).map(drop)
 }
 
 /// The last micro-batch of `sink` published in `dir`, if any.
@@ -317,27 +359,70 @@ pub(crate) fn write_sink_batch(
     )
 }
 
-/// Records the commit of `job`: the parts to publish, in order. Idempotent for the same
-/// parts; a different list for a committed job is an error.
+/// The directory's limits a staged record must fit to be published.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Limits {
+    pub record_bytes_max: u64,
+    pub batch_bytes_max: u64,
+}
+
+impl Limits {
+    /// Whether a segment whose largest record is `max_record_bytes` fits.
+    pub(crate) fn check(&self, max_record_bytes: u64) -> Result<()> {
+        if max_record_bytes > self.record_bytes_max {
+            return Err(Error::limit(
+                "max_record_bytes",
+                max_record_bytes,
+                self.record_bytes_max,
+            ));
+        }
+        // Each copied record is at least a batch of its own.
+        if max_record_bytes > self.batch_bytes_max {
+            return Err(Error::limit(
+                "max_batch_bytes",
+                max_record_bytes,
+                self.batch_bytes_max,
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// What recording a commit found.
+#[derive(Debug)]
+pub(crate) enum Committed {
+    /// The commit is recorded: the job is for the directory's holder to publish.
+    Recorded,
+    /// The job was published already with these parts: the offsets it got, per topic (none
+    /// known for a sink's micro-batch, which its sink's ledger recognises).
+    Published(Vec<(String, Range<u64>)>),
+}
+
+/// Records the commit of `job`: the parts to publish, in order. The part list is checked
+/// first (each part named once, staged, its manifest sound, its records within `limits`
+/// when the directory's are known): nothing is written for a list that fails. Idempotent
+/// for the same parts, before the publish and after it; a different list for a committed
+/// job is an error.
 pub(crate) fn write_commit(
     storage: &dyn Storage,
     dir: &Path,
     job: &str,
     parts: &[&str],
     sink: Option<(&str, u64)>,
-) -> Result<()> {
+    limits: Option<Limits>,
+) -> Result<Committed> {
     let job_dir = job_dir(dir, job)?;
     let mut text = String::from(COMMIT_HEADER);
     if let Some((sink, batch)) = sink {
+        validate_name(sink)?;
         text.push_str(&format!("{SINK_LINE}{sink} {batch}\n"));
     }
-    for part in parts {
+    for (i, part) in parts.iter().enumerate() {
         validate_name(part)?;
-        let path = job_dir.join(format!("{part}{PART_SUFFIX}"));
-        if !path.exists() {
+        if parts[..i].contains(part) {
             return Err(Error::invalid(
                 "parts",
-                format!("part {part:?} of job {job:?} was not staged (or not finished)"),
+                format!("part {part:?} of job {job:?} is named twice"),
             ));
         }
         text.push_str(part);
@@ -345,7 +430,12 @@ pub(crate) fn write_commit(
     }
     let commit = job_dir.join(COMMIT_FILE);
     match read_optional(&commit, "read staged commit")? {
-        Some(existing) if existing == text => return Ok(()),
+        Some(existing) if existing == text => {
+            return match read_failed(&job_dir)? {
+                Some(reason) => Err(failed_error(job, &reason)),
+                None => Ok(Committed::Recorded),
+            };
+        }
         Some(_) => {
             return Err(Error::invalid(
                 "parts",
@@ -354,21 +444,144 @@ pub(crate) fn write_commit(
         }
         None => {}
     }
+    // Published already (a job staged again since is another job: staging forgets this).
+    if let Some((committed, ranges)) = read_published(dir, job)? {
+        if committed == text {
+            // A retried commit.
+            return Ok(Committed::Published(ranges));
+        }
+        return Err(Error::invalid(
+            "job",
+            format!("job {job:?} was published already, with other parts"),
+        ));
+    }
+    if let Some((sink, batch)) = sink
+        && !job_dir.exists()
+        && sink_batch(dir, sink)?.is_some_and(|last| last >= batch)
+    {
+        return Ok(Committed::Published(Vec::new()));
+    }
+    for part in parts {
+        if !job_dir.join(format!("{part}{PART_SUFFIX}")).exists() {
+            return Err(Error::invalid(
+                "parts",
+                format!("part {part:?} of job {job:?} was not staged (or not finished)"),
+            ));
+        }
+        let manifest = read_manifest(&job_dir, part)?;
+        if let Some(limits) = limits {
+            for segment in &manifest.segments {
+                limits.check(segment.max_record_bytes)?;
+            }
+        }
+    }
     crate::io::replace_file(
         storage,
         &job_dir,
         &commit,
         text.as_bytes(),
         "write staged commit",
+    )?;
+    Ok(Committed::Recorded)
+}
+
+/// The error of a job set aside for `reason`.
+pub(crate) fn failed_error(job: &str, reason: &str) -> Error {
+    Error::invalid(
+        "job",
+        format!(
+            "job {job:?} cannot be published and was set aside (abort it to remove it): {reason}"
+        ),
     )
 }
 
+/// Why committed job `job_dir` was set aside, if it was.
+pub(crate) fn read_failed(job_dir: &Path) -> Result<Option<String>> {
+    let path = job_dir.join(FAILED_FILE);
+    let Some(text) = read_optional(&path, "read staged job failure")? else {
+        return Ok(None);
+    };
+    let reason = text.strip_prefix(FAILED_HEADER).unwrap_or(&text).trim_end();
+    Ok(Some(reason.to_owned()))
+}
+
+/// Sets committed job `job_dir` aside: it cannot be published, for `reason`. Its files stay
+/// (nothing of it is published, nothing deleted) until it is aborted; publishes pass it by.
+pub(crate) fn set_aside(storage: &dyn Storage, job_dir: &Path, reason: &str) -> Result<()> {
+    let reason = reason.replace('\n', " ");
+    crate::io::replace_file(
+        storage,
+        job_dir,
+        &job_dir.join(FAILED_FILE),
+        format!("{FAILED_HEADER}{reason}\n").as_bytes(),
+        "set a staged job aside",
+    )
+}
+
+/// Records that `job` was published: the text of its commit and the offsets it got, so that
+/// committing it again answers with them.
+pub(crate) fn write_published(
+    storage: &dyn Storage,
+    dir: &Path,
+    job: &str,
+    commit: &str,
+    ranges: &[(String, Range<u64>)],
+) -> Result<()> {
+    let published = dir.join(STAGING_DIR).join(PUBLISHED_DIR);
+    std::fs::create_dir_all(&published)
+        .map_err(|e| Error::io("create published jobs directory", &published, e))?;
+    let mut text = String::from(PUBLISHED_HEADER);
+    for (topic, range) in ranges {
+        text.push_str(&format!(
+            "{RANGE_LINE}{topic} {} {}\n",
+            range.start, range.end
+        ));
+    }
+    text.push_str(commit);
+    crate::io::replace_file(
+        storage,
+        &published,
+        &published.join(job),
+        text.as_bytes(),
+        "write published job record",
+    )
+}
+
+/// The commit text and offsets of published job `job`, if it is recorded.
+#[allow(clippy::type_complexity)]
+fn read_published(dir: &Path, job: &str) -> Result<Option<(String, Vec<(String, Range<u64>)>)>> {
+    let path = dir.join(STAGING_DIR).join(PUBLISHED_DIR).join(job);
+    let Some(text) = read_optional(&path, "read published job record")? else {
+        return Ok(None);
+    };
+    let bad = || corrupt(&path, "not a tidelog published job record");
+    let mut body = text.strip_prefix(PUBLISHED_HEADER).ok_or_else(bad)?;
+    let mut ranges = Vec::new();
+    while let Some(rest) = body.strip_prefix(RANGE_LINE) {
+        let (line, next) = rest.split_once('\n').ok_or_else(bad)?;
+        let f: Vec<&str> = line.split(' ').collect();
+        let [topic, start, end] = f[..] else {
+            return Err(bad());
+        };
+        let (Ok(start), Ok(end)) = (start.parse(), end.parse()) else {
+            return Err(bad());
+        };
+        ranges.push((topic.to_owned(), start..end));
+        body = next;
+    }
+    Ok(Some((body.to_owned(), ranges)))
+}
+
 /// Waits up to `wait` until committed job `job` of `dir` is published (its directory gone),
-/// as the process holding the directory does it.
+/// as the process holding the directory does it. A job set aside as one that cannot be
+/// published is an `InvalidArgument` error that gives the reason.
 pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Result<()> {
     let job_dir = job_dir(dir, job)?;
     let deadline = crate::clock::deadline_after(wait);
     while job_dir.join(COMMIT_FILE).exists() {
+        if let Some(reason) = read_failed(&job_dir)? {
+            return Err(failed_error(job, &reason));
+        }
         if std::time::Instant::now() >= deadline {
             return Err(Error::io(
                 "wait for the directory's writer to publish the staged job",
@@ -386,6 +599,8 @@ pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Resul
 pub(crate) struct Manifest {
     pub parts: Vec<String>,
     pub sink: Option<(String, u64)>,
+    /// The manifest as written.
+    pub text: String,
 }
 
 /// The parts a commit lists.
@@ -412,7 +627,7 @@ pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
         validate_name(line).map_err(|_| corrupt(&path, "a part name is not valid"))?;
         parts.push(line.to_owned());
     }
-    Ok(Some(Manifest { parts, sink }))
+    Ok(Some(Manifest { parts, sink, text }))
 }
 
 /// Each topic's first offset for the job, as recorded before its records were appended.
@@ -465,5 +680,15 @@ pub(crate) fn corrupt(path: &Path, reason: &str) -> Error {
         path: path.to_owned(),
         position: 0,
         reason: reason.to_owned(),
+    }
+}
+
+/// Forgets that `job` of `dir` was published: its name is being used for a new job.
+pub(crate) fn forget_published(storage: &dyn Storage, dir: &Path, job: &str) -> Result<()> {
+    let path = dir.join(STAGING_DIR).join(PUBLISHED_DIR).join(job);
+    match storage.remove_file(&path) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(Error::io("remove published job record", &path, e)),
     }
 }

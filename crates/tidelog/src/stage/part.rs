@@ -300,6 +300,8 @@ impl StagedWriter {
                 format!("part {part:?} of job {job:?} already exists"),
             ));
         }
+        // A job of that name published earlier is another job.
+        super::forget_published(storage.as_ref(), dir, job)?;
         remove_unfinished(storage.as_ref(), &job_dir, part)?;
         Ok(StagedWriter {
             storage,

@@ -40,8 +40,47 @@ impl JobTopics {
     }
 }
 
+/// How a committed job's publish ended.
+pub(super) enum Outcome {
+    /// Published (or found published, or gone): the offsets it got per topic, when known.
+    Published(Vec<(String, Range<u64>)>),
+    /// It cannot be published: set aside (see [`stage::set_aside`]), the error says why.
+    SetAside(Error),
+}
+
+/// What a publish found checked: each segment's manifest entry and, unless an earlier
+/// publish of the job adopted it, the segment; the job's records per topic.
+struct Plan {
+    segments: Vec<(SegmentEntry, Option<Segment>)>,
+    names: Vec<(String, u64)>,
+}
+
+/// Whether `e`, met while checking a job, is the job's own fault (its bytes or its commit
+/// are unsound, or its records exceed the directory's limits), not the system's (an I/O
+/// error that may pass, a full disk, a poisoned or closed handle).
+fn is_input_error(e: &Error) -> bool {
+    match e {
+        Error::Io { source, .. } => matches!(
+            source.kind(),
+            std::io::ErrorKind::NotFound
+                | std::io::ErrorKind::UnexpectedEof
+                | std::io::ErrorKind::InvalidData
+        ),
+        Error::DiskFull { .. }
+        | Error::Poisoned { .. }
+        | Error::Closed
+        | Error::Locked { .. }
+        | Error::ReadOnly
+        | Error::Forked { .. }
+        | Error::RingFull { .. } => false,
+        _ => true,
+    }
+}
+
 impl Shared {
-    /// Publishes every committed staged job found in the directory.
+    /// Publishes every committed staged job found in the directory. A job that cannot be
+    /// published is set aside and passed by: it is reported through `stage::wait_published`
+    /// and `stage::jobs`, and blocks neither the directory nor the other jobs.
     pub(super) fn ingest_committed(&self) -> Result<()> {
         stage::remove_leftovers(&self.dir)?;
         let staging = self.dir.join(stage::STAGING_DIR);
@@ -52,7 +91,10 @@ impl Shared {
         };
         let mut jobs: Vec<String> = entries
             .filter_map(|e| e.ok())
-            .filter(|e| e.path().join(stage::COMMIT_FILE).exists())
+            .filter(|e| {
+                let path = e.path();
+                path.join(stage::COMMIT_FILE).exists() && !path.join(stage::FAILED_FILE).exists()
+            })
             .filter_map(|e| e.file_name().to_str().map(str::to_owned))
             // Not a job: the sinks' ledgers, a removal cut short.
             .filter(|name| !name.starts_with('.'))
@@ -60,47 +102,76 @@ impl Shared {
         jobs.sort();
         for job in jobs {
             let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
-            self.ingest_job(&job)?;
+            self.publish_job(&job)?;
         }
         Ok(())
     }
 
-    /// Publishes committed job `job`: each of its topics is made exclusive, the offset where
-    /// the job starts in each is recorded (once), its segments are adopted or copied after
-    /// whatever of them the data files already hold, the data files are made durable and
-    /// the job's directory is removed. Returns the offsets the job got, per topic. The
-    /// caller holds `ingest_lock`.
+    /// Publishes committed job `job` (see [`Shared::publish_job`]); a job set aside is its
+    /// error. The caller holds `ingest_lock`.
     pub(super) fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
-        let job_dir = stage::job_dir(&self.dir, job)?;
-        // An abort in another process holds it: the job is going, not to be published.
-        let Some(_job_lock) = stage::try_lock_job(&job_dir)? else {
-            return Ok(Vec::new());
-        };
-        let Some(manifest) = stage::read_commit(&job_dir)? else {
-            // Published meanwhile (by this handle's housekeeping thread), or aborted.
-            return Ok(Vec::new());
-        };
-        // A micro-batch its sink already published (a replay committed twice) adds nothing.
-        if let Some((sink, batch)) = &manifest.sink
-            && stage::sink_batch(&self.dir, sink)?.is_some_and(|last| last >= *batch)
-        {
-            self.remove_job(&job_dir)?;
-            return Ok(Vec::new());
+        match self.publish_job(job)? {
+            Outcome::Published(ranges) => Ok(ranges),
+            Outcome::SetAside(e) => Err(e),
         }
-        let parts = manifest
-            .parts
-            .iter()
-            .map(|part| stage::read_manifest(&job_dir, part))
-            .collect::<Result<Vec<PartManifest>>>()?;
-        // Every segment checked before anything is published: its slots and footers, and
-        // the records of one too small to adopt (it will be copied). `None`: adopted by an
-        // earlier publish of this job that stopped part way (only an adoption takes a segment
-        // away), its records are in the data files.
-        let mut segments: Vec<(&SegmentEntry, Option<Segment>)> = Vec::new();
-        for (part, part_manifest) in manifest.parts.iter().zip(&parts) {
-            for entry in &part_manifest.segments {
+    }
+
+    /// The directory's limits on a staged record.
+    pub(super) fn staged_limits(&self) -> stage::Limits {
+        stage::Limits {
+            record_bytes_max: self.record_bytes_max,
+            batch_bytes_max: self.batch_bytes_max,
+        }
+    }
+
+    /// Sets job `job_dir` aside when `e` is the job's own fault (the outcome then carries
+    /// `e`, later ones [`stage::failed_error`]); otherwise `e` stands.
+    fn set_aside_or(&self, job_dir: &Path, e: Error) -> Result<Outcome> {
+        if !is_input_error(&e) {
+            return Err(e);
+        }
+        stage::set_aside(self.storage.as_ref(), job_dir, &e.to_string())?;
+        Ok(Outcome::SetAside(e))
+    }
+
+    /// Checks committed job `job_dir` before anything of it is published: its part list,
+    /// every manifest, every segment still in the directory (its slots and footers, and the
+    /// records of one too small to adopt, which will be copied), and its records against the
+    /// directory's limits.
+    fn plan(&self, job_dir: &Path, manifest: &stage::Manifest) -> Result<Plan> {
+        for (i, part) in manifest.parts.iter().enumerate() {
+            if manifest.parts[..i].contains(part) {
+                return Err(staged_corruption(
+                    &job_dir.join(stage::COMMIT_FILE),
+                    &format!("the commit names part {part:?} twice"),
+                ));
+            }
+        }
+        // Only an adoption takes a segment away, and only after the ledger is written.
+        let resumed = job_dir.join(stage::INGEST_FILE).exists();
+        let limits = self.staged_limits();
+        let mut segments = Vec::new();
+        let mut names: Vec<(String, u64)> = Vec::new();
+        for part in &manifest.parts {
+            let part_manifest: PartManifest = stage::read_manifest(job_dir, part)?;
+            for entry in part_manifest.segments {
+                limits.check(entry.max_record_bytes)?;
+                for (topic, n) in &entry.counts {
+                    match names.iter_mut().find(|(t, _)| t == topic) {
+                        Some((_, count)) => *count += n,
+                        None => names.push((topic.clone(), *n)),
+                    }
+                }
                 let path = job_dir.join(stage::segment_name(part, entry.index));
                 if !path.exists() {
+                    if !resumed {
+                        return Err(staged_corruption(
+                            &path,
+                            "a segment its part's manifest lists is missing",
+                        ));
+                    }
+                    // Adopted by an earlier publish of this job that stopped part way: its
+                    // records are in the data files.
                     segments.push((entry, None));
                     continue;
                 }
@@ -121,23 +192,40 @@ impl Shared {
                 segments.push((entry, Some(segment)));
             }
         }
-        // Records per topic, topics in order of first appearance.
-        let mut names: Vec<(String, u64)> = Vec::new();
-        for segment in parts.iter().flat_map(|m| &m.segments) {
-            if segment.max_record_bytes > self.record_bytes_max {
-                return Err(Error::limit(
-                    "max_record_bytes",
-                    segment.max_record_bytes,
-                    self.record_bytes_max,
-                ));
-            }
-            for (topic, n) in &segment.counts {
-                match names.iter_mut().find(|(t, _)| t == topic) {
-                    Some((_, count)) => *count += n,
-                    None => names.push((topic.clone(), *n)),
-                }
-            }
+        Ok(Plan { segments, names })
+    }
+
+    /// Publishes committed job `job`: it is checked ([`Shared::plan`]; one that fails is set
+    /// aside, nothing of it published), each of its topics is made exclusive, the offset
+    /// where the job starts in each is recorded (once), its segments are adopted or copied
+    /// after whatever of them the data files already hold, the data files are made durable
+    /// and the job's directory is removed. The caller holds `ingest_lock`.
+    fn publish_job(&self, job: &str) -> Result<Outcome> {
+        let job_dir = stage::job_dir(&self.dir, job)?;
+        // An abort in another process holds it: the job is going, not to be published.
+        let Some(_job_lock) = stage::try_lock_job(&job_dir)? else {
+            return Ok(Outcome::Published(Vec::new()));
+        };
+        if let Some(reason) = stage::read_failed(&job_dir)? {
+            return Ok(Outcome::SetAside(stage::failed_error(job, &reason)));
         }
+        let manifest = match stage::read_commit(&job_dir) {
+            Ok(Some(manifest)) => manifest,
+            // Published meanwhile (by this handle's housekeeping thread), or aborted.
+            Ok(None) => return Ok(Outcome::Published(Vec::new())),
+            Err(e) => return self.set_aside_or(&job_dir, e),
+        };
+        // A micro-batch its sink already published (a replay committed twice) adds nothing.
+        if let Some((sink, batch)) = &manifest.sink
+            && stage::sink_batch(&self.dir, sink)?.is_some_and(|last| last >= *batch)
+        {
+            self.remove_job(&job_dir)?;
+            return Ok(Outcome::Published(Vec::new()));
+        }
+        let Plan { segments, names } = match self.plan(&job_dir, &manifest) {
+            Ok(plan) => plan,
+            Err(e) => return self.set_aside_or(&job_dir, e),
+        };
         let topics = names
             .iter()
             .map(|(name, _)| self.topic_or_create(name))
@@ -186,7 +274,7 @@ impl Shared {
             .zip(starts.iter().zip(&next))
             .map(|((_, count), ((_, start), n))| (n - start).min(*count))
             .collect();
-        let mut job = JobTopics {
+        let mut held = JobTopics {
             names,
             topics,
             skip,
@@ -200,10 +288,10 @@ impl Shared {
         for (entry, segment) in &segments {
             let Some(segment) = segment else {
                 for (topic, n) in &entry.counts {
-                    let i = job.index(topic).ok_or_else(|| {
+                    let i = held.index(topic).ok_or_else(|| {
                         staged_corruption(&job_dir, "a segment names an unknown topic")
                     })?;
-                    job.skip[i] = job.skip[i].checked_sub(*n).ok_or_else(|| {
+                    held.skip[i] = held.skip[i].checked_sub(*n).ok_or_else(|| {
                         staged_corruption(
                             &job_dir,
                             "an adopted segment's records are missing from the data files",
@@ -215,14 +303,14 @@ impl Shared {
             let fresh = entry
                 .counts
                 .iter()
-                .all(|(t, _)| job.index(t).is_some_and(|i| job.skip[i] == 0));
+                .all(|(t, _)| held.index(t).is_some_and(|i| held.skip[i] == 0));
             if fresh && self.adoptable(segment) {
-                self.adopt(&ctx, &job_dir, segment, &job)?;
+                self.adopt(&ctx, &job_dir, segment, &held)?;
             } else {
-                self.copy(&ctx, segment, &mut job)?;
+                self.copy(&ctx, segment, &mut held)?;
             }
         }
-        let ranges: Vec<(String, Range<u64>)> = job
+        let ranges: Vec<(String, Range<u64>)> = held
             .names
             .iter()
             .zip(&starts)
@@ -231,11 +319,21 @@ impl Shared {
         self.flush()?;
         // Durable records first, then the sink's ledger, then the job goes: a crash between
         // two steps repeats only steps that append nothing.
-        if let Some((sink, batch)) = &manifest.sink {
-            stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
+        match &manifest.sink {
+            Some((sink, batch)) => {
+                stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
+            }
+            // A commit repeated after this is answered from the record.
+            None => stage::write_published(
+                self.storage.as_ref(),
+                &self.dir,
+                job,
+                &manifest.text,
+                &ranges,
+            )?,
         }
         self.remove_job(&job_dir)?;
-        Ok(ranges)
+        Ok(Outcome::Published(ranges))
     }
 
     /// Whether `segment` is adopted rather than copied: it is large enough to be worth a
