@@ -16,6 +16,9 @@ use crate::mmap::Mapping;
 /// Suffix of data file names: `<20-digit sequence>.tdl`, so names sort in creation order.
 pub const DATA_SUFFIX: &str = "tdl";
 
+/// Suffix a data file carries while it is created (see [`DataFile::create`]).
+pub const TMP_SUFFIX: &str = "tmp";
+
 /// Name of the data file with sequence number `seq`.
 pub fn data_file_name(seq: u64) -> String {
     format!("{seq:020}.{DATA_SUFFIX}")
@@ -160,9 +163,11 @@ impl DataFile {
         format::FILE_HEADER_BYTES + u64::from(index) * self.header.block_size_bytes
     }
 
-    /// Creates file `seq` in `dir`: sparse at full length, header written and synced, then
-    /// the directory synced, so a crash never leaves a file without a valid header that a
-    /// block of ours points into.
+    /// Creates file `seq` in `dir`: under a temporary name (`NAME.tmp`), sparse at full
+    /// length, its header written and synced, then renamed to its name and the directory
+    /// synced. A data file therefore never exists under its name without a valid header: one
+    /// that lacks it is damage (reported), never a creation that did not finish, and a crash
+    /// leaves at most a `.tmp` file, which holds no record and is removed at the next open.
     pub fn create(
         storage: &dyn Storage,
         dir: &Path,
@@ -171,9 +176,17 @@ impl DataFile {
         block_size_bytes: u64,
     ) -> Result<Arc<DataFile>> {
         let path = dir.join(data_file_name(seq));
+        let tmp = dir.join(format!("{}.{TMP_SUFFIX}", data_file_name(seq)));
+        // A leftover of a crash at this very step of an earlier run (the open removes them
+        // first, but another creator may have crashed since): it never held a record.
+        match storage.remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove unfinished data file", &tmp, e)),
+        }
         let file = storage
-            .create_new(&path)
-            .map_err(|e| Error::io("create data file", &path, e))?;
+            .create_new(&tmp)
+            .map_err(|e| Error::io("create data file", &tmp, e))?;
         let header = FileHeader {
             version: VERSION_ABSOLUTE,
             file_seq: seq,
@@ -182,14 +195,18 @@ impl DataFile {
             created_us: clock::now_us(),
         };
         let setup = (|| {
-            storage.set_len(&file, &path, file_size_bytes)?;
-            storage.allocate(&file, &path, 0, format::FILE_HEADER_BYTES)?;
-            storage.write_at(&file, &path, &header.encode(), 0)?;
-            storage.sync_file(&file, &path)?;
+            storage.set_len(&file, &tmp, file_size_bytes)?;
+            storage.allocate(&file, &tmp, 0, format::FILE_HEADER_BYTES)?;
+            storage.write_at(&file, &tmp, &header.encode(), 0)?;
+            storage.sync_file(&file, &tmp)?;
+            storage.rename(&tmp, &path)?;
             storage.sync_dir(dir)
         })();
         if let Err(e) = setup {
-            // Leave no half-made file behind; a failed unlink here changes nothing we report.
+            // Leave no half-made file behind; a failed unlink here changes nothing we report
+            // (the next open removes a `.tmp` leftover). After the rename the file is whole
+            // and empty: removing it loses nothing.
+            let _ = storage.remove_file(&tmp);
             let _ = storage.remove_file(&path);
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 return Err(Error::DiskFull {
@@ -217,10 +234,10 @@ impl DataFile {
         }))
     }
 
-    /// Opens an existing data file. `Ok(None)` means the file holds no valid header and
-    /// nothing else either: every byte is zero (a creation that crashed before its header
-    /// was durable, or one in progress in another process). A file that holds any byte but
-    /// lacks a valid header, or is shorter than its header says, is damaged: `Corruption`.
+    /// Opens an existing data file. `Ok(None)` only for a read-only open of a file deleted
+    /// since it was listed. A file without a valid header, or shorter than its header says,
+    /// is damaged: `Corruption` (files are renamed into place only once their header is
+    /// durable, see [`DataFile::create`]).
     pub fn open(
         storage: &dyn Storage,
         path: &Path,
@@ -239,14 +256,15 @@ impl DataFile {
         let header = match FileHeader::decode(&buf[..n]) {
             Ok(header) => header,
             Err(why) => {
-                return match first_nonzero(storage, &file, path, 0)? {
-                    None => Ok(None),
-                    Some(at) => Err(damaged(
-                        path,
-                        at,
-                        format!("data file header is damaged ({why}) but the file holds data"),
-                    )),
+                let holds = match first_nonzero(storage, &file, path, 0)? {
+                    Some(_) => "the file holds data",
+                    None => "the file holds only zeros",
                 };
+                return Err(damaged(
+                    path,
+                    0,
+                    format!("data file header is damaged ({why}); {holds}"),
+                ));
             }
         };
         if header.version > FORMAT_VERSION || header.version == 0 {

@@ -6,7 +6,7 @@
 //! after their data is durable) and their index is loaded from the footer on first seek.
 
 use std::collections::{BTreeMap, HashMap};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::block::Block;
@@ -364,22 +364,34 @@ fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
         .map_err(|e| Error::io("msync", &f.file.path, e))
 }
 
-/// Lists data files in sequence order.
-fn list_files(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+/// Lists data files in sequence order, and the `.tmp` leftovers of creations a crash cut
+/// short (see `DataFile::create`).
+fn list_files(dir: &Path) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
     let mut files = Vec::new();
+    let mut unfinished = Vec::new();
     for entry in entries {
         let entry = entry.map_err(|e| Error::io("list directory", dir, e))?;
         let name = entry.file_name();
-        let Some(seq) = name.to_str().and_then(file::parse_data_file_name) else {
+        let Some(name) = name.to_str() else {
             continue;
         };
-        if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+        if !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+            continue;
+        }
+        if let Some(seq) = file::parse_data_file_name(name) {
             files.push((seq, entry.path()));
+        } else if name
+            .strip_suffix(file::TMP_SUFFIX)
+            .and_then(|n| n.strip_suffix('.'))
+            .and_then(file::parse_data_file_name)
+            .is_some()
+        {
+            unfinished.push(entry.path());
         }
     }
     files.sort();
-    Ok(files)
+    Ok((files, unfinished))
 }
 
 /// Blocks already known to a read-only handle, reused so live readers see them grow.
@@ -397,8 +409,14 @@ pub fn recover(
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
     let interval = config.index_interval_bytes;
-    let listed = list_files(dir)?;
-    let last_seq = listed.last().map(|(s, _)| *s);
+    let (listed, unfinished) = list_files(dir)?;
+    if writable {
+        for path in &unfinished {
+            storage
+                .remove_file(path)
+                .map_err(|e| Error::io("remove unfinished data file", path, e))?;
+        }
+    }
     let mut found: Vec<Found> = Vec::new();
     // Highest used block end per file.
     let mut used_end: BTreeMap<u64, u32> = BTreeMap::new();
@@ -408,22 +426,7 @@ pub fn recover(
             Some(f) => Arc::clone(f),
             None => match DataFile::open(storage, path, writable)? {
                 Some(f) => f,
-                None if writable && Some(*seq) == last_seq => {
-                    // A creation that did not finish: every byte is zero, nothing to keep.
-                    storage
-                        .remove_file(path)
-                        .map_err(|e| Error::io("remove unfinished data file", path, e))?;
-                    continue;
-                }
-                None if writable => {
-                    return Err(Error::Corruption {
-                        topic: String::new(),
-                        offset: 0,
-                        path: path.clone(),
-                        position: 0,
-                        reason: "data file holds nothing, though newer files exist".to_owned(),
-                    });
-                }
+                // Deleted since it was listed (a read-only handle racing the writer).
                 None => continue,
             },
         };

@@ -175,18 +175,28 @@ fn a_cut_data_file_is_reported_and_never_deleted() {
 }
 
 #[test]
-fn an_unfinished_file_creation_holds_nothing_and_is_removed() {
+fn an_unfinished_file_creation_is_removed_and_an_empty_data_file_is_reported() {
     let dir = tempdir();
     let files = two_files(dir.path());
-    // A creation that crashed before its header was written: all zeros.
-    let name = format!("{:020}.tdl", 1000);
-    let unfinished = dir.path().join(name);
+    // A creation that crashed before its rename: only a `.tmp` file, never holding records.
+    let unfinished = dir.path().join(format!("{:020}.tdl.tmp", 1000));
     std::fs::write(&unfinished, vec![0u8; 8192]).unwrap();
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert!(!unfinished.exists());
     assert_eq!(read_all(&wal, TOPIC).len(), 20);
-    drop(wal);
-    assert!(data_files(dir.path()).starts_with(&files[..1]));
+    wal.close().unwrap();
+    // A data file is renamed into place only with a valid header: one of zeros (or of no
+    // bytes) was cut or damaged, and may have held records.
+    for len in [0usize, 8192] {
+        let newest = files.last().unwrap();
+        let saved = std::fs::read(newest).unwrap();
+        std::fs::write(newest, vec![0u8; len]).unwrap();
+        let err = Wal::open_with(dir.path(), small()).unwrap_err();
+        assert!(matches!(err, Error::Corruption { .. }), "{len}: {err:?}");
+        assert!(newest.exists());
+        std::fs::write(newest, saved).unwrap();
+    }
+    assert_eq!(data_files(dir.path()), files);
 }
 
 #[test]
