@@ -364,9 +364,12 @@ fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
         .map_err(|e| Error::io("msync", &f.file.path, e))
 }
 
+/// Data files by sequence number.
+type Listed = Vec<(u64, PathBuf)>;
+
 /// Lists data files in sequence order, and the `.tmp` leftovers of creations a crash cut
 /// short (see `DataFile::create`).
-fn list_files(dir: &Path) -> Result<(Vec<(u64, PathBuf)>, Vec<PathBuf>)> {
+fn list_files(dir: &Path) -> Result<(Listed, Vec<PathBuf>)> {
     let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
     let mut files = Vec::new();
     let mut unfinished = Vec::new();
