@@ -67,27 +67,22 @@ pub fn decode_slot(slot: &[u8]) -> Option<CursorRecord> {
     rkyv::from_bytes::<CursorRecord, rkyv::rancor::Error>(&aligned).ok()
 }
 
-/// The newest valid slot of a cursor file's bytes. A file whose slots are all blank, or
-/// with one slot torn and the other blank (a first commit that did not finish), holds no
-/// commit; one whose every slot is damaged is `Corruption`, never read as "no group" (the
-/// first commit writes both slots, so one damaged slot always leaves a valid one).
-pub fn newest_slot(bytes: &[u8], path: &Path) -> Result<Option<CursorRecord>> {
-    let slots: Vec<&[u8]> = bytes.chunks(CURSOR_SLOT_BYTES).collect();
-    let newest = slots
-        .iter()
-        .filter_map(|s| decode_slot(s))
-        .max_by_key(|r| r.generation);
-    let written = slots.iter().filter(|s| s.iter().any(|&b| b != 0)).count();
-    if newest.is_none() && written >= 2 {
-        return Err(Error::Corruption {
+/// The newest valid slot of a cursor file's bytes. A cursor file is renamed into place
+/// only with its first commit in both slots (see `CursorFile::commit`), so a file without a
+/// valid slot was cut or damaged: `Corruption`, never read as "no group" (whose records
+/// retention could then drop).
+pub fn newest_slot(bytes: &[u8], path: &Path) -> Result<CursorRecord> {
+    bytes
+        .chunks(CURSOR_SLOT_BYTES)
+        .filter_map(decode_slot)
+        .max_by_key(|r| r.generation)
+        .ok_or_else(|| Error::Corruption {
             topic: String::new(),
             offset: 0,
             path: path.to_owned(),
             position: 0,
-            reason: "every slot of the cursor file is damaged".to_owned(),
-        });
-    }
-    Ok(newest)
+            reason: "no slot of the cursor file is valid".to_owned(),
+        })
 }
 
 /// Longest file name most Linux filesystems accept.
@@ -139,7 +134,8 @@ impl CursorFile {
                     .read_at(&f, &path, &mut buf, 0)
                     .map_err(|e| Error::io("read cursor", &path, e))?;
                 buf.truncate(n);
-                newest = newest_slot(&buf, &path)?.filter(|r| r.topic == topic && r.group == group);
+                newest = Some(newest_slot(&buf, &path)?)
+                    .filter(|r| r.topic == topic && r.group == group);
             }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open cursor", &path, e)),
@@ -185,20 +181,14 @@ impl CursorFile {
         };
         let slot = encode_slot(&record)?;
         if inner.file.is_none() {
-            inner.file = Some(self.open_for_write(storage)?);
+            inner.file = Some(self.open_for_write(storage, &slot)?);
         }
         let Some(file) = inner.file.as_ref() else {
             return Err(Error::Closed);
         };
-        // The first commit fills both slots, so a later damaged slot always leaves a valid
-        // one; each later commit overwrites the older slot.
-        let (at, bytes) = if inner.newest.is_none() {
-            (0, [slot.as_slice(), slot.as_slice()].concat())
-        } else {
-            ((generation % 2) * CURSOR_SLOT_BYTES as u64, slot)
-        };
+        let at = (generation % 2) * CURSOR_SLOT_BYTES as u64;
         storage
-            .write_at(file, &self.path, &bytes, at)
+            .write_at(file, &self.path, &slot, at)
             .map_err(|e| Error::io("write cursor", &self.path, e))?;
         storage
             .sync_file(file, &self.path)
@@ -207,18 +197,37 @@ impl CursorFile {
         Ok(())
     }
 
-    fn open_for_write(&self, storage: &dyn Storage) -> Result<File> {
+    /// Opens the cursor file for the next commit. A missing one is created whole: written
+    /// under a temporary name with `first` in both slots, synced, renamed into place and the
+    /// directory synced, so a cursor file never exists without a valid slot and one damaged
+    /// slot always leaves the other. (Rewriting `first` over slot 0 afterwards is harmless.)
+    fn open_for_write(&self, storage: &dyn Storage, first: &[u8]) -> Result<File> {
         match storage.open(&self.path, true) {
             Ok(f) => return Ok(f),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
             Err(e) => return Err(Error::io("open cursor", &self.path, e)),
         }
+        let mut tmp = self.path.clone().into_os_string();
+        tmp.push(".tmp");
+        let tmp = PathBuf::from(tmp);
+        match storage.remove_file(&tmp) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(Error::io("remove cursor leftover", &tmp, e)),
+        }
         let f = storage
-            .create_new(&self.path)
-            .map_err(|e| Error::io("create cursor", &self.path, e))?;
+            .create_new(&tmp)
+            .map_err(|e| Error::io("create cursor", &tmp, e))?;
+        let both = [first, first].concat();
         storage
-            .set_len(&f, &self.path, 2 * CURSOR_SLOT_BYTES as u64)
-            .map_err(|e| Error::io("size cursor", &self.path, e))?;
+            .write_at(&f, &tmp, &both, 0)
+            .map_err(|e| Error::io("write cursor", &tmp, e))?;
+        storage
+            .sync_file(&f, &tmp)
+            .map_err(|e| Error::io("fdatasync cursor", &tmp, e))?;
+        storage
+            .rename(&tmp, &self.path)
+            .map_err(|e| Error::io("rename cursor", &tmp, e))?;
         storage
             .sync_dir(&self.dir)
             .map_err(|e| Error::io("fsync directory", &self.dir, e))?;
@@ -277,11 +286,7 @@ impl CursorTable {
             }
             let path = entry.path();
             let bytes = std::fs::read(&path).map_err(|e| Error::io("read cursor", &path, e))?;
-            // A file with no commit (created, then a crash before its first commit finished)
-            // registers nothing.
-            let Some(r) = newest_slot(&bytes, &path)? else {
-                continue;
-            };
+            let r = newest_slot(&bytes, &path)?;
             if cursor_file_name(&r.topic, &r.group) == name {
                 self.get(storage, data_dir, &r.topic, &r.group)?;
             }

@@ -218,6 +218,8 @@ struct Found {
     file: Arc<DataFile>,
     id: BlockIdentity,
     progress: Option<Progress>,
+    /// The progress slot is not blank but fails its checks.
+    progress_damaged: bool,
 }
 
 /// What the first page of a block slot holds.
@@ -460,6 +462,7 @@ pub fn recover(
                 file: Arc::clone(&file),
                 id,
                 progress,
+                progress_damaged: damaged,
             });
             slot = next_slot;
         }
@@ -591,7 +594,9 @@ pub fn recover(
                     let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
                     // Records may reach past this open's footer reserve (an extent written
                     // with a coarser index interval), never past the extent.
-                    let limit = if writable {
+                    // A damaged progress slot says nothing of what is durable: the extent is
+                    // read as far as its records check, read-only too.
+                    let limit = if writable || f.progress_damaged {
                         block.len
                     } else {
                         watermark.min(block.len)
@@ -662,6 +667,10 @@ pub fn recover(
                             // cut (and counted) once, not at every later open.
                             forget_extent(storage, &f)?;
                         }
+                        // A later extent of the topic must continue from here: one that
+                        // claims durable records after this empty one means records were
+                        // lost, which is corruption, not a topic that starts later.
+                        expected = Some(f.id.first_offset);
                         continue;
                     }
                     tail.max_ts = tail.max_ts.max(s.max_ts);
@@ -681,8 +690,10 @@ pub fn recover(
                         tail.pos = s.end;
                         tail.count = s.count;
                         tail.last_index_pos = s.last_index_pos;
-                    } else if writable {
-                        // Never append after a recovered tail: stale bytes may follow it.
+                    } else if writable || i != last {
+                        // Never append after a recovered tail: stale bytes may follow it. In a
+                        // read-only handle an extent followed by another is complete: the
+                        // writer moved on, so readers move on too.
                         block.set_final(s.count, s.end);
                     }
                     if writable {
