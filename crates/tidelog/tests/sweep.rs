@@ -47,7 +47,7 @@ fn record(topic: usize, i: u64) -> (Option<Vec<u8>>, Vec<u8>) {
     let value: Vec<u8> = (0..len)
         .map(|j| (j as u64 ^ i ^ (topic as u64) << 5) as u8 | 1)
         .collect();
-    let key = (i % 3 != 0).then(|| format!("k{topic}-{i}").into_bytes());
+    let key = (!i.is_multiple_of(3)).then(|| format!("k{topic}-{i}").into_bytes());
     (key, value)
 }
 
