@@ -25,6 +25,8 @@ use crate::topic::Append;
 /// Name of the marker file that says a data directory is fronted by a ring.
 pub const MARKER_FILE: &str = "RING";
 const MARKER_PREFIX: &str = "tidelog ring v1\ndevice ";
+/// The marker's second line: the ring's id, 8 hex digits.
+const MARKER_RING_PREFIX: &str = "ring ";
 
 /// Entry kind: a batch of records of one topic.
 const ENTRY_KIND_BATCH: u8 = 1;
@@ -224,8 +226,12 @@ impl Journal {
             .clone()
             .unwrap_or_else(|| dir.join(RING_FILE));
         let marker = dir.join(MARKER_FILE);
-        if let Some(recorded) = read_marker(&marker)? {
-            if !same_file(&recorded, &device) {
+        let recorded = read_marker(dir, &marker)?;
+        if let Some(Marker {
+            device: recorded, ..
+        }) = &recorded
+        {
+            if !same_file(recorded, &device) {
                 return Err(Error::invalid(
                     "device",
                     format!(
@@ -261,7 +267,8 @@ impl Journal {
             ring_config = ring_config.capacity_bytes(RING_CAPACITY_DEFAULT);
         }
         let ring = RingWal::open_with_storage(&device, ring_config, storage.clone())?;
-        write_marker(storage.as_ref(), dir, &marker, &device)?;
+        check_owner(dir, &device, recorded.as_ref(), &ring)?;
+        write_marker(storage.as_ref(), dir, &marker, &device, ring.ring_id())?;
         Ok(Journal {
             ring,
             gate: RwLock::new(()),
@@ -277,9 +284,9 @@ impl Journal {
     /// Refuses to open `dir` without its ring when a ring fronts it: the ring may hold
     /// acknowledged appends the data files do not.
     pub fn check_unfronted(dir: &Path) -> Result<()> {
-        match read_marker(&dir.join(MARKER_FILE))? {
+        match read_marker(dir, &dir.join(MARKER_FILE))? {
             None => Ok(()),
-            Some(device) => Err(Error::invalid(
+            Some(Marker { device, .. }) => Err(Error::invalid(
                 "backend",
                 format!(
                     "{} is fronted by the ring at {}, which may hold appends not yet in its \
@@ -454,39 +461,102 @@ impl Journal {
     }
 }
 
-/// The device a directory's marker names, if it has one.
-fn read_marker(marker: &Path) -> Result<Option<PathBuf>> {
+/// What a directory's `RING` marker records.
+#[derive(Debug)]
+struct Marker {
+    /// The ring's device or file (a bare name is inside the data directory).
+    device: PathBuf,
+    /// The id of the ring that fronts the directory (markers of older builds lack it).
+    ring_id: Option<u32>,
+}
+
+/// The marker of directory `dir`, if it has one.
+fn read_marker(dir: &Path, marker: &Path) -> Result<Option<Marker>> {
     let Some(text) = crate::io::read_optional(marker, "read ring marker")? else {
         return Ok(None);
     };
-    let device = text
-        .strip_prefix(MARKER_PREFIX)
-        .and_then(|rest| rest.strip_suffix('\n'))
-        .filter(|d| !d.is_empty())
-        .ok_or_else(|| Error::Corruption {
-            topic: String::new(),
-            offset: 0,
-            path: marker.to_owned(),
-            position: 0,
-            reason: "not a tidelog ring marker".to_owned(),
-        })?;
-    Ok(Some(PathBuf::from(device)))
+    let bad = || Error::Corruption {
+        topic: String::new(),
+        offset: 0,
+        path: marker.to_owned(),
+        position: 0,
+        reason: "not a tidelog ring marker".to_owned(),
+    };
+    let rest = text.strip_prefix(MARKER_PREFIX).ok_or_else(bad)?;
+    let mut lines = rest.split_terminator('\n');
+    let device = lines.next().filter(|d| !d.is_empty()).ok_or_else(bad)?;
+    let ring_id = match lines.next() {
+        None => None,
+        Some(line) => {
+            let hex = line.strip_prefix(MARKER_RING_PREFIX).ok_or_else(bad)?;
+            Some(u32::from_str_radix(hex, 16).map_err(|_| bad())?)
+        }
+    };
+    if lines.next().is_some() || !text.ends_with('\n') {
+        return Err(bad());
+    }
+    Ok(Some(Marker {
+        device: dir.join(device),
+        ring_id,
+    }))
 }
 
-/// Writes the marker naming `device` (through a temporary file and a rename).
-fn write_marker(storage: &dyn Storage, dir: &Path, marker: &Path, device: &Path) -> Result<()> {
-    let device = std::path::absolute(device).unwrap_or_else(|_| device.to_owned());
+/// Writes the marker naming `device` and the ring's id (through a temporary file and a
+/// rename). A ring inside the data directory is named by its file name alone, so the
+/// directory can be moved or copied with its ring.
+fn write_marker(
+    storage: &dyn Storage,
+    dir: &Path,
+    marker: &Path,
+    device: &Path,
+    ring_id: u32,
+) -> Result<()> {
+    let inside = device.parent().is_some_and(|p| same_file(p, dir));
+    let device = match device.file_name() {
+        Some(name) if inside => PathBuf::from(name),
+        _ => std::path::absolute(device).unwrap_or_else(|_| device.to_owned()),
+    };
     let Some(device_text) = device.to_str().filter(|d| !d.contains('\n')) else {
         return Err(Error::invalid(
             "device",
             "the ring's path must be UTF-8 without newlines",
         ));
     };
-    let text = format!("{MARKER_PREFIX}{device_text}\n");
+    let text = format!("{MARKER_PREFIX}{device_text}\n{MARKER_RING_PREFIX}{ring_id:08x}\n");
     if std::fs::read_to_string(marker).is_ok_and(|t| t == text) {
         return Ok(());
     }
     crate::io::replace_file(storage, dir, marker, text.as_bytes(), "write ring marker")
+}
+
+/// A ring belongs to the directory that wrote it. With a marker, the ring must be the one it
+/// names (a ring formatted again, or another ring at that path, lost the directory's
+/// appends). Without one, the directory owes the ring nothing, so a ring that still holds
+/// appends holds another directory's: replaying them here would mix two logs.
+fn check_owner(dir: &Path, device: &Path, marker: Option<&Marker>, ring: &RingWal) -> Result<()> {
+    match marker.and_then(|m| m.ring_id) {
+        Some(id) if id != ring.ring_id() => Err(Error::invalid(
+            "device",
+            format!(
+                "{} was fronted by ring {id:08x}, but {} holds ring {:08x}: the appends the \
+                 directory's ring held are not there",
+                dir.display(),
+                device.display(),
+                ring.ring_id()
+            ),
+        )),
+        Some(_) => Ok(()),
+        None if marker.is_none() && ring.recovery_report().records > 0 => Err(Error::invalid(
+            "device",
+            format!(
+                "the ring at {} holds {} appends of another directory; open that directory \
+                 with it, or format the ring to reuse it",
+                device.display(),
+                ring.recovery_report().records
+            ),
+        )),
+        None => Ok(()),
+    }
 }
 
 /// True when `a` and `b` name the same file (or the same path, where one does not exist).

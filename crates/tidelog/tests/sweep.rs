@@ -110,10 +110,11 @@ fn truth() -> Truth {
 /// Child side: acknowledged `Always` appends, then an exit without closing.
 #[test]
 fn child_process_entry() {
-    let Some((dir, _mode)) = child_env() else {
+    let Some((dir, mode)) = child_env() else {
         return;
     };
-    let wal = Wal::open_with(&dir, config()).unwrap();
+    let cfg = if mode == "ring" { ring_config() } else { config() };
+    let wal = Wal::open_with(&dir, cfg).unwrap();
     write_sample(&wal, true);
     std::process::exit(0);
 }
@@ -384,4 +385,275 @@ fn every_flipped_bit_and_cut_file_is_reported_or_harmless_after_a_crash() {
     run_child(ENTRY, src.path(), "crash");
     let (flips, cuts) = sweep(src.path());
     eprintln!("crash image: {flips} bit flips, {cuts} cuts");
+}
+
+// ---- A staged job, committed while no process held the directory. ----------------------
+
+const STAGED_TOPIC: &str = "staged";
+const JOB: &str = "job1";
+
+fn staged_config() -> Config {
+    // Segments of 64 KiB blocks: the large part is adopted, the small one copied.
+    config().staged_adopt_bytes_min(64 * 1024)
+}
+
+fn staged_record(part: usize, i: u64) -> (Option<Vec<u8>>, Vec<u8>) {
+    let (k, mut v) = record(part, i);
+    v.truncate(200 + (i as usize * 37) % 700);
+    (k, v)
+}
+
+/// Stages part `p0` (large: adopted) and `p1` (small: copied) and commits both.
+fn stage_job(dir: &Path) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
+    let mut truth = Vec::new();
+    for (p, n) in [(0usize, 400u64), (1, 12)] {
+        let name = format!("p{p}");
+        let mut w = tidelog::StagedWriter::create(dir, JOB, &name)
+            .unwrap()
+            .segment_geometry(common::BLOCK, 3)
+            .unwrap();
+        for i in 0..n {
+            let (k, v) = staged_record(p, i);
+            let rec = Append {
+                key: k.as_deref(),
+                value: &v,
+                timestamp_us: Some(2_000_000 + i),
+            };
+            w.append(STAGED_TOPIC, &[rec]).unwrap();
+            truth.push((k, v));
+        }
+        w.finish().unwrap();
+    }
+    tidelog::stage::commit(dir, JOB, &["p0", "p1"]).unwrap();
+    truth
+}
+
+/// The job's own records came back whole, or none of them did and the job is reported as
+/// set aside (or the open reported damage).
+fn check_staged(dir: &Path, base: &Truth, job: &[(Option<Vec<u8>>, Vec<u8>)]) -> Result<(), String> {
+    let wal = match Wal::open_with(dir, staged_config()) {
+        Ok(wal) => wal,
+        Err(e) if reported(&e) => return Ok(()),
+        Err(e) => return Err(format!("open: {e:?}")),
+    };
+    read_back(&wal, base)?;
+    let published = wal.topics().iter().any(|t| t == STAGED_TOPIC);
+    if published {
+        let mut want = Truth::new();
+        want.insert(STAGED_TOPIC.to_owned(), job.to_vec());
+        read_back(&wal, &want)?;
+    }
+    wal.close().map_err(|e| format!("close: {e:?}"))?;
+    let jobs = tidelog::stage::jobs(dir).map_err(|e| format!("jobs: {e:?}"))?;
+    let set_aside = jobs.iter().any(|j| j.job == JOB && j.failed.is_some());
+    match (published, set_aside) {
+        (true, false) | (false, true) => Ok(()),
+        (true, true) => Err("published and set aside".to_owned()),
+        (false, false) => Err(format!("neither published nor set aside: {jobs:?}")),
+    }
+}
+
+#[test]
+fn a_staged_job_with_any_flipped_bit_or_cut_file_is_published_whole_or_set_aside() {
+    let src = tempdir();
+    let wal = Wal::open_with(src.path(), staged_config()).unwrap();
+    write_sample(&wal, false);
+    wal.close().unwrap();
+    let job = stage_job(src.path());
+    let pristine = image(src.path());
+    let base = truth();
+    let work = tempdir();
+    let dir = work.path().join("d");
+    let run = |label: &str, damage: &dyn Fn(&Path)| {
+        restore(&dir, &pristine);
+        damage(&dir);
+        match catch_unwind(AssertUnwindSafe(|| check_staged(&dir, &base, &job))) {
+            Ok(Ok(())) => {}
+            Ok(Err(m)) => panic!("{label}: {m}"),
+            Err(_) => panic!("{label}: panicked"),
+        }
+    };
+    run("undamaged", &|_| {});
+    let job_dir = Path::new("staging").join(JOB);
+    let mut flips = 0u64;
+    let mut cuts = 0u64;
+    for (i, (rel, bytes)) in pristine.iter().enumerate() {
+        if !rel.starts_with(&job_dir) {
+            continue;
+        }
+        let name = rel.file_name().unwrap().to_string_lossy().into_owned();
+        let len = bytes.len() as u64;
+        // Text files and segment headers: every byte; segment blocks: their slot pages
+        // and a sample of record bytes.
+        let mut picks: Vec<u64> = if name.ends_with(".seg") {
+            let mut p: Vec<u64> = positions(64, 3, i as u64).collect();
+            let mut at = format::FILE_HEADER_BYTES;
+            while at < len {
+                p.extend(positions(format::ID_LEN as u64, 7, at).map(|x| at + x));
+                let pg = at + format::PG_SLOT_AT as u64;
+                p.extend(positions(format::PG_LEN as u64, 3, at).map(|x| pg + x));
+                p.extend((1..8).map(|k| at + format::BLOCK_HEADER_BYTES + k * 1543));
+                at += common::BLOCK;
+            }
+            p
+        } else {
+            positions(len, 2, i as u64).collect()
+        };
+        picks.retain(|&p| p < len);
+        for pos in picks {
+            let label = format!("{name}: byte {pos}");
+            run(&label, &|d| flip_bit(&d.join(rel), pos, pos as u32));
+            flips += 1;
+        }
+        let mut points: Vec<u64> = (0..len).step_by(4096).collect();
+        let tail_from = len.saturating_sub(4096);
+        points.extend(positions(len - tail_from, 61, i as u64).map(|p| tail_from + p));
+        for point in points {
+            let label = format!("{name}: cut at {point} of {len}");
+            run(&label, &|d| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join(rel))
+                    .unwrap();
+                f.set_len(point).unwrap();
+            });
+            cuts += 1;
+        }
+    }
+    eprintln!("staged job: {flips} bit flips, {cuts} cuts");
+}
+
+// ---- A directory fronted by a ring, after a crash: the ring holds acknowledged appends. ----
+
+fn ring_config() -> Config {
+    let ring = tidelog::RingConfig::default()
+        .capacity_bytes(4 << 20)
+        .block_bytes(16 * 1024);
+    config().ring(tidelog::RingBackend::default().ring(ring))
+}
+
+/// What a power loss may leave of a ring-backed directory after a crash: the data files as
+/// their last checkpoint made them durable (every byte past each extent's durable end lost),
+/// so the ring alone holds the appends since.
+fn lose_unsynced_data(dir: &Path) {
+    for e in extents(dir) {
+        let durable_end = match e.progress {
+            Some(p) if p.state == ProgressState::Sealed => continue,
+            Some(p) => p.durable_end,
+            None => format::BLOCK_HEADER_BYTES,
+        };
+        common::zero_range(&e.file, e.start + durable_end, e.start + e.len);
+    }
+}
+
+#[test]
+fn a_ring_backed_directory_with_any_flipped_bit_or_cut_file_is_reported_or_whole() {
+    ring_sweep(false);
+}
+
+#[test]
+fn a_ring_backed_directory_after_a_power_loss_with_any_flipped_bit_is_reported_or_whole() {
+    ring_sweep(true);
+}
+
+fn ring_sweep(power_loss: bool) {
+    let src = tempdir();
+    run_child(ENTRY, src.path(), "ring");
+    if power_loss {
+        lose_unsynced_data(src.path());
+    }
+    let pristine = image(src.path());
+    let truth = truth();
+    let work = tempdir();
+    let dir = work.path().join("d");
+    let run = |label: &str, damage: &dyn Fn(&Path)| {
+        restore(&dir, &pristine);
+        damage(&dir);
+        let checked = catch_unwind(AssertUnwindSafe(|| {
+            match Wal::open_with(&dir, ring_config()) {
+                // A cut ring file no longer has the size its header says.
+                Err(e) if reported(&e) || matches!(e, Error::CapacityMismatch { .. }) => Ok(()),
+                Err(e) => Err(format!("open: {e:?}")),
+                Ok(wal) => read_back(&wal, &truth),
+            }
+        }));
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(m)) => panic!("{label}: {m}"),
+            Err(_) => panic!("{label}: panicked"),
+        }
+    };
+    run("undamaged", &|_| {});
+    if power_loss {
+        // The ring must hold appends the data files lost, or this sweep tests nothing.
+        restore(&dir, &pristine);
+        let wal = Wal::open_with(&dir, ring_config()).unwrap();
+        assert!(wal.recovery_report().ring_records_replayed > 0);
+    }
+    let ring = Path::new(tidelog::RING_FILE);
+    let ring_len = pristine
+        .iter()
+        .find(|(r, _)| r == ring)
+        .map(|(_, b)| b.len() as u64)
+        .unwrap();
+    let mut flips = 0u64;
+    // Both header slots, every byte (one slot damaged: the other serves).
+    for slot in 0..2u64 {
+        for pos in positions(80, 3, slot) {
+            let at = slot * 4096 + pos;
+            run(&format!("ring header slot {slot}: byte {pos}"), &|d| {
+                flip_bit(&d.join(ring), at, at as u32)
+            });
+            flips += 1;
+        }
+    }
+    // Every 4 KiB unit's first bytes (block headers where blocks start) and a sample of
+    // record bytes, over the whole ring.
+    // The one place the rules leave open: the ring's last block. A damaged last block looks
+    // like a block torn by the power loss itself (no later block says it was acknowledged),
+    // so it ends the log; with the data files' copies lost too, its appends are gone. That
+    // takes two faults at once (a power loss, and damage to that very block).
+    let last_block = if power_loss {
+        last_ring_block(&src.path().join(ring))
+    } else {
+        0..0
+    };
+    let stride = if full() { 1 } else { 11 };
+    for (n, unit) in (8192..ring_len).step_by(4096).enumerate() {
+        if n % stride != 0 {
+            continue;
+        }
+        for pos in [unit + (n as u64 % 40), unit + 40 + (n as u64 * 37) % 4000] {
+            if last_block.contains(&pos) {
+                continue;
+            }
+            run(&format!("ring byte {pos}"), &|d| {
+                flip_bit(&d.join(ring), pos, pos as u32)
+            });
+            flips += 1;
+        }
+    }
+    let mut cuts = 0u64;
+    for (rel, bytes) in &pristine {
+        let len = bytes.len() as u64;
+        let step = if full() || len <= 64 * 4096 { 4096 } else { 16 * 4096 };
+        for point in (0..len).step_by(step as usize) {
+            run(&format!("{rel:?} cut at {point}"), &|d| {
+                let f = std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join(rel))
+                    .unwrap();
+                f.set_len(point).unwrap();
+            });
+            cuts += 1;
+        }
+    }
+    eprintln!("ring-backed directory (power loss {power_loss}): {flips} bit flips, {cuts} cuts");
+}
+
+/// Device positions of the ring's last block (its header to its last record's end).
+fn last_ring_block(path: &Path) -> std::ops::Range<u64> {
+    let ins = tidelog::ring::inspect(path).unwrap();
+    let last = ins.records().unwrap().map(|r| r.unwrap()).last().unwrap();
+    ins.position(last.block_offset)..last.position + last.end_offset() - last.offset
 }

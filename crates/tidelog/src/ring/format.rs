@@ -196,8 +196,10 @@ pub const BH_RING_ID: usize = BH_START + 8;
 pub const BH_EPOCH: usize = BH_RING_ID + 4;
 pub const BH_PAYLOAD: usize = BH_EPOCH + 4;
 pub const BH_RECORDS: usize = BH_PAYLOAD + 4;
-pub const BH_RESERVED: usize = BH_RECORDS + 4;
-pub const BH_CRC: usize = BH_RESERVED + 4;
+/// How far back from `start` every block was durable when this block was sealed, in
+/// 4096-byte units plus one; 0 when unknown (blocks of older builds).
+pub const BH_DURABLE_BACK: usize = BH_RECORDS + 4;
+pub const BH_CRC: usize = BH_DURABLE_BACK + 4;
 /// Encoded length of a block header; the first record follows it.
 pub const BH_LEN: usize = BH_CRC + 4;
 const _: () = assert!(BH_LEN == 40);
@@ -213,6 +215,11 @@ pub struct BlockHeader {
     /// Bytes of records after the header (0 for padding).
     pub payload_bytes: u32,
     pub record_count: u32,
+    /// Every block below this logical offset was durable (acknowledged) when this block was
+    /// sealed; `None` when unknown. Recovery uses it to tell a damaged acknowledged block
+    /// from a block torn by a crash: a later block that claims it was durable proves it was
+    /// acknowledged.
+    pub durable_before: Option<u64>,
 }
 
 impl BlockHeader {
@@ -226,9 +233,18 @@ impl BlockHeader {
         put_u32(b, BH_EPOCH, self.epoch);
         put_u32(b, BH_PAYLOAD, self.payload_bytes);
         put_u32(b, BH_RECORDS, self.record_count);
-        put_u32(b, BH_RESERVED, 0);
+        put_u32(b, BH_DURABLE_BACK, self.durable_back());
         let crc = crc32fast::hash(&b[..BH_CRC]);
         put_u32(b, BH_CRC, crc);
+    }
+
+    /// `durable_before` as stored: units back from `start`, plus one; 0 when unknown or too
+    /// far back to store (a claim is never rounded up).
+    fn durable_back(&self) -> u32 {
+        self.durable_before
+            .filter(|&d| d <= self.start_offset && d % ALIGN_BYTES == 0)
+            .and_then(|d| u32::try_from((self.start_offset - d) / ALIGN_BYTES + 1).ok())
+            .unwrap_or(0)
     }
 
     /// Decodes the header of the block expected at logical offset `at`.
@@ -246,13 +262,23 @@ impl BlockHeader {
         if crc32fast::hash(&b[..BH_CRC]) != get_u32(b, BH_CRC) {
             return Err("block header checksum mismatch");
         }
+        let start_offset = get_u64(b, BH_START);
+        let durable_before = match u64::from(get_u32(b, BH_DURABLE_BACK)) {
+            0 => None,
+            back => Some(
+                start_offset
+                    .checked_sub((back - 1) * ALIGN_BYTES)
+                    .ok_or("durable point before the ring's start")?,
+            ),
+        };
         let h = BlockHeader {
             kind: u16::from_le_bytes([b[BH_KIND], b[BH_KIND + 1]]),
-            start_offset: get_u64(b, BH_START),
+            start_offset,
             ring_id: get_u32(b, BH_RING_ID),
             epoch: get_u32(b, BH_EPOCH),
             payload_bytes: get_u32(b, BH_PAYLOAD),
             record_count: get_u32(b, BH_RECORDS),
+            durable_before,
         };
         if h.ring_id != ring_id {
             return Err("block of another ring (earlier format)");
@@ -397,6 +423,7 @@ mod tests {
             epoch: 1,
             payload_bytes: 100,
             record_count: 2,
+            durable_before: Some(4096),
         };
         h.encode_into(&mut b);
         assert_eq!(BlockHeader::decode(&b, 8192, 9), Ok(h));

@@ -290,7 +290,7 @@ impl RingWal {
         let buffer_bytes = config.buffer_bytes();
         let buffers = config.buffer_count();
         let window_max_bytes = buffer_bytes * buffers as u64;
-        let (mut hs, formatted) = read_or_format(&dev, &config)?;
+        let (mut hs, formatted, epoch_max) = read_or_format(&dev, &config)?;
         let header = hs.current;
         let capacity_bytes = header.capacity_bytes;
         let ring_bytes = capacity_bytes - RING_START;
@@ -315,7 +315,7 @@ impl RingWal {
             dev.clone(),
             ring_bytes,
             header.ring_id,
-            header.epoch,
+            epoch_max,
             header.trim_block_offset,
             limit,
         )?;
@@ -345,11 +345,41 @@ impl RingWal {
         let room = limit - report.end_offset;
         report.blocks_past_end =
             scanner.count_blocks_past(report.end_offset, header.window_max_bytes.min(room))?;
+        // A block that failed is the end of the log only if it was never acknowledged: a
+        // later block proving otherwise means damage, reported, never a log cut short.
+        if clean_before && report.end_offset < header.clean_end_offset {
+            return Err(Error::Corruption {
+                topic: String::new(),
+                offset: report.end_offset,
+                path: path.to_owned(),
+                position: RING_START + report.end_offset % ring_bytes,
+                reason: format!(
+                    "ring block at logical offset {} is damaged ({}); the ring was closed \
+                     cleanly at {}",
+                    report.end_offset, report.stop_reason, header.clean_end_offset
+                ),
+            });
+        }
+        if !clean_before
+            && let Some(at) =
+                scanner.acknowledged_past(report.end_offset, header.window_max_bytes)?
+        {
+            return Err(Error::Corruption {
+                topic: String::new(),
+                offset: report.end_offset,
+                path: path.to_owned(),
+                position: RING_START + report.end_offset % ring_bytes,
+                reason: format!(
+                    "ring block at logical offset {} is damaged ({}), but the block at {at}, \
+                     written after it, shows it was acknowledged",
+                    report.end_offset, report.stop_reason
+                ),
+            });
+        }
         drop(scanner);
 
-        // A new session: blocks it writes carry the next epoch.
-        let epoch = header
-            .epoch
+        // A new session: blocks it writes carry an epoch above any the scan accepted.
+        let epoch = epoch_max
             .checked_add(1)
             .ok_or_else(|| Error::invalid("epoch", "the ring was opened 2^32 times"))?;
         write_header(
@@ -577,6 +607,11 @@ impl RingWal {
         ))
     }
 
+    /// The ring's id, chosen at format time (never that of the ring formatted before).
+    pub fn ring_id(&self) -> u32 {
+        self.shared.ring_id
+    }
+
     /// What the scan at open found.
     pub fn recovery_report(&self) -> &RingRecovery {
         &self.report
@@ -703,8 +738,11 @@ fn newest_slot(decoded: &Slots) -> Option<(u64, RingHeader)> {
 }
 
 /// Reads both header slots and returns the newest valid header, or formats the target.
-/// The bool is true when this call formatted it.
-fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, bool)> {
+/// The bool is true when this call formatted it; the `u32` is the highest epoch a block may
+/// carry: the header's, or one more when the other slot is damaged (it may have been the
+/// newer header, written by an open whose session's blocks carry the next epoch; without
+/// this, those acknowledged blocks would read as the end of the log).
+fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, bool, u32)> {
     let decoded = read_slots(dev)?;
     let newest = newest_slot(&decoded);
     let unit = HEADER_SLOT_BYTES as usize;
@@ -749,10 +787,19 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
             buf: zero,
         };
         write_header(dev, &mut hs, header)?;
-        return Ok((hs, true));
+        return Ok((hs, true, 0));
     }
 
     let (slot, header) = current_header(dev, &decoded, config.capacity_bytes)?;
+    let other_damaged = match &decoded[1 - slot as usize] {
+        Ok(_) | Err(HeaderProblem::Zero) => false,
+        Err(_) => true,
+    };
+    let epoch_max = if other_damaged {
+        header.epoch.saturating_add(1)
+    } else {
+        header.epoch
+    };
     Ok((
         HeaderState {
             current: header,
@@ -761,6 +808,7 @@ fn read_or_format(dev: &Device, config: &RingConfig) -> Result<(HeaderState, boo
                 .map_err(|e| Error::io("allocate header buffer", &dev.path, e))?,
         },
         false,
+        epoch_max,
     ))
 }
 

@@ -293,6 +293,26 @@ impl Scanner {
         )
     }
 
+    /// Looks past `end` (where the scan stopped on a block that failed) for proof that the
+    /// failed block was acknowledged: a well-formed block that claims everything below a
+    /// point past `end` was durable when it was sealed, or one lying beyond the in-flight
+    /// window (`window_bytes`; nothing that far past an incomplete block can have been
+    /// written). Probes `2 × window_bytes`. Returns the proving block's start.
+    pub fn acknowledged_past(&mut self, end: u64, window_bytes: u64) -> Result<Option<u64>> {
+        let mut at = end + ALIGN_BYTES;
+        let probe_end = end.saturating_add(window_bytes.saturating_mul(2));
+        while at < probe_end && at < self.limit {
+            if let Some(h) = self.block_at(at)? {
+                let claims = h.durable_before.is_some_and(|d| d > end);
+                if claims || at >= end.saturating_add(window_bytes) {
+                    return Ok(Some(at));
+                }
+            }
+            at += ALIGN_BYTES;
+        }
+        Ok(None)
+    }
+
     /// Counts well-formed blocks in `(from, from + window_bytes)`, stepping unit by unit.
     pub fn count_blocks_past(&mut self, from: u64, window_bytes: u64) -> Result<u64> {
         let mut found = 0;

@@ -151,6 +151,13 @@ impl State {
         }
     }
 
+    /// Where the durable prefix ends as the block at `start` is sealed: the first sealed
+    /// block not yet acknowledged, or `start` when none is pending (every block before it
+    /// is durable). Blocks leave `pending` only once they and all before them are durable.
+    fn durable_frontier(&self, start: u64) -> u64 {
+        self.pending.front().map_or(start, |p| p.start).min(start)
+    }
+
     fn seal_current(&mut self, ring_id: u32, epoch: u32) {
         let Some(mut cur) = self.cur.take() else {
             return;
@@ -164,6 +171,7 @@ impl State {
             epoch,
             payload_bytes: (cur.used - BH_LEN) as u32,
             record_count: cur.records,
+            durable_before: Some(self.durable_frontier(cur.start)),
         }
         .encode_into(&mut cur.buf[..BH_LEN]);
         // Zero the alignment tail: no stale bytes from earlier blocks reach the device.
@@ -189,6 +197,7 @@ impl State {
             epoch: id.1,
             payload_bytes: 0,
             record_count: 0,
+            durable_before: Some(self.durable_frontier(start)),
         }
         .encode_into(&mut buf[..BH_LEN]);
         self.block_starts.push_back(start);
