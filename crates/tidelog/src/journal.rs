@@ -218,8 +218,8 @@ impl Journal {
             .clone()
             .unwrap_or_else(|| dir.join(RING_FILE));
         let marker = dir.join(MARKER_FILE);
-        if let Some(recorded) = read_marker(&marker)? {
-            if !same_file(&recorded, &device) {
+        if let Some(recorded) = read_marker(storage.as_ref(), &marker)? {
+            if !same_file(storage.as_ref(), &recorded, &device) {
                 return Err(Error::invalid(
                     "device",
                     format!(
@@ -231,7 +231,7 @@ impl Journal {
                 ));
             }
             // A new ring in place of a lost one would drop its appends without a word.
-            if !device.exists() {
+            if !crate::io::exists(storage.as_ref(), &device) {
                 return Err(Error::io(
                     "open the directory's ring",
                     &device,
@@ -239,7 +239,7 @@ impl Journal {
                 ));
             }
         }
-        if backend.ring.format && marker.exists() {
+        if backend.ring.format && crate::io::exists(storage.as_ref(), &marker) {
             return Err(Error::invalid(
                 "format",
                 format!(
@@ -251,7 +251,7 @@ impl Journal {
         }
         let entry_bytes_max = entry_bytes_max(config.record_bytes_max(), config.batch_bytes_max());
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);
-        if ring_config.capacity_bytes.is_none() && !device.exists() {
+        if ring_config.capacity_bytes.is_none() && !crate::io::exists(storage.as_ref(), &device) {
             ring_config = ring_config.capacity_bytes(RING_CAPACITY_DEFAULT);
         }
         let ring = RingWal::open_with_storage(&device, ring_config, storage.clone())?;
@@ -270,8 +270,8 @@ impl Journal {
 
     /// Refuses to open `dir` without its ring when a ring fronts it: the ring may hold
     /// acknowledged appends the data files do not.
-    pub fn check_unfronted(dir: &Path) -> Result<()> {
-        match read_marker(&dir.join(MARKER_FILE))? {
+    pub fn check_unfronted(storage: &dyn Storage, dir: &Path) -> Result<()> {
+        match read_marker(storage, &dir.join(MARKER_FILE))? {
             None => Ok(()),
             Some(device) => Err(Error::invalid(
                 "backend",
@@ -449,8 +449,8 @@ impl Journal {
 }
 
 /// The device a directory's marker names, if it has one.
-fn read_marker(marker: &Path) -> Result<Option<PathBuf>> {
-    let Some(text) = crate::io::read_optional(marker, "read ring marker")? else {
+fn read_marker(storage: &dyn Storage, marker: &Path) -> Result<Option<PathBuf>> {
+    let Some(text) = crate::io::read_text_optional(storage, marker, "read ring marker")? else {
         return Ok(None);
     };
     let device = text
@@ -477,15 +477,18 @@ fn write_marker(storage: &dyn Storage, dir: &Path, marker: &Path, device: &Path)
         ));
     };
     let text = format!("{MARKER_PREFIX}{device_text}\n");
-    if std::fs::read_to_string(marker).is_ok_and(|t| t == text) {
+    if storage
+        .read_file(marker)
+        .is_ok_and(|t| t == text.as_bytes())
+    {
         return Ok(());
     }
     crate::io::replace_file(storage, dir, marker, text.as_bytes(), "write ring marker")
 }
 
 /// True when `a` and `b` name the same file (or the same path, where one does not exist).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+fn same_file(storage: &dyn Storage, a: &Path, b: &Path) -> bool {
+    match (storage.canonicalize(a), storage.canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
     }

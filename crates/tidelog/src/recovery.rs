@@ -365,17 +365,17 @@ fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
 }
 
 /// Lists data files in sequence order.
-fn list_files(dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
+fn list_files(storage: &dyn Storage, dir: &Path) -> Result<Vec<(u64, std::path::PathBuf)>> {
+    let entries = storage
+        .read_dir(dir)
+        .map_err(|e| Error::io("list directory", dir, e))?;
     let mut files = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io("list directory", dir, e))?;
-        let name = entry.file_name();
-        let Some(seq) = name.to_str().and_then(file::parse_data_file_name) else {
+        let Some(seq) = entry.name.to_str().and_then(file::parse_data_file_name) else {
             continue;
         };
-        if entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
-            files.push((seq, entry.path()));
+        if entry.is_file {
+            files.push((seq, dir.join(&entry.name)));
         }
     }
     files.sort();
@@ -397,7 +397,7 @@ pub fn recover(
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
     let interval = config.index_interval_bytes;
-    let listed = list_files(dir)?;
+    let listed = list_files(storage, dir)?;
     let last_seq = listed.last().map(|(s, _)| *s);
     let mut found: Vec<Found> = Vec::new();
     // Highest used block end per file.

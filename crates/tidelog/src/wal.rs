@@ -4,7 +4,7 @@
 //! topic's tail) and, with the ring backend, the uploader (checkpoints, see `journal`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -773,8 +773,8 @@ impl Wal {
     ) -> Result<Wal> {
         config.validate()?;
         let lock_file = if read_only {
-            if !dir.is_dir() {
-                let errno = if dir.exists() {
+            if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
+                let errno = if crate::io::exists(storage.as_ref(), dir) {
                     libc::ENOTDIR
                 } else {
                     libc::ENOENT
@@ -791,7 +791,7 @@ impl Wal {
         };
         let journal = match (&config.ring, read_only) {
             (_, true) => Ok(None),
-            (None, false) => Journal::check_unfronted(dir).map(|()| None),
+            (None, false) => Journal::check_unfronted(storage.as_ref(), dir).map(|()| None),
             (Some(backend), false) => {
                 Journal::open(dir, &config, backend, Arc::clone(&storage)).map(Some)
             }
@@ -1133,7 +1133,7 @@ impl Wal {
             next_offset: t.next_offset(),
             bytes: t.bytes(),
             extents: t.block_count(),
-            groups: CursorTable::list(&self.shared.dir, topic),
+            groups: CursorTable::list(self.shared.storage.as_ref(), &self.shared.dir, topic),
         })
     }
 
@@ -1150,7 +1150,7 @@ impl Wal {
         if parts.is_empty() {
             return Ok(Vec::new());
         }
-        if !job_dir.exists() {
+        if !crate::io::exists(self.shared.storage.as_ref(), &job_dir) {
             return Err(Error::invalid(
                 "job",
                 format!("job {job:?} has no staged parts (or was published already)"),
@@ -1483,15 +1483,17 @@ fn release_lock(file: Option<File>) {
 
 /// Takes the directory's advisory lock, creating the directory and lock file if needed.
 fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    if !crate::io::exists(storage, dir) {
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir, e))?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             storage
                 .sync_dir(parent)
                 .map_err(|e| Error::io("fsync directory", parent, e))?;
         }
     }
-    if !dir.is_dir() {
+    if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
         return Err(Error::io(
             "open directory",
             dir,
@@ -1499,25 +1501,19 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
         ));
     }
     let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io("open lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
+    let file = match storage.lock_file(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             return Err(Error::Locked {
                 path: dir.to_owned(),
             });
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock directory", &path, e)),
-    }
+        Err(e) => return Err(Error::io("lock directory", &path, e)),
+    };
     let cursors = dir.join(CURSOR_DIR);
-    if !cursors.exists() {
-        std::fs::create_dir_all(&cursors)
+    if !crate::io::exists(storage, &cursors) {
+        storage
+            .create_dir_all(&cursors)
             .map_err(|e| Error::io("create directory", &cursors, e))?;
         storage
             .sync_dir(dir)
