@@ -428,6 +428,17 @@ impl Shared {
         if n == 0 {
             return;
         }
+        // The first extent kept carries the topic's next offset over a restart once the ones
+        // before it are gone: make it durable first. Otherwise a crash loses it when its
+        // records were not synced yet, the topic comes back without extents, and its offsets
+        // start again at 0 below the groups' committed offsets.
+        if let Some(kept) = topic.with_chain(|chain| chain.get(n).cloned())
+            && let Err(e) = kept.sync(self.storage.as_ref(), &topic.name, false)
+        {
+            self.sync.poison(&e);
+            self.report_background(e);
+            return;
+        }
         let mut doomed = false;
         let dropped = topic.drop_front(n);
         // Consumed extents need no seal; releasing them here lets their mapping go with the
