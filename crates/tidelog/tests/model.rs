@@ -433,16 +433,13 @@ struct TopicModel {
 impl TopicModel {
     /// Offsets below this may have been reclaimed (every group committed past them).
     fn reclaimable_below(&self) -> u64 {
-        let groups: BTreeSet<&String> =
-            self.groups.keys().chain(self.maybe_groups.keys()).collect();
-        groups
-            .into_iter()
-            .map(|g| {
-                let c = self.groups.get(g).copied().unwrap_or(0);
-                c.max(self.maybe_groups.get(g).copied().unwrap_or(0))
-            })
-            .min()
-            .unwrap_or(0)
+        // A group whose only commit failed may not exist after a reopen (a cursor file with
+        // no commit registers nothing), so it bounds reclaim only when no other group does.
+        let maybe = |g: &String| self.maybe_groups.get(g).copied().unwrap_or(0);
+        match self.groups.iter().map(|(g, &c)| c.max(maybe(g))).min() {
+            Some(min) => min,
+            None => self.maybe_groups.values().copied().max().unwrap_or(0),
+        }
     }
 }
 
