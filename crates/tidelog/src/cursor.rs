@@ -270,22 +270,23 @@ impl CursorTable {
     /// Registers every group that has committed at least once (a writable open).
     pub fn load_all(&self, storage: &dyn Storage, data_dir: &Path) -> Result<()> {
         let dir = data_dir.join(CURSOR_DIR);
-        let entries = match std::fs::read_dir(&dir) {
+        let entries = match storage.read_dir(&dir) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::io("list cursors", &dir, e)),
         };
         let suffix = format!(".{CURSOR_SUFFIX}");
         for entry in entries {
-            let entry = entry.map_err(|e| Error::io("list cursors", &dir, e))?;
-            let Ok(name) = entry.file_name().into_string() else {
+            let Ok(name) = entry.name.into_string() else {
                 continue;
             };
             if !name.ends_with(&suffix) {
                 continue;
             }
-            let path = entry.path();
-            let bytes = std::fs::read(&path).map_err(|e| Error::io("read cursor", &path, e))?;
+            let path = dir.join(&name);
+            let bytes = storage
+                .read_file(&path)
+                .map_err(|e| Error::io("read cursor", &path, e))?;
             let r = newest_slot(&bytes, &path)?;
             if cursor_file_name(&r.topic, &r.group) == name {
                 self.get(storage, data_dir, &r.topic, &r.group)?;
@@ -348,7 +349,7 @@ impl CursorTable {
             .get(topic)
             .map(|g| g.keys().cloned().collect())
             .unwrap_or_default();
-        groups.extend(Self::list(data_dir, topic));
+        groups.extend(Self::list(storage, data_dir, topic));
         groups.sort();
         groups.dedup();
         for group in groups {
@@ -358,17 +359,17 @@ impl CursorTable {
     }
 
     /// Groups with a cursor file for `topic`, sorted.
-    pub fn list(data_dir: &Path, topic: &str) -> Vec<String> {
+    pub fn list(storage: &dyn Storage, data_dir: &Path, topic: &str) -> Vec<String> {
         let dir = data_dir.join(CURSOR_DIR);
         let prefix = format!("{topic}@");
         let suffix = format!(".{CURSOR_SUFFIX}");
-        let Ok(entries) = std::fs::read_dir(&dir) else {
+        let Ok(entries) = storage.read_dir(&dir) else {
             return Vec::new();
         };
         let mut groups: Vec<String> = Vec::new();
         for name in entries
-            .filter_map(|e| e.ok())
-            .filter_map(|e| e.file_name().into_string().ok())
+            .into_iter()
+            .filter_map(|e| e.name.into_string().ok())
         {
             if let Some(group) = name
                 .strip_prefix(&prefix)
@@ -377,7 +378,7 @@ impl CursorTable {
                 groups.push(group.to_owned());
             } else if name.starts_with('#') && name.ends_with(&suffix) {
                 // A hashed name: the slots say whose cursor it is.
-                if let Ok(bytes) = std::fs::read(dir.join(&name))
+                if let Ok(bytes) = storage.read_file(&dir.join(&name))
                     && let Some(r) = bytes
                         .chunks(CURSOR_SLOT_BYTES)
                         .filter_map(decode_slot)

@@ -288,8 +288,8 @@ impl DataFile {
                 ),
             ));
         }
-        let meta = file
-            .metadata()
+        let meta = storage
+            .file_metadata(&file, path)
             .map_err(|e| Error::io("stat data file", path, e))?;
         let len = meta.len();
         if len < header.file_size_bytes {

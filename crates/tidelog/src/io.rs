@@ -11,7 +11,8 @@ use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
-use crate::mmap::Mapping;
+/// The shared mapping of a data file, as [`Storage::sync_map`] receives it.
+pub use crate::mmap::Mapping;
 
 /// Names of the fault points, one per kind of operation.
 pub mod points {
@@ -39,6 +40,29 @@ pub mod points {
     pub const OPEN_DEVICE: &str = "open_device";
     /// Opening a file for direct writes (staged segments).
     pub const OPEN_DIRECT: &str = "open_direct";
+    /// Creating a directory (and its missing parents).
+    pub const CREATE_DIR: &str = "create_dir";
+    /// Listing a directory.
+    pub const READ_DIR: &str = "read_dir";
+    /// Reading a whole small file (cursor files, the ring marker).
+    pub const READ_FILE: &str = "read_file";
+    /// Reading an open file's metadata (length, allocated blocks).
+    pub const FILE_METADATA: &str = "file_metadata";
+    /// Reading a path's metadata (existence, type).
+    pub const METADATA: &str = "metadata";
+    /// Resolving a path to its canonical form.
+    pub const CANONICALIZE: &str = "canonicalize";
+    /// Taking an exclusive advisory lock (the directory lock file, a ring device).
+    pub const LOCK: &str = "lock";
+}
+
+/// One entry of a directory listing ([`Storage::read_dir`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirEntry {
+    /// The entry's name (not its path).
+    pub name: std::ffi::OsString,
+    /// True for a regular file (symbolic links are not followed).
+    pub is_file: bool,
 }
 
 /// File operations used by the engine. Implementations must be thread-safe.
@@ -72,6 +96,61 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()>;
     /// Unlinks a file.
     fn remove_file(&self, path: &Path) -> io::Result<()>;
+    /// Creates `dir` and its missing parents (no directory sync: the caller syncs parents).
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::create_dir_all(dir)
+    }
+    /// The entries of `dir`, in no particular order.
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let entry = entry?;
+            let is_file = entry.file_type()?.is_file();
+            out.push(DirEntry {
+                name: entry.file_name(),
+                is_file,
+            });
+        }
+        Ok(out)
+    }
+    /// The whole content of a small file.
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        fs::read(path)
+    }
+    /// The metadata of an open file (`fstat`).
+    fn file_metadata(&self, file: &File, _path: &Path) -> io::Result<fs::Metadata> {
+        file.metadata()
+    }
+    /// The metadata of `path` (symbolic links followed).
+    fn metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        fs::metadata(path)
+    }
+    /// The canonical, absolute form of `path` (symbolic links resolved); fails where it
+    /// does not exist.
+    fn canonicalize(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        fs::canonicalize(path)
+    }
+    /// Takes an exclusive, non-blocking advisory lock on `file`. Fails with
+    /// [`io::ErrorKind::WouldBlock`] when another descriptor holds it.
+    fn try_lock(&self, file: &File, _path: &Path) -> io::Result<()> {
+        match file.try_lock() {
+            Ok(()) => Ok(()),
+            Err(fs::TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
+    /// Opens (creating, never truncating) `path` read-write and locks it as
+    /// [`Storage::try_lock`] does; [`io::ErrorKind::WouldBlock`] when the lock is held.
+    fn lock_file(&self, path: &Path) -> io::Result<File> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        self.try_lock(&file, path)?;
+        Ok(file)
+    }
     /// True when callers may bypass this trait and submit writes on the file descriptor
     /// directly (the ring's io_uring path). Only the real file system says yes, so every
     /// fault-injecting implementation sees all I/O.
@@ -80,7 +159,30 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     }
 }
 
+/// The text of `path` read through `storage`, or `None` when it does not exist. `what`
+/// names the file in errors.
+pub(crate) fn read_text_optional(
+    storage: &dyn Storage,
+    path: &Path,
+    what: &'static str,
+) -> crate::Result<Option<String>> {
+    match storage.read_file(path) {
+        Ok(bytes) => String::from_utf8(bytes)
+            .map(Some)
+            .map_err(|_| crate::Error::io(what, path, io::Error::from(io::ErrorKind::InvalidData))),
+        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(crate::Error::io(what, path, e)),
+    }
+}
+
+/// True when `path` exists (as `Path::exists`: an error reading its metadata counts as
+/// absent), asked through `storage`.
+pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> bool {
+    storage.metadata(path).is_ok()
+}
+
 /// The text of `path`, or `None` when it does not exist. `what` names the file in errors.
+/// Bypasses [`Storage`]; prefer [`read_text_optional`].
 pub(crate) fn read_optional(path: &Path, what: &'static str) -> crate::Result<Option<String>> {
     match fs::read_to_string(path) {
         Ok(text) => Ok(Some(text)),
@@ -416,5 +518,33 @@ impl Storage for FaultStorage {
     fn remove_file(&self, path: &Path) -> io::Result<()> {
         self.fail(points::REMOVE, path)?;
         StdStorage.remove_file(path)
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.fail(points::CREATE_DIR, dir)?;
+        StdStorage.create_dir_all(dir)
+    }
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.fail(points::READ_DIR, dir)?;
+        StdStorage.read_dir(dir)
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.fail(points::READ_FILE, path)?;
+        StdStorage.read_file(path)
+    }
+    fn file_metadata(&self, file: &File, path: &Path) -> io::Result<fs::Metadata> {
+        self.fail(points::FILE_METADATA, path)?;
+        StdStorage.file_metadata(file, path)
+    }
+    fn metadata(&self, path: &Path) -> io::Result<fs::Metadata> {
+        self.fail(points::METADATA, path)?;
+        StdStorage.metadata(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<std::path::PathBuf> {
+        self.fail(points::CANONICALIZE, path)?;
+        StdStorage.canonicalize(path)
+    }
+    fn try_lock(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.fail(points::LOCK, path)?;
+        StdStorage.try_lock(file, path)
     }
 }

@@ -226,12 +226,12 @@ impl Journal {
             .clone()
             .unwrap_or_else(|| dir.join(RING_FILE));
         let marker = dir.join(MARKER_FILE);
-        let recorded = read_marker(dir, &marker)?;
+        let recorded = read_marker(storage.as_ref(), dir, &marker)?;
         if let Some(Marker {
             device: recorded, ..
         }) = &recorded
         {
-            if !same_file(recorded, &device) {
+            if !same_file(storage.as_ref(), recorded, &device) {
                 return Err(Error::invalid(
                     "device",
                     format!(
@@ -243,7 +243,7 @@ impl Journal {
                 ));
             }
             // A new ring in place of a lost one would drop its appends without a word.
-            if !device.exists() {
+            if !crate::io::exists(storage.as_ref(), &device) {
                 return Err(Error::io(
                     "open the directory's ring",
                     &device,
@@ -251,7 +251,7 @@ impl Journal {
                 ));
             }
         }
-        if backend.ring.format && marker.exists() {
+        if backend.ring.format && crate::io::exists(storage.as_ref(), &marker) {
             return Err(Error::invalid(
                 "format",
                 format!(
@@ -263,7 +263,7 @@ impl Journal {
         }
         let entry_bytes_max = entry_bytes_max(config.record_bytes_max(), config.batch_bytes_max());
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);
-        if ring_config.capacity_bytes.is_none() && !device.exists() {
+        if ring_config.capacity_bytes.is_none() && !crate::io::exists(storage.as_ref(), &device) {
             ring_config = ring_config.capacity_bytes(RING_CAPACITY_DEFAULT);
         }
         let ring = RingWal::open_with_storage(&device, ring_config, storage.clone())?;
@@ -283,8 +283,8 @@ impl Journal {
 
     /// Refuses to open `dir` without its ring when a ring fronts it: the ring may hold
     /// acknowledged appends the data files do not.
-    pub fn check_unfronted(dir: &Path) -> Result<()> {
-        match read_marker(dir, &dir.join(MARKER_FILE))? {
+    pub fn check_unfronted(storage: &dyn Storage, dir: &Path) -> Result<()> {
+        match read_marker(storage, dir, &dir.join(MARKER_FILE))? {
             None => Ok(()),
             Some(Marker { device, .. }) => Err(Error::invalid(
                 "backend",
@@ -471,8 +471,8 @@ struct Marker {
 }
 
 /// The marker of directory `dir`, if it has one.
-fn read_marker(dir: &Path, marker: &Path) -> Result<Option<Marker>> {
-    let Some(text) = crate::io::read_optional(marker, "read ring marker")? else {
+fn read_marker(storage: &dyn Storage, dir: &Path, marker: &Path) -> Result<Option<Marker>> {
+    let Some(text) = crate::io::read_text_optional(storage, marker, "read ring marker")? else {
         return Ok(None);
     };
     let bad = || Error::Corruption {
@@ -511,7 +511,7 @@ fn write_marker(
     device: &Path,
     ring_id: u32,
 ) -> Result<()> {
-    let inside = device.parent().is_some_and(|p| same_file(p, dir));
+    let inside = device.parent().is_some_and(|p| same_file(storage, p, dir));
     let device = match device.file_name() {
         Some(name) if inside => PathBuf::from(name),
         _ => std::path::absolute(device).unwrap_or_else(|_| device.to_owned()),
@@ -523,7 +523,10 @@ fn write_marker(
         ));
     };
     let text = format!("{MARKER_PREFIX}{device_text}\n{MARKER_RING_PREFIX}{ring_id:08x}\n");
-    if std::fs::read_to_string(marker).is_ok_and(|t| t == text) {
+    if storage
+        .read_file(marker)
+        .is_ok_and(|t| t == text.as_bytes())
+    {
         return Ok(());
     }
     crate::io::replace_file(storage, dir, marker, text.as_bytes(), "write ring marker")
@@ -560,8 +563,8 @@ fn check_owner(dir: &Path, device: &Path, marker: Option<&Marker>, ring: &RingWa
 }
 
 /// True when `a` and `b` name the same file (or the same path, where one does not exist).
-fn same_file(a: &Path, b: &Path) -> bool {
-    match (std::fs::canonicalize(a), std::fs::canonicalize(b)) {
+fn same_file(storage: &dyn Storage, a: &Path, b: &Path) -> bool {
+    match (storage.canonicalize(a), storage.canonicalize(b)) {
         (Ok(x), Ok(y)) => x == y,
         _ => std::path::absolute(a).ok() == std::path::absolute(b).ok(),
     }

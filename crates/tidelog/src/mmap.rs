@@ -60,6 +60,11 @@ impl Mapping {
         self.len
     }
 
+    /// True for a mapping of no bytes (never made: files are never empty).
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
     /// Faults in `[at, at + len)` writable without changing its bytes
     /// (`MADV_POPULATE_WRITE`, Linux 5.14+). The caller passes only reserved ranges, so no
     /// page needs new disk space.

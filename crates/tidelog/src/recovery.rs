@@ -371,28 +371,28 @@ type Listed = Vec<(u64, PathBuf)>;
 
 /// Lists data files in sequence order, and the `.tmp` leftovers of creations a crash cut
 /// short (see `DataFile::create`).
-fn list_files(dir: &Path) -> Result<(Listed, Vec<PathBuf>)> {
-    let entries = std::fs::read_dir(dir).map_err(|e| Error::io("list directory", dir, e))?;
+fn list_files(storage: &dyn Storage, dir: &Path) -> Result<(Listed, Vec<PathBuf>)> {
+    let entries = storage
+        .read_dir(dir)
+        .map_err(|e| Error::io("list directory", dir, e))?;
     let mut files = Vec::new();
     let mut unfinished = Vec::new();
     for entry in entries {
-        let entry = entry.map_err(|e| Error::io("list directory", dir, e))?;
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else {
+        let Some(name) = entry.name.to_str() else {
             continue;
         };
-        if !entry.file_type().map(|t| t.is_file()).unwrap_or(false) {
+        if !entry.is_file {
             continue;
         }
         if let Some(seq) = file::parse_data_file_name(name) {
-            files.push((seq, entry.path()));
+            files.push((seq, dir.join(name)));
         } else if name
             .strip_suffix(file::TMP_SUFFIX)
             .and_then(|n| n.strip_suffix('.'))
             .and_then(file::parse_data_file_name)
             .is_some()
         {
-            unfinished.push(entry.path());
+            unfinished.push(dir.join(name));
         }
     }
     files.sort();
@@ -414,7 +414,7 @@ pub fn recover(
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
     let interval = config.index_interval_bytes;
-    let (listed, unfinished) = list_files(dir)?;
+    let (listed, unfinished) = list_files(storage, dir)?;
     if writable {
         for path in &unfinished {
             storage

@@ -4,7 +4,7 @@
 //! topic's tail) and, with the ring backend, the uploader (checkpoints, see `journal`).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -428,6 +428,17 @@ impl Shared {
         if n == 0 {
             return;
         }
+        // The first extent kept carries the topic's next offset over a restart once the ones
+        // before it are gone: make it durable first. Otherwise a crash loses it when its
+        // records were not synced yet, the topic comes back without extents, and its offsets
+        // start again at 0 below the groups' committed offsets.
+        if let Some(kept) = topic.with_chain(|chain| chain.get(n).cloned())
+            && let Err(e) = kept.sync(self.storage.as_ref(), &topic.name, false)
+        {
+            self.sync.poison(&e);
+            self.report_background(e);
+            return;
+        }
         let mut doomed = false;
         let dropped = topic.drop_front(n);
         // Consumed extents need no seal; releasing them here lets their mapping go with the
@@ -773,8 +784,8 @@ impl Wal {
     ) -> Result<Wal> {
         config.validate()?;
         let lock_file = if read_only {
-            if !dir.is_dir() {
-                let errno = if dir.exists() {
+            if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
+                let errno = if crate::io::exists(storage.as_ref(), dir) {
                     libc::ENOTDIR
                 } else {
                     libc::ENOENT
@@ -791,7 +802,7 @@ impl Wal {
         };
         let journal = match (&config.ring, read_only) {
             (_, true) => Ok(None),
-            (None, false) => Journal::check_unfronted(dir).map(|()| None),
+            (None, false) => Journal::check_unfronted(storage.as_ref(), dir).map(|()| None),
             (Some(backend), false) => {
                 Journal::open(dir, &config, backend, Arc::clone(&storage)).map(Some)
             }
@@ -1133,7 +1144,7 @@ impl Wal {
             next_offset: t.next_offset(),
             bytes: t.bytes(),
             extents: t.block_count(),
-            groups: CursorTable::list(&self.shared.dir, topic),
+            groups: CursorTable::list(self.shared.storage.as_ref(), &self.shared.dir, topic),
         })
     }
 
@@ -1520,15 +1531,17 @@ fn release_lock(file: Option<File>) {
 
 /// Takes the directory's advisory lock, creating the directory and lock file if needed.
 fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
-    if !dir.exists() {
-        std::fs::create_dir_all(dir).map_err(|e| Error::io("create directory", dir, e))?;
+    if !crate::io::exists(storage, dir) {
+        storage
+            .create_dir_all(dir)
+            .map_err(|e| Error::io("create directory", dir, e))?;
         if let Some(parent) = dir.parent().filter(|p| !p.as_os_str().is_empty()) {
             storage
                 .sync_dir(parent)
                 .map_err(|e| Error::io("fsync directory", parent, e))?;
         }
     }
-    if !dir.is_dir() {
+    if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
         return Err(Error::io(
             "open directory",
             dir,
@@ -1536,25 +1549,19 @@ fn lock_dir(storage: &dyn Storage, dir: &Path) -> Result<File> {
         ));
     }
     let path = dir.join(LOCK_FILE);
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-        .map_err(|e| Error::io("open lock file", &path, e))?;
-    match file.try_lock() {
-        Ok(()) => {}
-        Err(std::fs::TryLockError::WouldBlock) => {
+    let file = match storage.lock_file(&path) {
+        Ok(file) => file,
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
             return Err(Error::Locked {
                 path: dir.to_owned(),
             });
         }
-        Err(std::fs::TryLockError::Error(e)) => return Err(Error::io("lock directory", &path, e)),
-    }
+        Err(e) => return Err(Error::io("lock directory", &path, e)),
+    };
     let cursors = dir.join(CURSOR_DIR);
-    if !cursors.exists() {
-        std::fs::create_dir_all(&cursors)
+    if !crate::io::exists(storage, &cursors) {
+        storage
+            .create_dir_all(&cursors)
             .map_err(|e| Error::io("create directory", &cursors, e))?;
         storage
             .sync_dir(dir)

@@ -113,7 +113,11 @@ fn child_process_entry() {
     let Some((dir, mode)) = child_env() else {
         return;
     };
-    let cfg = if mode == "ring" { ring_config() } else { config() };
+    let cfg = if mode == "ring" {
+        ring_config()
+    } else {
+        config()
+    };
     let wal = Wal::open_with(&dir, cfg).unwrap();
     write_sample(&wal, true);
     std::process::exit(0);
@@ -430,7 +434,11 @@ fn stage_job(dir: &Path) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
 
 /// The job's own records came back whole, or none of them did and the job is reported as
 /// set aside (or the open reported damage).
-fn check_staged(dir: &Path, base: &Truth, job: &[(Option<Vec<u8>>, Vec<u8>)]) -> Result<(), String> {
+fn check_staged(
+    dir: &Path,
+    base: &Truth,
+    job: &[(Option<Vec<u8>>, Vec<u8>)],
+) -> Result<(), String> {
     let wal = match Wal::open_with(dir, staged_config()) {
         Ok(wal) => wal,
         Err(e) if reported(&e) => return Ok(()),
@@ -636,7 +644,11 @@ fn ring_sweep(power_loss: bool) {
     let mut cuts = 0u64;
     for (rel, bytes) in &pristine {
         let len = bytes.len() as u64;
-        let step = if full() || len <= 64 * 4096 { 4096 } else { 16 * 4096 };
+        let step = if full() || len <= 64 * 4096 {
+            4096
+        } else {
+            16 * 4096
+        };
         for point in (0..len).step_by(step as usize) {
             run(&format!("{rel:?} cut at {point}"), &|d| {
                 let f = std::fs::OpenOptions::new()

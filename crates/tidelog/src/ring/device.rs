@@ -49,7 +49,7 @@ impl Device {
         if let Some(cap) = capacity_bytes {
             validate_capacity(cap)?;
         }
-        let (is_block_device, created) = match std::fs::metadata(path) {
+        let (is_block_device, created) = match storage.metadata(path) {
             Ok(meta) if meta.file_type().is_block_device() => (true, false),
             Ok(meta) if meta.is_file() => (false, false),
             Ok(_) => {
@@ -115,17 +115,17 @@ impl Device {
         // live writer's does not.
         let waited = std::time::Instant::now();
         loop {
-            match file.try_lock() {
+            match storage.try_lock(&file, path) {
                 Ok(()) => break,
-                Err(std::fs::TryLockError::WouldBlock) if waited.elapsed() < LOCK_WAIT => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock && waited.elapsed() < LOCK_WAIT => {
                     std::thread::sleep(std::time::Duration::from_millis(2));
                 }
-                Err(std::fs::TryLockError::WouldBlock) => {
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {
                     return Err(Error::Locked {
                         path: path.to_owned(),
                     });
                 }
-                Err(std::fs::TryLockError::Error(e)) => {
+                Err(e) => {
                     return Err(Error::io("lock ring", path, e));
                 }
             }
@@ -168,7 +168,9 @@ impl Device {
     /// Opens an existing `path` read-only with buffered I/O, taking no lock: for inspection
     /// alongside a writer, which may hold the writer lock.
     pub fn open_read_only(path: &Path, storage: Arc<dyn Storage>) -> Result<Device> {
-        let meta = std::fs::metadata(path).map_err(|e| Error::io("stat ring path", path, e))?;
+        let meta = storage
+            .metadata(path)
+            .map_err(|e| Error::io("stat ring path", path, e))?;
         let is_block_device = meta.file_type().is_block_device();
         if !is_block_device && !meta.is_file() {
             return Err(Error::invalid(
