@@ -1210,3 +1210,46 @@ fn concurrent_staged_commits_from_killed_processes_complete() {
     );
     assert!(acked > 0, "the campaign did nothing");
 }
+
+/// Found by `concurrent_staged_commits_from_killed_processes_complete`: a committer killed
+/// after it recorded where its job starts in each topic (`INGEST`) but before it copied the
+/// job's records; another job, committed meanwhile and first by name, was published at the
+/// next open before the cut publish resumed, took the offsets the ledger gave the first job,
+/// and the resume counted its records as the first job's: an acknowledged job was lost.
+#[test]
+fn a_publish_cut_short_resumes_before_other_jobs_take_its_offsets() {
+    let dir = tempdir();
+    let d = dir.path();
+    let stage_two = |job: &str, n: u64| {
+        let mut w = StagedWriter::create(d, job, "p0").unwrap();
+        for topic in ["a", "t"] {
+            let values: Vec<Vec<u8>> = (0..n).map(|i| staged_value(job, "p0", topic, i)).collect();
+            let records: Vec<Append<'_>> = values.iter().map(|v| Append::value(v)).collect();
+            w.append(topic, &records).unwrap();
+        }
+        w.finish().unwrap();
+        stage::commit(d, job, &["p0"]).unwrap();
+    };
+    stage_two("zjob", 10);
+    // The ledger of a publish killed before it copied a record: both topics were empty.
+    std::fs::write(
+        stage::job_dir(d, "zjob").unwrap().join(stage::INGEST_FILE),
+        "tidelog ingest v1\na 0\nt 0\n",
+    )
+    .unwrap();
+    stage_two("ajob", 5);
+    let wal = Wal::open_with(d, commit_config()).expect("open");
+    assert!(stage::jobs(d).unwrap().is_empty(), "both jobs published");
+    for topic in ["a", "t"] {
+        let values = read_dense(&wal, topic, topic).unwrap();
+        let mut want: Vec<Vec<u8>> = (0..10)
+            .map(|i| staged_value("zjob", "p0", topic, i))
+            .collect();
+        want.extend((0..5).map(|i| staged_value("ajob", "p0", topic, i)));
+        assert_eq!(values.len(), want.len(), "{topic}: records of both jobs");
+        assert!(
+            values == want,
+            "{topic}: the cut publish first, at the offsets of its ledger"
+        );
+    }
+}
