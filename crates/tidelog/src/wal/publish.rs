@@ -99,7 +99,16 @@ impl Shared {
             // Not a job: the sinks' ledgers, a removal cut short.
             .filter(|name| !name.starts_with('.'))
             .collect();
-        jobs.sort();
+        // A publish cut short resumes first: its ledger gives it the offsets after each of
+        // its topics' records as they were then, and another job published before it would
+        // take them (the resume would count that job's records as its own and skip as many
+        // of its own). Then the others, by name.
+        jobs.sort_by_cached_key(|job| {
+            (
+                !staging.join(job).join(stage::INGEST_FILE).exists(),
+                job.clone(),
+            )
+        });
         for job in jobs {
             let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
             self.publish_job(&job)?;
