@@ -402,3 +402,24 @@ fn an_io_error_that_may_pass_leaves_the_job_committed_not_set_aside() {
     );
     assert_eq!(values(&wal, "a"), expected("job", "p0", 8));
 }
+
+#[test]
+fn a_publish_that_stops_after_its_ledger_poisons_the_handle_until_reopened() {
+    let dir = tempdir();
+    let d = dir.path();
+    let faults = FaultStorage::new();
+    let wal = Wal::open_with_storage(d, config(), Arc::new(faults.clone())).expect("open");
+    stage_part(d, "job", "p0", "a", 8);
+    faults.arm(points::ALLOCATE, Fault::Always(libc::ENOSPC));
+    let err = wal.commit_staged("job", &["p0"]).expect_err("no space");
+    assert!(matches!(err, Error::DiskFull { .. }), "{err:?}");
+    assert!(job_dir(d, "job").join(stage::INGEST_FILE).exists());
+    faults.disarm_all();
+    // The ledger gave the job the offsets from 0: no append may take them meanwhile.
+    let err = wal.append("a", b"late").expect_err("poisoned");
+    assert!(matches!(err, Error::Poisoned { .. }), "{err:?}");
+    drop(wal);
+    let wal = Wal::open_with(d, config()).expect("reopen");
+    assert_eq!(values(&wal, "a"), expected("job", "p0", 8));
+    assert_eq!(wal.append("a", b"late").expect("append"), 8);
+}

@@ -275,8 +275,15 @@ impl Shared {
                 moved = true;
             }
         }
+        // From the ledger on, the job owns the offsets after its starts: a publish that stops
+        // part way poisons the handle, so no append takes them before a reopen resumes the job
+        // (jobs with a ledger are published first at open).
+        let owned = |e: Error| {
+            self.sync.poison(&e);
+            e
+        };
         if recorded.is_none() || moved {
-            stage::write_ingest(self.storage.as_ref(), &job_dir, &starts)?;
+            stage::write_ingest(self.storage.as_ref(), &job_dir, &starts).map_err(owned)?;
         }
         let skip = names
             .iter()
@@ -314,9 +321,9 @@ impl Shared {
                 .iter()
                 .all(|(t, _)| held.index(t).is_some_and(|i| held.skip[i] == 0));
             if fresh && self.adoptable(segment) {
-                self.adopt(&ctx, &job_dir, segment, &held)?;
+                self.adopt(&ctx, &job_dir, segment, &held).map_err(owned)?;
             } else {
-                self.copy(&ctx, segment, &mut held)?;
+                self.copy(&ctx, segment, &mut held).map_err(owned)?;
             }
         }
         let ranges: Vec<(String, Range<u64>)> = held
@@ -325,7 +332,7 @@ impl Shared {
             .zip(&starts)
             .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
             .collect();
-        self.flush()?;
+        self.flush().map_err(owned)?;
         // Durable records first, then the sink's ledger, then the job goes: a crash between
         // two steps repeats only steps that append nothing.
         match &manifest.sink {
