@@ -67,11 +67,12 @@ def topics(path: Path) -> list[str]:
 
 
 def staged_jobs(path: Path) -> list[str]:
-    """Jobs staged but not published or aborted (sink ledgers live in staging/.sinks)."""
+    """Jobs staged but not published or aborted (names starting with "." are the engine's
+    own: sink ledgers, records of published jobs)."""
     staging = path / "staging"
-    return (
-        sorted(p.name for p in staging.iterdir() if p.name != ".sinks") if staging.exists() else []
-    )
+    if not staging.exists():
+        return []
+    return sorted(p.name for p in staging.iterdir() if not p.name.startswith("."))
 
 
 def now_us(spark: SparkSession) -> int:

@@ -347,8 +347,16 @@ impl PyWal {
     /// released even while Python still references them (a `Record` keeps its own file
     /// mapped while it lives).
     fn close(&self, py: Python<'_>) -> PyResult<()> {
+        // A forked child's close is refused and changes nothing: its readers and writers stay
+        // as they are (each refuses in turn), and the parent's are not the child's to drop.
+        let forked = detached(py, || match self.wal.ensure_open() {
+            Err(tidelog::Error::Forked { .. }) => Ok(true),
+            _ => Ok(false),
+        })?;
         let result = detached(py, || self.wal.close());
-        self.children.release(py)?;
+        if !forked {
+            self.children.release(py)?;
+        }
         result
     }
 
