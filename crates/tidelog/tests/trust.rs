@@ -40,10 +40,24 @@ fn child_process_entry() {
             for i in 0..ACKED {
                 assert_eq!(w.append(&value(i)).unwrap(), i);
             }
+            // Before the handle goes out of scope: dropping it would close it cleanly.
+            std::process::exit(0);
+        }
+        // A ring outside the directory (`shared.ring` beside it) holding acknowledged
+        // appends at the crash.
+        "ring" => {
+            let wal = Wal::open_with(&dir, ring_config(&dir)).unwrap();
+            let w = wal
+                .writer(TOPIC)
+                .unwrap()
+                .with_durability(Durability::Always);
+            for i in 0..20 {
+                assert_eq!(w.append(&value(i)).unwrap(), i);
+            }
+            std::process::exit(0);
         }
         other => panic!("unknown child mode {other}"),
     }
-    std::process::exit(0);
 }
 
 fn is_corruption(e: &Error, topic: &str, offset: u64) -> bool {
@@ -72,6 +86,11 @@ fn a_flipped_acknowledged_record_is_corruption_not_a_torn_tail() {
 fn a_flipped_record_of_a_sealed_extent_is_corruption_when_read() {
     let dir = tempdir();
     run_child(ENTRY, dir.path(), "always");
+    // A recovery and a clean close seal every extent but the last.
+    Wal::open_with(dir.path(), small())
+        .unwrap()
+        .close()
+        .unwrap();
     // Record 500 is in a sealed extent, trusted at open and checked when read.
     let frame = frame_of(dir.path(), TOPIC, 500);
     flip_byte(&frame.file, frame.value_pos() + 3);
@@ -335,4 +354,77 @@ fn a_damaged_cursor_slot_never_reads_as_no_group() {
     );
     let err = Wal::open_with(dir.path(), small()).unwrap_err();
     assert!(matches!(err, Error::Corruption { .. }), "{err:?}");
+}
+
+fn shared_ring(dir: &Path) -> std::path::PathBuf {
+    dir.parent().unwrap().join("shared.ring")
+}
+
+fn ring_config(dir: &Path) -> tidelog::Config {
+    let ring = tidelog::RingConfig::default().capacity_bytes(8 << 20);
+    small().ring(tidelog::RingBackend::device(shared_ring(dir)).ring(ring))
+}
+
+#[test]
+fn a_ring_belongs_to_the_directory_that_wrote_it() {
+    let top = tempdir();
+    let a = top.path().join("a");
+    let b = top.path().join("b");
+    run_child(ENTRY, &a, "ring");
+    // Another directory is refused the ring while it holds a's appends, and leaves them.
+    let err = Wal::open_with(&b, ring_config(&b)).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { name, .. } if *name == "device"),
+        "{err:?}"
+    );
+    let wal = Wal::open_with(&a, ring_config(&a)).unwrap();
+    assert_eq!(read_all(&wal, TOPIC).len(), 20);
+    wal.close().unwrap();
+    // Once a closed cleanly (its ring empty), the ring may serve b.
+    let wal = Wal::open_with(&b, ring_config(&b)).unwrap();
+    wal.append("other", b"b's").unwrap();
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_directory_opens_only_with_the_ring_that_fronted_it() {
+    let top = tempdir();
+    let a = top.path().join("a");
+    run_child(ENTRY, &a, "ring");
+    // The ring is formatted again (a new ring at the same path): a's appends are gone from
+    // it, so a refuses it rather than opening without them.
+    let ring = tidelog::RingWal::open(
+        shared_ring(&a),
+        tidelog::RingConfig::default()
+            .capacity_bytes(8 << 20)
+            .format(true),
+    )
+    .unwrap();
+    ring.close().unwrap();
+    let err = Wal::open_with(&a, ring_config(&a)).unwrap_err();
+    assert!(
+        matches!(&err, Error::InvalidArgument { name, .. } if *name == "device"),
+        "{err:?}"
+    );
+}
+
+#[test]
+fn a_directory_moves_with_the_ring_inside_it() {
+    let top = tempdir();
+    let a = top.path().join("a");
+    let inside = |_: &Path| {
+        let ring = tidelog::RingConfig::default().capacity_bytes(8 << 20);
+        small().ring(tidelog::RingBackend::default().ring(ring))
+    };
+    let wal = Wal::open_with(&a, inside(&a)).unwrap();
+    for i in 0..5 {
+        wal.append(TOPIC, &value(i)).unwrap();
+    }
+    wal.flush().unwrap();
+    // A copy of the directory as it stands while open (a crash image) opens in its new place.
+    let b = top.path().join("b");
+    common::copy_dir(&a, &b);
+    drop(wal);
+    let wal = Wal::open_with(&b, inside(&b)).unwrap();
+    assert_eq!(read_all(&wal, TOPIC).len(), 5);
 }
