@@ -669,3 +669,111 @@ fn last_ring_block(path: &Path) -> std::ops::Range<u64> {
     let last = ins.records().unwrap().map(|r| r.unwrap()).last().unwrap();
     ins.position(last.block_offset)..last.position + last.end_offset() - last.offset
 }
+
+// ---- A RingWal on its own, after a crash. ------------------------------------------------
+
+#[test]
+fn a_ring_with_any_flipped_bit_or_cut_is_reported_or_whole_but_for_its_last_block() {
+    let src = tempdir();
+    let path = src.path().join("ring");
+    let config = || {
+        tidelog::RingConfig::default()
+            .capacity_bytes(1 << 20)
+            .block_bytes(16 * 1024)
+            .max_record_bytes(16 * 1024)
+    };
+    let ring = tidelog::RingWal::open(&path, config()).unwrap();
+    // One at a time, so each block is acknowledged before the next is sealed.
+    let want: Vec<(u64, Vec<u8>)> = (0..60u64)
+        .map(|i| {
+            let len = 300 + (i as usize * 97) % 3000;
+            let body: Vec<u8> = (0..len).map(|j| (j as u64 * 7 + i) as u8).collect();
+            let h = ring.append(&body).unwrap();
+            h.wait().unwrap();
+            (h.offset, body)
+        })
+        .collect();
+    // The crash image: the file as it stands while the ring is open.
+    let pristine = std::fs::read(&path).unwrap();
+    drop(ring);
+    let last_block = last_ring_block_of(&pristine, src.path());
+    let work = tempdir();
+    let copy = work.path().join("ring");
+    let run = |label: &str, damage: &dyn Fn(&mut Vec<u8>)| {
+        let mut bytes = pristine.clone();
+        damage(&mut bytes);
+        std::fs::write(&copy, &bytes).unwrap();
+        let last = last_block.start as usize..last_block.end as usize;
+        let damaged_last = bytes.get(last.clone()) != pristine.get(last);
+        let checked = catch_unwind(AssertUnwindSafe(|| -> Result<(), String> {
+            let ring = match tidelog::RingWal::open(&copy, config()) {
+                Ok(r) => r,
+                Err(e)
+                    if reported(&e)
+                        || matches!(
+                            e,
+                            Error::CapacityMismatch { .. } | Error::NotFormatted { .. }
+                        ) =>
+                {
+                    return Ok(());
+                }
+                Err(e) => return Err(format!("open: {e:?}")),
+            };
+            let got: Vec<(u64, Vec<u8>)> = match ring.recover().unwrap().collect() {
+                Ok(got) => got,
+                Err(e) if reported(&e) => return Ok(()),
+                Err(e) => return Err(format!("recover: {e:?}")),
+            };
+            if got.len() > want.len() || got[..] != want[..got.len()] {
+                return Err("records are not a prefix of those written".to_owned());
+            }
+            // Only the last block's records may go, and only when it was damaged.
+            let in_last = |o: u64| tidelog::ring::format::RING_START + o >= last_block.start;
+            let only_last_lost = damaged_last && want[got.len()..].iter().all(|(o, _)| in_last(*o));
+            if got.len() < want.len() && !only_last_lost {
+                return Err(format!("{} of {} records, no error", got.len(), want.len()));
+            }
+            Ok(())
+        }));
+        match checked {
+            Ok(Ok(())) => {}
+            Ok(Err(m)) => panic!("{label}: {m}"),
+            Err(_) => panic!("{label}: panicked"),
+        }
+    };
+    run("undamaged", &|_| {});
+    let mut flips = 0u64;
+    for slot in 0..2u64 {
+        for pos in positions(80, 2, slot) {
+            let at = (slot * 4096 + pos) as usize;
+            run(&format!("header slot {slot} byte {pos}"), &|b| {
+                b[at] ^= 1 << (pos % 8)
+            });
+            flips += 1;
+        }
+    }
+    let stride = if full() { 1 } else { 3 };
+    for (n, unit) in (8192..pristine.len() as u64).step_by(4096).enumerate() {
+        if n % stride != 0 {
+            continue;
+        }
+        for pos in [unit + (n as u64 % 40), unit + 40 + (n as u64 * 37) % 4000] {
+            let at = pos as usize;
+            run(&format!("ring byte {pos}"), &|b| b[at] ^= 1 << (pos % 8));
+            flips += 1;
+        }
+    }
+    let mut cuts = 0u64;
+    for point in (0..pristine.len()).step_by(4096 * if full() { 1 } else { 8 }) {
+        run(&format!("cut at {point}"), &|b| b.truncate(point));
+        cuts += 1;
+    }
+    eprintln!("RingWal: {flips} bit flips, {cuts} cuts");
+}
+
+/// Device positions of the last block of the ring image `bytes` (written to `dir`).
+fn last_ring_block_of(bytes: &[u8], dir: &Path) -> std::ops::Range<u64> {
+    let path = dir.join("inspected");
+    std::fs::write(&path, bytes).unwrap();
+    last_ring_block(&path)
+}
