@@ -34,13 +34,20 @@ pub const STAGING_DIR: &str = "staging";
 pub const COMMIT_FILE: &str = "COMMIT";
 /// An ingesting job's ledger.
 pub const INGEST_FILE: &str = "INGEST";
-const COMMIT_HEADER: &str = "tidelog commit v1\n";
+const COMMIT_HEADER: &str = "tidelog commit v2\n";
+/// Commits of older builds: no checksum line.
+const COMMIT_HEADER_V1: &str = "tidelog commit v1\n";
 /// Manifest line naming the streaming sink and micro-batch a job publishes.
 const SINK_LINE: &str = "@sink ";
 /// Directory of the sinks' ledgers (a name no job can have).
 pub const SINKS_DIR: &str = ".sinks";
-const SINK_HEADER: &str = "tidelog sink v1\n";
-const INGEST_HEADER: &str = "tidelog ingest v1\n";
+const SINK_HEADER: &str = "tidelog sink v2\n";
+const SINK_HEADER_V1: &str = "tidelog sink v1\n";
+const INGEST_HEADER: &str = "tidelog ingest v2\n";
+const INGEST_HEADER_V1: &str = "tidelog ingest v1\n";
+/// The last line of every text file of version 2 (and of `FAILED` and published records):
+/// the CRC-32 of every byte before it, 8 hex digits. A file cut short or damaged fails it.
+const CRC_LINE: &str = "@crc ";
 /// A committed job that cannot be published: the reason, set aside until it is aborted.
 pub const FAILED_FILE: &str = "FAILED";
 const FAILED_HEADER: &str = "tidelog failed v1\n";
@@ -50,6 +57,46 @@ pub const PUBLISHED_DIR: &str = ".published";
 const PUBLISHED_HEADER: &str = "tidelog published v1\n";
 /// Published-record line: `@range TOPIC START END`.
 const RANGE_LINE: &str = "@range ";
+
+/// `text` followed by its checksum line (see [`CRC_LINE`]).
+fn seal(mut text: String) -> String {
+    let crc = crc32fast::hash(text.as_bytes());
+    text.push_str(&format!("{CRC_LINE}{crc:08x}\n"));
+    text
+}
+
+/// What follows the header line of the text file at `path`, if the file exists: `header`
+/// (sealed: its checksum line is checked and dropped) or `legacy` (an older build's, as it
+/// is). Anything else, a missing or wrong checksum line included, is corruption.
+fn read_sealed(
+    path: &Path,
+    what: &'static str,
+    header: &str,
+    legacy: Option<&str>,
+) -> Result<Option<String>> {
+    let Some(text) = read_optional(path, what)? else {
+        return Ok(None);
+    };
+    if let Some(body) = legacy.and_then(|l| text.strip_prefix(l)) {
+        return Ok(Some(body.to_owned()));
+    }
+    let body = text
+        .strip_prefix(header)
+        .ok_or_else(|| corrupt(path, "not the tidelog file it should be (bad header line)"))?;
+    let cut = body
+        .strip_suffix('\n')
+        .map_or(0, |b| b.rfind('\n').map_or(0, |i| i + 1));
+    let (payload, last) = body.split_at(cut);
+    let crc = last
+        .strip_prefix(CRC_LINE)
+        .and_then(|l| l.strip_suffix('\n'))
+        .and_then(|hex| u32::from_str_radix(hex, 16).ok())
+        .ok_or_else(|| corrupt(path, "the file is cut short or damaged (no checksum line)"))?;
+    if crc != crc32fast::hash(&text.as_bytes()[..header.len() + cut]) {
+        return Err(corrupt(path, "checksum mismatch"));
+    }
+    Ok(Some(payload.to_owned()))
+}
 
 /// The directory of `job` in the data directory `dir`.
 pub fn job_dir(dir: &Path, job: &str) -> Result<PathBuf> {
@@ -328,11 +375,12 @@ pub fn commit_for_sink(
 pub fn sink_batch(dir: &Path, sink: &str) -> Result<Option<u64>> {
     validate_name(sink)?;
     let path = dir.join(STAGING_DIR).join(SINKS_DIR).join(sink);
-    let Some(text) = read_optional(&path, "read sink ledger")? else {
+    let Some(body) = read_sealed(&path, "read sink ledger", SINK_HEADER, Some(SINK_HEADER_V1))?
+    else {
         return Ok(None);
     };
-    text.strip_prefix(SINK_HEADER)
-        .and_then(|b| b.trim_end().parse().ok())
+    body.strip_suffix('\n')
+        .and_then(|b| b.parse().ok())
         .map(Some)
         .ok_or_else(|| corrupt(&path, "not a tidelog sink ledger"))
 }
@@ -349,7 +397,7 @@ pub(crate) fn write_sink_batch(
     }
     let sinks = dir.join(STAGING_DIR).join(SINKS_DIR);
     std::fs::create_dir_all(&sinks).map_err(|e| Error::io("create sinks directory", &sinks, e))?;
-    let text = format!("{SINK_HEADER}{batch}\n");
+    let text = seal(format!("{SINK_HEADER}{batch}\n"));
     crate::io::replace_file(
         storage,
         &sinks,
@@ -412,7 +460,8 @@ pub(crate) fn write_commit(
     limits: Option<Limits>,
 ) -> Result<Committed> {
     let job_dir = job_dir(dir, job)?;
-    let mut text = String::from(COMMIT_HEADER);
+    // The lines after the header: what a commit is compared by, whatever its version.
+    let mut text = String::new();
     if let Some((sink, batch)) = sink {
         validate_name(sink)?;
         text.push_str(&format!("{SINK_LINE}{sink} {batch}\n"));
@@ -429,7 +478,7 @@ pub(crate) fn write_commit(
         text.push('\n');
     }
     let commit = job_dir.join(COMMIT_FILE);
-    match read_optional(&commit, "read staged commit")? {
+    match read_commit(&job_dir)?.map(|m| m.text) {
         Some(existing) if existing == text => {
             return match read_failed(&job_dir)? {
                 Some(reason) => Err(failed_error(job, &reason)),
@@ -479,7 +528,7 @@ pub(crate) fn write_commit(
         storage,
         &job_dir,
         &commit,
-        text.as_bytes(),
+        seal(format!("{COMMIT_HEADER}{text}")).as_bytes(),
         "write staged commit",
     )?;
     Ok(Committed::Recorded)
@@ -498,11 +547,14 @@ pub(crate) fn failed_error(job: &str, reason: &str) -> Error {
 /// Why committed job `job_dir` was set aside, if it was.
 pub(crate) fn read_failed(job_dir: &Path) -> Result<Option<String>> {
     let path = job_dir.join(FAILED_FILE);
-    let Some(text) = read_optional(&path, "read staged job failure")? else {
-        return Ok(None);
-    };
-    let reason = text.strip_prefix(FAILED_HEADER).unwrap_or(&text).trim_end();
-    Ok(Some(reason.to_owned()))
+    // A damaged marker still sets the job aside: it says so instead of the reason.
+    match read_sealed(&path, "read staged job failure", FAILED_HEADER, None) {
+        Ok(reason) => Ok(reason.map(|r| r.trim_end().to_owned())),
+        Err(Error::Corruption { reason, .. }) => Ok(Some(format!(
+            "the reason it was set aside is lost: {reason}"
+        ))),
+        Err(e) => Err(e),
+    }
 }
 
 /// Sets committed job `job_dir` aside: it cannot be published, for `reason`. Its files stay
@@ -513,7 +565,7 @@ pub(crate) fn set_aside(storage: &dyn Storage, job_dir: &Path, reason: &str) -> 
         storage,
         job_dir,
         &job_dir.join(FAILED_FILE),
-        format!("{FAILED_HEADER}{reason}\n").as_bytes(),
+        seal(format!("{FAILED_HEADER}{reason}\n")).as_bytes(),
         "set a staged job aside",
     )
 }
@@ -542,7 +594,7 @@ pub(crate) fn write_published(
         storage,
         &published,
         &published.join(job),
-        text.as_bytes(),
+        seal(text).as_bytes(),
         "write published job record",
     )
 }
@@ -551,11 +603,12 @@ pub(crate) fn write_published(
 #[allow(clippy::type_complexity)]
 fn read_published(dir: &Path, job: &str) -> Result<Option<(String, Vec<(String, Range<u64>)>)>> {
     let path = dir.join(STAGING_DIR).join(PUBLISHED_DIR).join(job);
-    let Some(text) = read_optional(&path, "read published job record")? else {
+    let Some(text) = read_sealed(&path, "read published job record", PUBLISHED_HEADER, None)?
+    else {
         return Ok(None);
     };
     let bad = || corrupt(&path, "not a tidelog published job record");
-    let mut body = text.strip_prefix(PUBLISHED_HEADER).ok_or_else(bad)?;
+    let mut body = text.as_str();
     let mut ranges = Vec::new();
     while let Some(rest) = body.strip_prefix(RANGE_LINE) {
         let (line, next) = rest.split_once('\n').ok_or_else(bad)?;
@@ -606,12 +659,16 @@ pub(crate) struct Manifest {
 /// The parts a commit lists.
 pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
     let path = job_dir.join(COMMIT_FILE);
-    let Some(text) = read_optional(&path, "read staged commit")? else {
+    let Some(text) = read_sealed(
+        &path,
+        "read staged commit",
+        COMMIT_HEADER,
+        Some(COMMIT_HEADER_V1),
+    )?
+    else {
         return Ok(None);
     };
-    let body = text
-        .strip_prefix(COMMIT_HEADER)
-        .ok_or_else(|| corrupt(&path, "not a tidelog commit manifest"))?;
+    let body = text.as_str();
     let mut sink = None;
     let mut parts = Vec::new();
     for line in body.lines() {
@@ -633,12 +690,15 @@ pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
 /// Each topic's first offset for the job, as recorded before its records were appended.
 pub(crate) fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
     let path = job_dir.join(INGEST_FILE);
-    let Some(text) = read_optional(&path, "read staged ingest ledger")? else {
+    let Some(body) = read_sealed(
+        &path,
+        "read staged ingest ledger",
+        INGEST_HEADER,
+        Some(INGEST_HEADER_V1),
+    )?
+    else {
         return Ok(None);
     };
-    let body = text
-        .strip_prefix(INGEST_HEADER)
-        .ok_or_else(|| corrupt(&path, "not a tidelog ingest ledger"))?;
     body.lines()
         .map(|line| {
             let (topic, start) = line
@@ -668,7 +728,7 @@ pub(crate) fn write_ingest(
         storage,
         job_dir,
         &job_dir.join(INGEST_FILE),
-        text.as_bytes(),
+        seal(text).as_bytes(),
         "write staged ingest ledger",
     )
 }
