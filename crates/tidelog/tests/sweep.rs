@@ -239,11 +239,7 @@ fn case(dir: &Path, pristine: &Image, truth: &Truth, what: &str, damage: impl Fn
     restore(dir, pristine);
     damage(dir);
     let outcome = catch_unwind(AssertUnwindSafe(|| check(dir, truth)));
-    match outcome {
-        Ok(Ok(())) => {}
-        Ok(Err(m)) => panic!("{what}: {m}"),
-        Err(_) => panic!("{what}: panicked"),
-    }
+    verdict(what, outcome);
 }
 
 fn flip_bit(path: &Path, pos: u64, bit: u32) {
@@ -360,11 +356,7 @@ fn sweep(source: &Path) -> (u64, u64) {
         for point in points {
             let label = format!("{rel:?} cut at {point} of {len}");
             case(&dir, &pristine, &truth, &label, |d| {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join(rel))
-                    .unwrap();
-                f.set_len(point).unwrap();
+                cut_file(&d.join(rel), point)
             });
             cuts += 1;
         }
@@ -475,11 +467,10 @@ fn a_staged_job_with_any_flipped_bit_or_cut_file_is_published_whole_or_set_aside
     let run = |label: &str, damage: &dyn Fn(&Path)| {
         restore(&dir, &pristine);
         damage(&dir);
-        match catch_unwind(AssertUnwindSafe(|| check_staged(&dir, &base, &job))) {
-            Ok(Ok(())) => {}
-            Ok(Err(m)) => panic!("{label}: {m}"),
-            Err(_) => panic!("{label}: panicked"),
-        }
+        verdict(
+            label,
+            catch_unwind(AssertUnwindSafe(|| check_staged(&dir, &base, &job))),
+        );
     };
     run("undamaged", &|_| {});
     let job_dir = Path::new("staging").join(JOB);
@@ -518,13 +509,7 @@ fn a_staged_job_with_any_flipped_bit_or_cut_file_is_published_whole_or_set_aside
         points.extend(positions(len - tail_from, 61, i as u64).map(|p| tail_from + p));
         for point in points {
             let label = format!("{name}: cut at {point} of {len}");
-            run(&label, &|d| {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join(rel))
-                    .unwrap();
-                f.set_len(point).unwrap();
-            });
+            run(&label, &|d| cut_file(&d.join(rel), point));
             cuts += 1;
         }
     }
@@ -585,11 +570,7 @@ fn ring_sweep(power_loss: bool) {
                 Ok(wal) => read_back(&wal, &truth),
             }
         }));
-        match checked {
-            Ok(Ok(())) => {}
-            Ok(Err(m)) => panic!("{label}: {m}"),
-            Err(_) => panic!("{label}: panicked"),
-        }
+        verdict(label, checked);
     };
     run("undamaged", &|_| {});
     if power_loss {
@@ -651,11 +632,7 @@ fn ring_sweep(power_loss: bool) {
         };
         for point in (0..len).step_by(step as usize) {
             run(&format!("{rel:?} cut at {point}"), &|d| {
-                let f = std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join(rel))
-                    .unwrap();
-                f.set_len(point).unwrap();
+                cut_file(&d.join(rel), point)
             });
             cuts += 1;
         }
@@ -735,11 +712,7 @@ fn a_ring_with_any_flipped_bit_or_cut_is_reported_or_whole_but_for_its_last_bloc
             }
             Ok(())
         }));
-        match checked {
-            Ok(Ok(())) => {}
-            Ok(Err(m)) => panic!("{label}: {m}"),
-            Err(_) => panic!("{label}: panicked"),
-        }
+        verdict(label, checked);
     };
     run("undamaged", &|_| {});
     let mut flips = 0u64;
@@ -776,4 +749,19 @@ fn last_ring_block_of(bytes: &[u8], dir: &Path) -> std::ops::Range<u64> {
     let path = dir.join("inspected");
     std::fs::write(&path, bytes).unwrap();
     last_ring_block(&path)
+}
+
+/// Cuts the file at `path` to `len` bytes.
+fn cut_file(path: &Path, len: u64) {
+    let f = std::fs::OpenOptions::new().write(true).open(path).unwrap();
+    f.set_len(len).unwrap();
+}
+
+/// Fails the test with `label` unless a case's check passed (it may also have panicked).
+fn verdict(label: &str, outcome: std::thread::Result<Result<(), String>>) {
+    match outcome {
+        Ok(Ok(())) => {}
+        Ok(Err(m)) => panic!("{label}: {m}"),
+        Err(_) => panic!("{label}: panicked"),
+    }
 }

@@ -346,32 +346,24 @@ impl RingWal {
         report.blocks_past_end =
             scanner.count_blocks_past(report.end_offset, header.window_max_bytes.min(room))?;
         // A block that failed is the end of the log only if it was never acknowledged: a
-        // later block proving otherwise means damage, reported, never a log cut short.
-        if clean_before && report.end_offset < header.clean_end_offset {
+        // clean close past it, or a later block, proving otherwise means damage, reported,
+        // never a log cut short.
+        let proof = if clean_before {
+            (report.end_offset < header.clean_end_offset)
+                .then(|| format!("the ring was closed cleanly at {}", header.clean_end_offset))
+        } else {
+            scanner
+                .acknowledged_past(report.end_offset, header.window_max_bytes)?
+                .map(|at| format!("the block at {at}, written after it, shows it was acknowledged"))
+        };
+        if let Some(proof) = proof {
             return Err(Error::Corruption {
                 topic: String::new(),
                 offset: report.end_offset,
                 path: path.to_owned(),
                 position: RING_START + report.end_offset % ring_bytes,
                 reason: format!(
-                    "ring block at logical offset {} is damaged ({}); the ring was closed \
-                     cleanly at {}",
-                    report.end_offset, report.stop_reason, header.clean_end_offset
-                ),
-            });
-        }
-        if !clean_before
-            && let Some(at) =
-                scanner.acknowledged_past(report.end_offset, header.window_max_bytes)?
-        {
-            return Err(Error::Corruption {
-                topic: String::new(),
-                offset: report.end_offset,
-                path: path.to_owned(),
-                position: RING_START + report.end_offset % ring_bytes,
-                reason: format!(
-                    "ring block at logical offset {} is damaged ({}), but the block at {at}, \
-                     written after it, shows it was acknowledged",
+                    "ring block at logical offset {} is damaged ({}); {proof}",
                     report.end_offset, report.stop_reason
                 ),
             });
