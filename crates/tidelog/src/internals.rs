@@ -140,12 +140,12 @@ pub fn decode_part_manifest(text: &str) -> Result<Vec<ManifestSegment>> {
 /// Reads `job_dir/COMMIT`: `(parts, sink)`, `None` when there is no such file.
 #[expect(clippy::type_complexity, reason = "a test hook")]
 pub fn read_commit(job_dir: &Path) -> Result<Option<(Vec<String>, Option<(String, u64)>)>> {
-    Ok(crate::stage::read_commit(job_dir)?.map(|m| (m.parts, m.sink)))
+    Ok(crate::stage::read_commit(&crate::io::StdStorage, job_dir)?.map(|m| (m.parts, m.sink)))
 }
 
 /// Reads `job_dir/INGEST`: each topic's first offset for the job.
 pub fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
-    crate::stage::read_ingest(job_dir)
+    crate::stage::read_ingest(&crate::io::StdStorage, job_dir)
 }
 
 /// One extent of `block_count` blocks of 16 KiB at the start of a fresh data file in a

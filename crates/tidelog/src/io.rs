@@ -54,6 +54,8 @@ pub mod points {
     pub const CANONICALIZE: &str = "canonicalize";
     /// Taking an exclusive advisory lock (the directory lock file, a ring device).
     pub const LOCK: &str = "lock";
+    /// Removing a directory and everything in it (a staged job's files).
+    pub const REMOVE_DIR_ALL: &str = "remove_dir_all";
 }
 
 /// One entry of a directory listing ([`Storage::read_dir`]).
@@ -99,6 +101,10 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// Creates `dir` and its missing parents (no directory sync: the caller syncs parents).
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         fs::create_dir_all(dir)
+    }
+    /// Removes `dir` and everything in it (no directory sync: the caller syncs the parent).
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        fs::remove_dir_all(dir)
     }
     /// The entries of `dir`, in no particular order.
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
@@ -181,14 +187,10 @@ pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> bool {
     storage.metadata(path).is_ok()
 }
 
-/// The text of `path`, or `None` when it does not exist. `what` names the file in errors.
-/// Bypasses [`Storage`]; prefer [`read_text_optional`].
-pub(crate) fn read_optional(path: &Path, what: &'static str) -> crate::Result<Option<String>> {
-    match fs::read_to_string(path) {
-        Ok(text) => Ok(Some(text)),
-        Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
-        Err(e) => Err(crate::Error::io(what, path, e)),
-    }
+/// True when `path` is a directory (as `Path::is_dir`: an error reading its metadata counts
+/// as not one), asked through `storage`.
+pub(crate) fn is_dir(storage: &dyn Storage, path: &Path) -> bool {
+    storage.metadata(path).is_ok_and(|m| m.is_dir())
 }
 
 /// Replaces `path` (in `dir`) with `bytes` atomically: written to `path.tmp`, synced,
@@ -522,6 +524,10 @@ impl Storage for FaultStorage {
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.fail(points::CREATE_DIR, dir)?;
         StdStorage.create_dir_all(dir)
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.fail(points::REMOVE_DIR_ALL, dir)?;
+        StdStorage.remove_dir_all(dir)
     }
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
         self.fail(points::READ_DIR, dir)?;

@@ -361,7 +361,12 @@ impl Shared {
         let Some(ttl_ms) = self.config.staged_ttl_ms else {
             return Ok(());
         };
-        stage::remove_abandoned(&self.dir, Duration::from_millis(ttl_ms)).map(drop)
+        stage::remove_abandoned(
+            self.storage.as_ref(),
+            &self.dir,
+            Duration::from_millis(ttl_ms),
+        )
+        .map(drop)
     }
 
     /// One append into the topic, through the ring when there is one. A full ring waits for

@@ -423,3 +423,40 @@ fn a_publish_that_stops_after_its_ledger_poisons_the_handle_until_reopened() {
     assert_eq!(values(&wal, "a"), expected("job", "p0", 8));
     assert_eq!(wal.append("a", b"late").expect("append"), 8);
 }
+
+#[test]
+fn a_publish_lists_reads_locks_and_removes_through_the_storage() {
+    let dir = tempdir();
+    let d = dir.path();
+    let faults = FaultStorage::new();
+    let wal = Wal::open_with_storage(d, config(), Arc::new(faults.clone())).expect("open");
+    stage_part(d, "job", "p0", "a", 8);
+    let before = |p| faults.calls(p);
+    let (dirs, files, locks) = (
+        before(points::READ_DIR),
+        before(points::READ_FILE),
+        before(points::LOCK),
+    );
+    // The job's files go after its records are in the data files: a failed removal is an
+    // error, and the next open (which lists the staging directory) finishes it.
+    faults.arm(points::REMOVE_DIR_ALL, Fault::Once(libc::EIO));
+    let err = wal
+        .commit_staged("job", &["p0"])
+        .expect_err("removal fails");
+    assert_eq!(err.errno(), Some(libc::EIO), "{err:?}");
+    assert_eq!(faults.hits(points::REMOVE_DIR_ALL), 1);
+    assert!(faults.calls(points::READ_FILE) > files);
+    assert!(faults.calls(points::LOCK) > locks);
+    drop(wal);
+    let wal = Wal::open_with_storage(d, config(), Arc::new(faults.clone())).expect("reopen");
+    assert!(faults.calls(points::READ_DIR) > dirs);
+    assert_eq!(values(&wal, "a"), expected("job", "p0", 8));
+    assert!(!job_dir(d, "job").exists());
+    let staging = d.join(stage::STAGING_DIR);
+    let left: Vec<_> = std::fs::read_dir(&staging)
+        .expect("staging")
+        .map(|e| e.expect("entry").file_name())
+        .filter(|n| n.to_str().is_some_and(|n| n.starts_with(".removing-")))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+}

@@ -19,7 +19,7 @@ use std::path::{Path, PathBuf};
 
 use crate::config::validate_name;
 use crate::error::{Error, Result};
-use crate::io::{StdStorage, Storage, read_optional};
+use crate::io::{self, StdStorage, Storage};
 
 mod part;
 pub(crate) mod segment;
@@ -69,12 +69,13 @@ fn seal(mut text: String) -> String {
 /// (sealed: its checksum line is checked and dropped) or `legacy` (an older build's, as it
 /// is). Anything else, a missing or wrong checksum line included, is corruption.
 fn read_sealed(
+    storage: &dyn Storage,
     path: &Path,
     what: &'static str,
     header: &str,
     legacy: Option<&str>,
 ) -> Result<Option<String>> {
-    let Some(text) = read_optional(path, what)? else {
+    let Some(text) = io::read_text_optional(storage, path, what)? else {
         return Ok(None);
     };
     if let Some(body) = legacy.and_then(|l| text.strip_prefix(l)) {
@@ -127,38 +128,44 @@ pub struct StagedJob {
 /// The staged jobs of data directory `dir`, by name (the sinks' ledgers, and anything else
 /// that is not a job's directory, are not jobs).
 pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
+    list_jobs(&StdStorage, dir)
+}
+
+/// As [`jobs`], through `storage`.
+fn list_jobs(storage: &dyn Storage, dir: &Path) -> Result<Vec<StagedJob>> {
     let staging = dir.join(STAGING_DIR);
-    let entries = match std::fs::read_dir(&staging) {
+    let entries = match storage.read_dir(&staging) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
         Err(e) => return Err(Error::io("list staging directory", &staging, e)),
     };
     let now = std::time::SystemTime::now();
     let mut jobs = Vec::new();
-    for entry in entries.flatten() {
-        let Some(job) = entry.file_name().to_str().map(str::to_owned) else {
+    for entry in entries {
+        let Some(job) = entry.name.to_str().map(str::to_owned) else {
             continue;
         };
-        let job_dir = entry.path();
-        if job.starts_with('.') || !job_dir.is_dir() {
+        let job_dir = staging.join(&job);
+        if job.starts_with('.') || !io::is_dir(storage, &job_dir) {
             continue;
         }
         let (mut parts, mut bytes) = (0, 0);
-        for f in std::fs::read_dir(&job_dir).into_iter().flatten().flatten() {
-            let name = f.file_name();
-            if name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
+        for f in storage.read_dir(&job_dir).unwrap_or_default() {
+            if f.name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
                 parts += 1;
             }
             // Blocks on disk: segments are sparse.
-            bytes += f.metadata().map_or(0, |m| m.blocks() * 512);
+            bytes += storage
+                .metadata(&job_dir.join(&f.name))
+                .map_or(0, |m| m.blocks() * 512);
         }
         jobs.push(StagedJob {
-            committed: job_dir.join(COMMIT_FILE).exists(),
-            publishing: job_dir.join(INGEST_FILE).exists(),
-            failed: read_failed(&job_dir)?,
+            committed: io::exists(storage, &job_dir.join(COMMIT_FILE)),
+            publishing: io::exists(storage, &job_dir.join(INGEST_FILE)),
+            failed: read_failed(storage, &job_dir)?,
             parts,
             bytes,
-            idle: newest_change(&job_dir)
+            idle: newest_change(storage, &job_dir)
                 .and_then(|t| now.duration_since(t).ok())
                 .unwrap_or_default(),
             job,
@@ -171,48 +178,53 @@ pub fn jobs(dir: &Path) -> Result<Vec<StagedJob>> {
 /// Removes the jobs of `dir` that nobody committed (no `COMMIT`, no `INGEST`) and whose
 /// files have not changed for `ttl`: parts a dead Spark driver left behind. A job whose lock
 /// another process holds is left alone. Returns the jobs removed.
-pub(crate) fn remove_abandoned(dir: &Path, ttl: std::time::Duration) -> Result<Vec<String>> {
+pub(crate) fn remove_abandoned(
+    storage: &dyn Storage,
+    dir: &Path,
+    ttl: std::time::Duration,
+) -> Result<Vec<String>> {
     let mut removed = Vec::new();
-    for job in jobs(dir)? {
+    for job in list_jobs(storage, dir)? {
         if job.committed || job.publishing || job.idle < ttl {
             continue;
         }
         let job_dir = dir.join(STAGING_DIR).join(&job.job);
-        let Some(_lock) = try_lock_job(&job_dir)? else {
+        let Some(_lock) = try_lock_job(storage, &job_dir)? else {
             continue;
         };
         // A commit written while we looked wins.
-        if is_committed(&job_dir) {
+        if is_committed(storage, &job_dir) {
             continue;
         }
-        if remove_job_dir(&StdStorage, &job_dir)? {
+        if remove_job_dir(storage, &job_dir)? {
             removed.push(job.job);
         }
     }
-    remove_old_published(dir, ttl)?;
+    remove_old_published(storage, dir, ttl)?;
     Ok(removed)
 }
 
 /// Removes the records of jobs published longer than `ttl` ago: a commit repeated later
 /// than that is no retry.
-fn remove_old_published(dir: &Path, ttl: std::time::Duration) -> Result<()> {
+fn remove_old_published(storage: &dyn Storage, dir: &Path, ttl: std::time::Duration) -> Result<()> {
     let published = dir.join(STAGING_DIR).join(PUBLISHED_DIR);
-    let Ok(entries) = std::fs::read_dir(&published) else {
+    let Ok(entries) = storage.read_dir(&published) else {
         return Ok(());
     };
     let now = std::time::SystemTime::now();
-    for entry in entries.flatten() {
-        let old = entry
-            .metadata()
+    for entry in entries {
+        let path = published.join(&entry.name);
+        let old = storage
+            .metadata(&path)
             .and_then(|m| m.modified())
             .ok()
             .and_then(|t| now.duration_since(t).ok())
             .is_some_and(|age| age >= ttl);
         if old {
-            match std::fs::remove_file(entry.path()) {
+            match storage.remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove published job record", entry.path(), e)),
+                Err(e) => return Err(Error::io("remove published job record", &path, e)),
             }
         }
     }
@@ -236,7 +248,7 @@ pub(crate) fn remove_job_dir(storage: &dyn Storage, job_dir: &Path) -> Result<bo
     let mut removing = std::ffi::OsString::from(REMOVING_PREFIX);
     removing.push(name);
     let removing = staging.join(removing);
-    remove_tree(&removing)?;
+    remove_tree(storage, &removing)?;
     match storage.rename(job_dir, &removing) {
         Ok(()) => {}
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
@@ -245,50 +257,56 @@ pub(crate) fn remove_job_dir(storage: &dyn Storage, job_dir: &Path) -> Result<bo
     storage
         .sync_dir(staging)
         .map_err(|e| Error::io("fsync directory", staging, e))?;
-    remove_tree(&removing)?;
+    remove_tree(storage, &removing)?;
     Ok(true)
 }
 
 /// Clears what removals cut short by a crash left in the staging directory of `dir`.
-pub(crate) fn remove_leftovers(dir: &Path) -> Result<()> {
+pub(crate) fn remove_leftovers(storage: &dyn Storage, dir: &Path) -> Result<()> {
     let staging = dir.join(STAGING_DIR);
-    let entries = match std::fs::read_dir(&staging) {
+    let entries = match storage.read_dir(&staging) {
         Ok(e) => e,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
         Err(e) => return Err(Error::io("list staging directory", &staging, e)),
     };
-    for entry in entries.flatten() {
+    for entry in entries {
         if entry
-            .file_name()
+            .name
             .to_str()
             .is_some_and(|n| n.starts_with(REMOVING_PREFIX))
         {
-            remove_tree(&entry.path())?;
+            remove_tree(storage, &staging.join(&entry.name))?;
         }
     }
     Ok(())
 }
 
-fn remove_tree(path: &Path) -> Result<()> {
-    match std::fs::remove_dir_all(path) {
+fn remove_tree(storage: &dyn Storage, path: &Path) -> Result<()> {
+    match storage.remove_dir_all(path) {
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("remove staged job", path, e)),
     }
 }
 
-fn is_committed(job_dir: &Path) -> bool {
-    job_dir.join(COMMIT_FILE).exists() || job_dir.join(INGEST_FILE).exists()
+fn is_committed(storage: &dyn Storage, job_dir: &Path) -> bool {
+    io::exists(storage, &job_dir.join(COMMIT_FILE))
+        || io::exists(storage, &job_dir.join(INGEST_FILE))
 }
 
 /// The latest modification time of `job_dir` and the files in it.
-fn newest_change(job_dir: &Path) -> Option<std::time::SystemTime> {
-    let own = std::fs::metadata(job_dir).and_then(|m| m.modified()).ok()?;
-    let files = std::fs::read_dir(job_dir).ok()?;
+fn newest_change(storage: &dyn Storage, job_dir: &Path) -> Option<std::time::SystemTime> {
+    let own = storage.metadata(job_dir).and_then(|m| m.modified()).ok()?;
+    let files = storage.read_dir(job_dir).ok()?;
     Some(
         files
-            .flatten()
-            .filter_map(|f| f.metadata().and_then(|m| m.modified()).ok())
+            .iter()
+            .filter_map(|f| {
+                storage
+                    .metadata(&job_dir.join(&f.name))
+                    .and_then(|m| m.modified())
+                    .ok()
+            })
             .fold(own, std::cmp::max),
     )
 }
@@ -299,23 +317,13 @@ pub const JOB_LOCK_FILE: &str = "LOCK";
 /// Takes the job's lock without waiting: `None` when another process (or handle) holds it,
 /// or the job's directory is gone. A publish holds it from start to end; an abort while it
 /// removes the job.
-pub(crate) fn try_lock_job(job_dir: &Path) -> Result<Option<std::fs::File>> {
+pub(crate) fn try_lock_job(storage: &dyn Storage, job_dir: &Path) -> Result<Option<std::fs::File>> {
     let path = job_dir.join(JOB_LOCK_FILE);
-    let file = match std::fs::OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(&path)
-    {
-        Ok(f) => f,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(Error::io("open staged job lock", &path, e)),
-    };
-    match file.try_lock() {
-        Ok(()) => Ok(Some(file)),
-        Err(std::fs::TryLockError::WouldBlock) => Ok(None),
-        Err(std::fs::TryLockError::Error(e)) => Err(Error::io("lock staged job", &path, e)),
+    match storage.lock_file(&path) {
+        Ok(file) => Ok(Some(file)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => Ok(None),
+        Err(e) => Err(Error::io("lock staged job", &path, e)),
     }
 }
 
@@ -323,23 +331,26 @@ pub(crate) fn try_lock_job(job_dir: &Path) -> Result<Option<std::fs::File>> {
 /// the job was set aside as one that cannot be published. Fails for a job being published
 /// (or whose publish started and was cut: the directory's holder finishes it).
 pub fn abort(dir: &Path, job: &str) -> Result<()> {
+    let storage = &StdStorage;
     let job_dir = job_dir(dir, job)?;
-    if !job_dir.exists() {
+    if !io::exists(storage, &job_dir) {
         return Ok(());
     }
-    let Some(_lock) = try_lock_job(&job_dir)? else {
+    let Some(_lock) = try_lock_job(storage, &job_dir)? else {
         return Err(Error::invalid(
             "job",
             format!("job {job:?} is being published and cannot be aborted"),
         ));
     };
-    if job_dir.join(INGEST_FILE).exists() && !job_dir.join(FAILED_FILE).exists() {
+    if io::exists(storage, &job_dir.join(INGEST_FILE))
+        && !io::exists(storage, &job_dir.join(FAILED_FILE))
+    {
         return Err(Error::invalid(
             "job",
             format!("job {job:?} is being published and cannot be aborted"),
         ));
     }
-    remove_job_dir(&StdStorage, &job_dir).map(drop)
+    remove_job_dir(storage, &job_dir).map(drop)
 }
 
 /// Records the commit of `job` in `dir`: the parts to publish, in order. The process that
@@ -373,9 +384,24 @@ pub fn commit_for_sink(
 
 /// The last micro-batch of `sink` published in `dir`, if any.
 pub fn sink_batch(dir: &Path, sink: &str) -> Result<Option<u64>> {
+    read_sink_batch(&StdStorage, dir, sink)
+}
+
+/// As [`sink_batch`], through `storage`.
+pub(crate) fn read_sink_batch(
+    storage: &dyn Storage,
+    dir: &Path,
+    sink: &str,
+) -> Result<Option<u64>> {
     validate_name(sink)?;
     let path = dir.join(STAGING_DIR).join(SINKS_DIR).join(sink);
-    let Some(body) = read_sealed(&path, "read sink ledger", SINK_HEADER, Some(SINK_HEADER_V1))?
+    let Some(body) = read_sealed(
+        storage,
+        &path,
+        "read sink ledger",
+        SINK_HEADER,
+        Some(SINK_HEADER_V1),
+    )?
     else {
         return Ok(None);
     };
@@ -392,11 +418,13 @@ pub(crate) fn write_sink_batch(
     sink: &str,
     batch: u64,
 ) -> Result<()> {
-    if sink_batch(dir, sink)?.is_some_and(|last| last >= batch) {
+    if read_sink_batch(storage, dir, sink)?.is_some_and(|last| last >= batch) {
         return Ok(());
     }
     let sinks = dir.join(STAGING_DIR).join(SINKS_DIR);
-    std::fs::create_dir_all(&sinks).map_err(|e| Error::io("create sinks directory", &sinks, e))?;
+    storage
+        .create_dir_all(&sinks)
+        .map_err(|e| Error::io("create sinks directory", &sinks, e))?;
     let text = seal(format!("{SINK_HEADER}{batch}\n"));
     crate::io::replace_file(
         storage,
@@ -478,9 +506,9 @@ pub(crate) fn write_commit(
         text.push('\n');
     }
     let commit = job_dir.join(COMMIT_FILE);
-    match read_commit(&job_dir)?.map(|m| m.text) {
+    match read_commit(storage, &job_dir)?.map(|m| m.text) {
         Some(existing) if existing == text => {
-            return match read_failed(&job_dir)? {
+            return match read_failed(storage, &job_dir)? {
                 Some(reason) => Err(failed_error(job, &reason)),
                 None => Ok(Committed::Recorded),
             };
@@ -494,7 +522,7 @@ pub(crate) fn write_commit(
         None => {}
     }
     // Published already (a job staged again since is another job: staging forgets this).
-    if let Some((committed, ranges)) = read_published(dir, job)? {
+    if let Some((committed, ranges)) = read_published(storage, dir, job)? {
         if committed == text {
             // A retried commit.
             return Ok(Committed::Published(ranges));
@@ -505,19 +533,19 @@ pub(crate) fn write_commit(
         ));
     }
     if let Some((sink, batch)) = sink
-        && !job_dir.exists()
-        && sink_batch(dir, sink)?.is_some_and(|last| last >= batch)
+        && !io::exists(storage, &job_dir)
+        && read_sink_batch(storage, dir, sink)?.is_some_and(|last| last >= batch)
     {
         return Ok(Committed::Published(Vec::new()));
     }
     for part in parts {
-        if !job_dir.join(format!("{part}{PART_SUFFIX}")).exists() {
+        if !io::exists(storage, &job_dir.join(format!("{part}{PART_SUFFIX}"))) {
             return Err(Error::invalid(
                 "parts",
                 format!("part {part:?} of job {job:?} was not staged (or not finished)"),
             ));
         }
-        let manifest = read_manifest(&job_dir, part)?;
+        let manifest = read_manifest(storage, &job_dir, part)?;
         if let Some(limits) = limits {
             for segment in &manifest.segments {
                 limits.check(segment.max_record_bytes)?;
@@ -545,10 +573,16 @@ pub(crate) fn failed_error(job: &str, reason: &str) -> Error {
 }
 
 /// Why committed job `job_dir` was set aside, if it was.
-pub(crate) fn read_failed(job_dir: &Path) -> Result<Option<String>> {
+pub(crate) fn read_failed(storage: &dyn Storage, job_dir: &Path) -> Result<Option<String>> {
     let path = job_dir.join(FAILED_FILE);
     // A damaged marker still sets the job aside: it says so instead of the reason.
-    match read_sealed(&path, "read staged job failure", FAILED_HEADER, None) {
+    match read_sealed(
+        storage,
+        &path,
+        "read staged job failure",
+        FAILED_HEADER,
+        None,
+    ) {
         Ok(reason) => Ok(reason.map(|r| r.trim_end().to_owned())),
         Err(Error::Corruption { reason, .. }) => Ok(Some(format!(
             "the reason it was set aside is lost: {reason}"
@@ -580,7 +614,8 @@ pub(crate) fn write_published(
     ranges: &[(String, Range<u64>)],
 ) -> Result<()> {
     let published = dir.join(STAGING_DIR).join(PUBLISHED_DIR);
-    std::fs::create_dir_all(&published)
+    storage
+        .create_dir_all(&published)
         .map_err(|e| Error::io("create published jobs directory", &published, e))?;
     let mut text = String::from(PUBLISHED_HEADER);
     for (topic, range) in ranges {
@@ -601,9 +636,19 @@ pub(crate) fn write_published(
 
 /// The commit text and offsets of published job `job`, if it is recorded.
 #[allow(clippy::type_complexity)]
-fn read_published(dir: &Path, job: &str) -> Result<Option<(String, Vec<(String, Range<u64>)>)>> {
+fn read_published(
+    storage: &dyn Storage,
+    dir: &Path,
+    job: &str,
+) -> Result<Option<(String, Vec<(String, Range<u64>)>)>> {
     let path = dir.join(STAGING_DIR).join(PUBLISHED_DIR).join(job);
-    let Some(text) = read_sealed(&path, "read published job record", PUBLISHED_HEADER, None)?
+    let Some(text) = read_sealed(
+        storage,
+        &path,
+        "read published job record",
+        PUBLISHED_HEADER,
+        None,
+    )?
     else {
         return Ok(None);
     };
@@ -629,10 +674,11 @@ fn read_published(dir: &Path, job: &str) -> Result<Option<(String, Vec<(String, 
 /// as the process holding the directory does it. A job set aside as one that cannot be
 /// published is an `InvalidArgument` error that gives the reason.
 pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Result<()> {
+    let storage = &StdStorage;
     let job_dir = job_dir(dir, job)?;
     let deadline = crate::clock::deadline_after(wait);
-    while job_dir.join(COMMIT_FILE).exists() {
-        if let Some(reason) = read_failed(&job_dir)? {
+    while io::exists(storage, &job_dir.join(COMMIT_FILE)) {
+        if let Some(reason) = read_failed(storage, &job_dir)? {
             return Err(failed_error(job, &reason));
         }
         if std::time::Instant::now() >= deadline {
@@ -657,9 +703,10 @@ pub(crate) struct Manifest {
 }
 
 /// The parts a commit lists.
-pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
+pub(crate) fn read_commit(storage: &dyn Storage, job_dir: &Path) -> Result<Option<Manifest>> {
     let path = job_dir.join(COMMIT_FILE);
     let Some(text) = read_sealed(
+        storage,
         &path,
         "read staged commit",
         COMMIT_HEADER,
@@ -688,9 +735,13 @@ pub(crate) fn read_commit(job_dir: &Path) -> Result<Option<Manifest>> {
 }
 
 /// Each topic's first offset for the job, as recorded before its records were appended.
-pub(crate) fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
+pub(crate) fn read_ingest(
+    storage: &dyn Storage,
+    job_dir: &Path,
+) -> Result<Option<Vec<(String, u64)>>> {
     let path = job_dir.join(INGEST_FILE);
     let Some(body) = read_sealed(
+        storage,
         &path,
         "read staged ingest ledger",
         INGEST_HEADER,

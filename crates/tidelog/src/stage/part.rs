@@ -19,7 +19,7 @@ use crate::error::{Error, Result};
 use crate::format::{
     self, BlockIdentity, FrameFields, IndexEntry, Progress, ProgressState, VERSION_RELATIVE,
 };
-use crate::io::{StdStorage, Storage};
+use crate::io::{self, StdStorage, Storage};
 use crate::topic::Append;
 
 /// Suffix of a part's manifest: `PART.stage`.
@@ -158,9 +158,15 @@ impl PartManifest {
 
 /// The manifest of `part` in `job_dir`. A part staged by an older build (a binary
 /// version 1 part) is `UnsupportedVersion`: publish it with that build.
-pub(crate) fn read_manifest(job_dir: &Path, part: &str) -> Result<PartManifest> {
+pub(crate) fn read_manifest(
+    storage: &dyn Storage,
+    job_dir: &Path,
+    part: &str,
+) -> Result<PartManifest> {
     let path = job_dir.join(format!("{part}{PART_SUFFIX}"));
-    let bytes = std::fs::read(&path).map_err(|e| Error::io("read staged part", &path, e))?;
+    let bytes = storage
+        .read_file(&path)
+        .map_err(|e| Error::io("read staged part", &path, e))?;
     if bytes.starts_with(b"TLSG") {
         return Err(Error::UnsupportedVersion {
             path,
@@ -278,7 +284,7 @@ impl StagedWriter {
         storage: Arc<dyn Storage>,
     ) -> Result<StagedWriter> {
         validate_name(part)?;
-        if !dir.is_dir() {
+        if !io::is_dir(storage.as_ref(), dir) {
             return Err(Error::io(
                 "open directory",
                 dir,
@@ -286,15 +292,19 @@ impl StagedWriter {
             ));
         }
         let job_dir = job_dir(dir, job)?;
-        std::fs::create_dir_all(&job_dir)
+        storage
+            .create_dir_all(&job_dir)
             .map_err(|e| Error::io("create staging directory", &job_dir, e))?;
-        if job_dir.join(COMMIT_FILE).exists() {
+        if io::exists(storage.as_ref(), &job_dir.join(COMMIT_FILE)) {
             return Err(Error::invalid(
                 "job",
                 format!("job {job:?} is already committed"),
             ));
         }
-        if job_dir.join(format!("{part}{PART_SUFFIX}")).exists() {
+        if io::exists(
+            storage.as_ref(),
+            &job_dir.join(format!("{part}{PART_SUFFIX}")),
+        ) {
             return Err(Error::invalid(
                 "part",
                 format!("part {part:?} of job {job:?} already exists"),
@@ -696,12 +706,12 @@ fn align_up(len: usize) -> usize {
 /// Removes what an earlier, unfinished writer of `part` left in `job_dir` (its segments and
 /// a manifest being written): a part exists only once its manifest does.
 fn remove_unfinished(storage: &dyn Storage, job_dir: &Path, part: &str) -> Result<()> {
-    let entries =
-        std::fs::read_dir(job_dir).map_err(|e| Error::io("list staging directory", job_dir, e))?;
+    let entries = storage
+        .read_dir(job_dir)
+        .map_err(|e| Error::io("list staging directory", job_dir, e))?;
     let tmp = format!("{part}{PART_SUFFIX}.tmp");
-    for entry in entries.flatten() {
-        let name = entry.file_name();
-        let Some(name) = name.to_str() else {
+    for entry in entries {
+        let Some(name) = entry.name.to_str() else {
             continue;
         };
         let is_segment = name
@@ -709,10 +719,11 @@ fn remove_unfinished(storage: &dyn Storage, job_dir: &Path, part: &str) -> Resul
             .and_then(|rest| rest.rsplit_once('.'))
             .is_some_and(|(p, index)| p == part && index.parse::<u32>().is_ok());
         if is_segment || name == tmp {
-            match storage.remove_file(&entry.path()) {
+            let path = job_dir.join(name);
+            match storage.remove_file(&path) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-                Err(e) => return Err(Error::io("remove unfinished staged part", entry.path(), e)),
+                Err(e) => return Err(Error::io("remove unfinished staged part", &path, e)),
             }
         }
     }

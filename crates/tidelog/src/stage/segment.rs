@@ -200,8 +200,8 @@ impl Segment {
                 "impossible geometry (file {file_size_bytes} bytes, block {block_size_bytes} bytes)"
             )));
         }
-        let len = file
-            .metadata()
+        let len = storage
+            .file_metadata(&file, path)
             .map_err(|e| Error::io("stat staged segment", path, e))?
             .len();
         if len < file_size_bytes {
@@ -397,7 +397,7 @@ impl Segment {
         // SAFETY: a segment is complete before its part's manifest names it, and only the
         // publish holding the job's lock writes it again (`prepare_adoption`), never while
         // this mapping lives; removal only unlinks it.
-        let map = unsafe { FrozenFile::map(&file) }
+        let map = unsafe { FrozenFile::map(storage, &file, &self.path) }
             .map_err(|e| Error::io("map staged segment", &self.path, e))?;
         let bytes = map.bytes();
         let mut records = Vec::new();

@@ -11,6 +11,7 @@ use crate::block::Block;
 use crate::error::{Error, Result};
 use crate::file::{DataFile, data_file_name};
 use crate::format::ProgressState;
+use crate::io;
 use crate::stage::{self, PartManifest, SegmentEntry, segment::Placement, segment::Segment};
 use crate::topic::{Append, Ctx, Topic};
 
@@ -82,20 +83,22 @@ impl Shared {
     /// published is set aside and passed by: it is reported through `stage::wait_published`
     /// and `stage::jobs`, and blocks neither the directory nor the other jobs.
     pub(super) fn ingest_committed(&self) -> Result<()> {
-        stage::remove_leftovers(&self.dir)?;
+        let storage = self.storage.as_ref();
+        stage::remove_leftovers(storage, &self.dir)?;
         let staging = self.dir.join(stage::STAGING_DIR);
-        let entries = match std::fs::read_dir(&staging) {
+        let entries = match storage.read_dir(&staging) {
             Ok(e) => e,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
             Err(e) => return Err(Error::io("list staging directory", &staging, e)),
         };
         let mut jobs: Vec<String> = entries
-            .filter_map(|e| e.ok())
+            .into_iter()
             .filter(|e| {
-                let path = e.path();
-                path.join(stage::COMMIT_FILE).exists() && !path.join(stage::FAILED_FILE).exists()
+                let path = staging.join(&e.name);
+                io::exists(storage, &path.join(stage::COMMIT_FILE))
+                    && !io::exists(storage, &path.join(stage::FAILED_FILE))
             })
-            .filter_map(|e| e.file_name().to_str().map(str::to_owned))
+            .filter_map(|e| e.name.to_str().map(str::to_owned))
             // Not a job: the sinks' ledgers, a removal cut short.
             .filter(|name| !name.starts_with('.'))
             .collect();
@@ -105,7 +108,7 @@ impl Shared {
         // of its own). Then the others, by name.
         jobs.sort_by_cached_key(|job| {
             (
-                !staging.join(job).join(stage::INGEST_FILE).exists(),
+                !io::exists(storage, &staging.join(job).join(stage::INGEST_FILE)),
                 job.clone(),
             )
         });
@@ -157,12 +160,13 @@ impl Shared {
             }
         }
         // Only an adoption takes a segment away, and only after the ledger is written.
-        let resumed = job_dir.join(stage::INGEST_FILE).exists();
+        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
         let limits = self.staged_limits();
         let mut segments = Vec::new();
         let mut names: Vec<(String, u64)> = Vec::new();
         for part in &manifest.parts {
-            let part_manifest: PartManifest = stage::read_manifest(job_dir, part)?;
+            let part_manifest: PartManifest =
+                stage::read_manifest(self.storage.as_ref(), job_dir, part)?;
             for entry in part_manifest.segments {
                 limits.check(entry.max_record_bytes)?;
                 for (topic, n) in &entry.counts {
@@ -172,7 +176,7 @@ impl Shared {
                     }
                 }
                 let path = job_dir.join(stage::segment_name(part, entry.index));
-                if !path.exists() {
+                if !io::exists(self.storage.as_ref(), &path) {
                     if !resumed {
                         return Err(staged_corruption(
                             &path,
@@ -212,13 +216,13 @@ impl Shared {
     fn publish_job(&self, job: &str) -> Result<Outcome> {
         let job_dir = stage::job_dir(&self.dir, job)?;
         // An abort in another process holds it: the job is going, not to be published.
-        let Some(_job_lock) = stage::try_lock_job(&job_dir)? else {
+        let Some(_job_lock) = stage::try_lock_job(self.storage.as_ref(), &job_dir)? else {
             return Ok(Outcome::Published(Vec::new()));
         };
-        if let Some(reason) = stage::read_failed(&job_dir)? {
+        if let Some(reason) = stage::read_failed(self.storage.as_ref(), &job_dir)? {
             return Ok(Outcome::SetAside(stage::failed_error(job, &reason)));
         }
-        let manifest = match stage::read_commit(&job_dir) {
+        let manifest = match stage::read_commit(self.storage.as_ref(), &job_dir) {
             Ok(Some(manifest)) => manifest,
             // Published meanwhile (by this handle's housekeeping thread), or aborted.
             Ok(None) => return Ok(Outcome::Published(Vec::new())),
@@ -226,7 +230,8 @@ impl Shared {
         };
         // A micro-batch its sink already published (a replay committed twice) adds nothing.
         if let Some((sink, batch)) = &manifest.sink
-            && stage::sink_batch(&self.dir, sink)?.is_some_and(|last| last >= *batch)
+            && stage::read_sink_batch(self.storage.as_ref(), &self.dir, sink)?
+                .is_some_and(|last| last >= *batch)
         {
             self.remove_job(&job_dir)?;
             return Ok(Outcome::Published(Vec::new()));
@@ -246,7 +251,7 @@ impl Shared {
             next.push(t.begin_ingest()?);
             exclusive.0.push(Arc::clone(t));
         }
-        let recorded = stage::read_ingest(&job_dir)?;
+        let recorded = stage::read_ingest(self.storage.as_ref(), &job_dir)?;
         let mut starts: Vec<(String, u64)> = match &recorded {
             Some(ledger) => names
                 .iter()
