@@ -73,6 +73,9 @@ pub struct Recovered {
     pub alloc_current: Option<(Arc<DataFile>, u32)>,
     pub spare: Option<Arc<DataFile>>,
     pub next_seq: u64,
+    /// Above every topic id found on disk, those of deleted and consumed extents included:
+    /// a new topic must never take the id of a deleted one whose marks remain.
+    pub next_topic_id: u32,
     pub report: RecoveryReport,
 }
 
@@ -346,13 +349,15 @@ fn count_unused(file: &DataFile, blocks: u32) {
     let _ = file.counters.consume(blocks);
 }
 
-/// Drops an extent for good (a writable open): its progress slot is marked `Deleted` and
+/// Drops an extent for good (a writable open): its progress slot is marked `state` and
 /// synced, so later opens skip it (its identity stays, so the blocks it spans are never read
-/// as slots of their own), and its blocks count as consumed.
-fn forget_extent(storage: &dyn Storage, f: &Found) -> Result<()> {
+/// as slots of their own), and its blocks count as consumed. `Deleted` only for extents of a
+/// deleted topic (one such mark means its deletion began); `Consumed` for an extent dropped
+/// because it held nothing to keep.
+fn forget_extent(storage: &dyn Storage, f: &Found, state: ProgressState) -> Result<()> {
     count_unused(&f.file, f.id.block_count);
     let progress = Progress {
-        state: ProgressState::Deleted,
+        state,
         durable_end: format::BLOCK_HEADER_BYTES,
         record_count: 0,
         max_timestamp_us: 0,
@@ -473,10 +478,18 @@ pub fn recover(
     // count in their files' counters, as consumed.
     let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
     let mut id_names: HashMap<u32, String> = HashMap::new();
+    // (name, id) of topics whose deletion began: one extent marked `Deleted` is enough.
+    let mut deleting: std::collections::HashSet<(String, u32)> = Default::default();
     for f in found {
+        out.next_topic_id = out.next_topic_id.max(f.id.topic_id.saturating_add(1));
         if f.progress
             .is_some_and(|p| matches!(p.state, ProgressState::Deleted | ProgressState::Consumed))
         {
+            if f.progress
+                .is_some_and(|p| p.state == ProgressState::Deleted)
+            {
+                deleting.insert((f.id.topic.clone(), f.id.topic_id));
+            }
             if writable {
                 count_unused(&f.file, f.id.block_count);
             }
@@ -498,19 +511,25 @@ pub fn recover(
     }
 
     for (name, mut extents) in by_topic {
-        // Several ids under one name: the topic was deleted and appends created it again
-        // before every extent of the old one was marked `Deleted` (a crash cut the deletion
-        // short). Ids only grow, so the highest is the live topic; the rest are remnants of
-        // the deletion, finished here.
-        let Some(topic_id) = extents.iter().map(|f| f.id.topic_id).max() else {
-            continue;
-        };
-        for f in extents.iter().filter(|f| f.id.topic_id != topic_id) {
+        // A deletion a crash cut short is finished here: its topic's extents not yet marked
+        // are remnants (a deletion is all or nothing, never a topic that lost its head). And
+        // several ids under one name: the topic was deleted and appends created it again
+        // before every extent of the old one was marked; ids only grow, so the highest is
+        // the live topic and the rest are remnants too.
+        let live = extents
+            .iter()
+            .map(|f| f.id.topic_id)
+            .filter(|id| !deleting.contains(&(name.clone(), *id)))
+            .max();
+        for f in extents.iter().filter(|f| Some(f.id.topic_id) != live) {
             out.report.deleted_remnants += 1;
             if writable {
-                forget_extent(storage, f)?;
+                forget_extent(storage, f, ProgressState::Deleted)?;
             }
         }
+        let Some(topic_id) = live else {
+            continue;
+        };
         extents.retain(|f| f.id.topic_id == topic_id);
         extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
         let mut chain: Vec<Arc<Block>> = Vec::new();
@@ -550,7 +569,7 @@ pub fn recover(
                 dropping = true;
                 out.report.dropped_extents += 1;
                 if writable {
-                    forget_extent(storage, &f)?;
+                    forget_extent(storage, &f, ProgressState::Consumed)?;
                 }
                 continue;
             }
@@ -665,7 +684,7 @@ pub fn recover(
                         if writable {
                             // Nothing to keep: forget the extent, so a torn first record is
                             // cut (and counted) once, not at every later open.
-                            forget_extent(storage, &f)?;
+                            forget_extent(storage, &f, ProgressState::Consumed)?;
                         }
                         // A later extent of the topic must continue from here: one that
                         // claims durable records after this empty one means records were

@@ -833,7 +833,10 @@ impl Wal {
                 return Err(e);
             }
         };
-        let mut table = TopicTable::default();
+        let mut table = TopicTable {
+            next_id: recovered.next_topic_id,
+            ..TopicTable::default()
+        };
         let mut known = Known::new();
         for t in recovered.topics {
             let topic = Arc::new(Topic::new(t.name.clone(), t.id));

@@ -428,3 +428,44 @@ fn a_directory_moves_with_the_ring_inside_it() {
     let wal = Wal::open_with(&b, inside(&b)).unwrap();
     assert_eq!(read_all(&wal, TOPIC).len(), 5);
 }
+
+#[test]
+fn a_deletion_cut_short_by_a_crash_is_finished_never_a_topic_that_lost_its_head() {
+    let dir = tempdir();
+    let big = vec![3u8; 30_000];
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    for _ in 0..6 {
+        wal.append(TOPIC, &big).unwrap();
+    }
+    wal.append("kept", b"kept").unwrap();
+    wal.close().unwrap();
+    let ours: Vec<_> = extents(dir.path())
+        .into_iter()
+        .filter(|e| e.id.topic == TOPIC)
+        .map(|e| {
+            let bytes = std::fs::read(&e.file).unwrap();
+            let at = (e.start as usize) + format::PG_SLOT_AT;
+            (e.file, at, bytes[at..at + format::PG_LEN].to_vec())
+        })
+        .collect();
+    assert!(ours.len() >= 3);
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    wal.delete_topic(TOPIC).unwrap();
+    wal.close().unwrap();
+    // A crash after the first extent was marked: the others as they were.
+    for (file, at, slot) in &ours[1..] {
+        common::patch(file, *at as u64, slot);
+    }
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.topics(), vec!["kept".to_owned()]);
+    assert_eq!(
+        wal.recovery_report().deleted_remnants,
+        ours.len() as u64 - 1
+    );
+    // The topic made again gets an id of its own: its records survive a crash and reopen.
+    assert_eq!(wal.append(TOPIC, &value(0)).unwrap(), 0);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(read_all(&wal, TOPIC).len(), 1);
+    assert_eq!(wal.recovery_report().deleted_remnants, 0);
+}
