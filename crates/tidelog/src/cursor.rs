@@ -21,12 +21,15 @@ const CURSOR_SUFFIX: &str = "cur";
 /// The persisted content of one slot.
 #[derive(Debug, Clone, PartialEq, Eq, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
 pub struct CursorRecord {
+    /// The topic.
     pub topic: String,
+    /// The consumer group.
     pub group: String,
     /// Next offset the group will read (everything below is consumed).
     pub offset: u64,
     /// Increases by one per commit; the newer valid slot wins.
     pub generation: u64,
+    /// When the commit was made, microseconds since the Unix epoch.
     pub updated_us: u64,
 }
 

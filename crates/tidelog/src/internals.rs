@@ -16,37 +16,9 @@ use crate::format::{FrameError, FrameView, IndexEntry, Progress};
 use crate::io::StdStorage;
 use crate::topic::Append;
 
-/// What a cursor slot holds (`cursor::CursorRecord`).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct CursorRecord {
-    pub topic: String,
-    pub group: String,
-    pub offset: u64,
-    pub generation: u64,
-    pub updated_us: u64,
-}
-
-/// Encodes a cursor slot (magic, body length, CRC-32, rkyv body, zero padding).
-pub fn encode_cursor_slot(r: &CursorRecord) -> Result<Vec<u8>> {
-    crate::cursor::encode_slot(&crate::cursor::CursorRecord {
-        topic: r.topic.clone(),
-        group: r.group.clone(),
-        offset: r.offset,
-        generation: r.generation,
-        updated_us: r.updated_us,
-    })
-}
-
-/// Decodes a cursor slot; `None` when empty, torn or not ours.
-pub fn decode_cursor_slot(slot: &[u8]) -> Option<CursorRecord> {
-    crate::cursor::decode_slot(slot).map(|r| CursorRecord {
-        topic: r.topic,
-        group: r.group,
-        offset: r.offset,
-        generation: r.generation,
-        updated_us: r.updated_us,
-    })
-}
+pub use crate::cursor::{
+    CursorRecord, decode_slot as decode_cursor_slot, encode_slot as encode_cursor_slot,
+};
 
 /// Decodes and validates a journal entry: `(topic, first offset, records)`.
 pub fn decode_journal_entry(
@@ -67,16 +39,7 @@ pub fn encode_journal_entry(
     buf
 }
 
-/// What a staged segment's header page says (`stage::segment::SegmentHeader`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct SegmentHeader {
-    pub index: u32,
-    pub file_size_bytes: u64,
-    pub block_size_bytes: u64,
-    pub created_us: u64,
-    pub records: u64,
-    pub extents: u32,
-}
+pub use crate::stage::segment::SegmentHeader;
 
 /// Bytes of a staged segment's header, and where its checksum sits.
 pub const SEGMENT_HEADER_LEN: usize = crate::stage::segment::SH_LEN;
@@ -84,28 +47,12 @@ pub const SEGMENT_HEADER_CRC_AT: usize = crate::stage::segment::SH_CRC;
 
 /// Encodes a staged segment's header (`SH_LEN` bytes).
 pub fn encode_segment_header(h: &SegmentHeader) -> Vec<u8> {
-    crate::stage::segment::SegmentHeader {
-        index: h.index,
-        file_size_bytes: h.file_size_bytes,
-        block_size_bytes: h.block_size_bytes,
-        created_us: h.created_us,
-        records: h.records,
-        extents: h.extents,
-    }
-    .encode()
-    .to_vec()
+    h.encode().to_vec()
 }
 
 /// Decodes and checks a staged segment's header.
 pub fn decode_segment_header(b: &[u8]) -> std::result::Result<SegmentHeader, &'static str> {
-    crate::stage::segment::SegmentHeader::decode(b).map(|h| SegmentHeader {
-        index: h.index,
-        file_size_bytes: h.file_size_bytes,
-        block_size_bytes: h.block_size_bytes,
-        created_us: h.created_us,
-        records: h.records,
-        extents: h.extents,
-    })
+    SegmentHeader::decode(b)
 }
 
 /// One segment line of a part manifest and its topic lines: `(index, records,

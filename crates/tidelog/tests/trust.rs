@@ -269,14 +269,7 @@ fn a_deletion_cut_short_by_a_crash_leaves_the_new_topic_intact() {
     }
     wal.flush().unwrap();
     // The old topic's slots as they were before the deletion marked them.
-    let before: Vec<_> = extents(dir.path())
-        .into_iter()
-        .map(|e| {
-            let bytes = std::fs::read(&e.file).unwrap();
-            let at = (e.start as usize) + format::PG_SLOT_AT;
-            (e.file, at, bytes[at..at + format::PG_LEN].to_vec())
-        })
-        .collect();
+    let before = progress_slots(dir.path(), TOPIC);
     wal.delete_topic(TOPIC).unwrap();
     for i in 0..3 {
         assert_eq!(wal.append(TOPIC, &value(i)).unwrap(), i);
@@ -439,15 +432,7 @@ fn a_deletion_cut_short_by_a_crash_is_finished_never_a_topic_that_lost_its_head(
     }
     wal.append("kept", b"kept").unwrap();
     wal.close().unwrap();
-    let ours: Vec<_> = extents(dir.path())
-        .into_iter()
-        .filter(|e| e.id.topic == TOPIC)
-        .map(|e| {
-            let bytes = std::fs::read(&e.file).unwrap();
-            let at = (e.start as usize) + format::PG_SLOT_AT;
-            (e.file, at, bytes[at..at + format::PG_LEN].to_vec())
-        })
-        .collect();
+    let ours = progress_slots(dir.path(), TOPIC);
     assert!(ours.len() >= 3);
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     wal.delete_topic(TOPIC).unwrap();
@@ -468,4 +453,18 @@ fn a_deletion_cut_short_by_a_crash_is_finished_never_a_topic_that_lost_its_head(
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert_eq!(read_all(&wal, TOPIC).len(), 1);
     assert_eq!(wal.recovery_report().deleted_remnants, 0);
+}
+
+/// `(file, position, bytes)` of the progress slot of every extent of `topic`, to put back
+/// later (a crash before a deletion marked them).
+fn progress_slots(dir: &Path, topic: &str) -> Vec<(std::path::PathBuf, usize, Vec<u8>)> {
+    extents(dir)
+        .into_iter()
+        .filter(|e| e.id.topic == topic)
+        .map(|e| {
+            let bytes = std::fs::read(&e.file).unwrap();
+            let at = (e.start as usize) + format::PG_SLOT_AT;
+            (e.file, at, bytes[at..at + format::PG_LEN].to_vec())
+        })
+        .collect()
 }

@@ -65,16 +65,23 @@ pub fn segment_name(part: &str, index: u32) -> String {
 
 /// The first page of a segment that no publish has touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct SegmentHeader {
+pub struct SegmentHeader {
+    /// The segment's index in its part.
     pub index: u32,
+    /// The segment's size.
     pub file_size_bytes: u64,
+    /// Its block size.
     pub block_size_bytes: u64,
+    /// When the writer finished it.
     pub created_us: u64,
+    /// Records in all its extents.
     pub records: u64,
+    /// Its extents.
     pub extents: u32,
 }
 
 impl SegmentHeader {
+    /// The header page's first `SH_LEN` bytes.
     pub fn encode(&self) -> [u8; SH_LEN] {
         let mut b = [0u8; SH_LEN];
         b[SH_MAGIC..SH_VERSION].copy_from_slice(&SEGMENT_MAGIC);
@@ -90,6 +97,7 @@ impl SegmentHeader {
         b
     }
 
+    /// Decodes and checks a header page (magic, checksum, version and flags).
     pub fn decode(b: &[u8]) -> std::result::Result<SegmentHeader, &'static str> {
         let b = b.get(..SH_LEN).ok_or("segment header is cut")?;
         if b[SH_MAGIC..SH_VERSION] != SEGMENT_MAGIC {
