@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 use crate::error::{Error, Result};
 use crate::format;
+pub use crate::format::validate_name;
 use crate::ring::RingConfig;
 
 const KIB: u64 = 1024;
@@ -437,7 +438,7 @@ impl Config {
             ));
         }
         if self.ring.is_some() {
-            let entry = crate::journal::entry_bytes_max(record_max, batch_max);
+            let entry = crate::ring::entry::entry_bytes_max(record_max, batch_max);
             if entry > crate::ring::RECORD_BYTES_MAX {
                 return Err(Error::invalid(
                     "max_batch_bytes",
@@ -451,34 +452,4 @@ impl Config {
         }
         Ok(())
     }
-}
-
-/// Checks a topic or group name: letters, digits, `.`, `_`, `-`; 1 to 249 characters;
-/// not `.` or `..`; no leading `.`.
-pub fn validate_name(name: &str) -> Result<()> {
-    let bad = |rule| {
-        Err(Error::InvalidTopic {
-            name: name.to_owned(),
-            rule,
-        })
-    };
-    if name.is_empty() {
-        return bad("must not be empty");
-    }
-    if name.len() > format::TOPIC_NAME_MAX {
-        return bad("must be at most 249 characters");
-    }
-    if name == "." || name == ".." {
-        return bad("must not be \".\" or \"..\"");
-    }
-    if name.starts_with('.') {
-        return bad("must not start with \".\"");
-    }
-    if !name
-        .bytes()
-        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
-    {
-        return bad("may contain only ASCII letters, digits, '.', '_' and '-'");
-    }
-    Ok(())
 }

@@ -19,7 +19,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 use std::ptr::NonNull;
 
-use crate::ring::format::ALIGN_BYTES;
+/// The alignment of direct-I/O buffers, offsets and lengths (the largest logical sector
+/// size in use; the ring is laid out in units of it).
+pub const ALIGN_BYTES: u64 = 4096;
 
 /// A zero-initialised heap buffer aligned to [`ALIGN_BYTES`], allocated once.
 pub struct AlignedBuf {

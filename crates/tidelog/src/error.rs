@@ -231,6 +231,14 @@ impl fmt::Display for Error {
                 f,
                 "offset {offset} is out of range for topic {topic:?} (stored offsets are {first}..{next})"
             ),
+            Error::Poisoned { op, path, errno } if path.as_os_str().is_empty() => write!(
+                f,
+                "an earlier {op} did not complete{}; nothing since is durable: reopen the directory",
+                match errno {
+                    Some(e) => format!(" ({})", io::Error::from_raw_os_error(*e)),
+                    None => String::new(),
+                }
+            ),
             Error::Poisoned { op, path, errno } => {
                 write!(
                     f,

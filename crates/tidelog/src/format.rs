@@ -10,6 +10,8 @@
 
 use std::ops::Range;
 
+use crate::error::{Error, Result};
+
 /// The unit of mmap alignment, msync and block headers.
 pub const PAGE_BYTES: u64 = 4096;
 /// Newest data-file format version this build reads (file header and identity slots).
@@ -632,6 +634,36 @@ pub fn get_u64(b: &[u8], at: usize) -> u64 {
     let mut a = [0u8; 8];
     a.copy_from_slice(&b[at..at + 8]);
     u64::from_le_bytes(a)
+}
+
+/// Checks a topic or group name: letters, digits, `.`, `_`, `-`; 1 to 249 characters;
+/// not `.` or `..`; no leading `.`.
+pub fn validate_name(name: &str) -> Result<()> {
+    let bad = |rule| {
+        Err(Error::InvalidTopic {
+            name: name.to_owned(),
+            rule,
+        })
+    };
+    if name.is_empty() {
+        return bad("must not be empty");
+    }
+    if name.len() > TOPIC_NAME_MAX {
+        return bad("must be at most 249 characters");
+    }
+    if name == "." || name == ".." {
+        return bad("must not be \".\" or \"..\"");
+    }
+    if name.starts_with('.') {
+        return bad("must not start with \".\"");
+    }
+    if !name
+        .bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
+    {
+        return bad("may contain only ASCII letters, digits, '.', '_' and '-'");
+    }
+    Ok(())
 }
 
 #[cfg(test)]

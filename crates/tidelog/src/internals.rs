@@ -14,7 +14,7 @@ use crate::error::Result;
 use crate::file::DataFile;
 use crate::format::{FrameError, FrameView, IndexEntry, Progress};
 use crate::io::StdStorage;
-use crate::topic::Append;
+use crate::record::Append;
 
 pub use crate::cursor::{
     CursorRecord, decode_slot as decode_cursor_slot, encode_slot as encode_cursor_slot,
@@ -24,7 +24,7 @@ pub use crate::cursor::{
 pub fn decode_journal_entry(
     body: &[u8],
 ) -> std::result::Result<(&str, u64, Vec<Append<'_>>), String> {
-    crate::journal::decode(body).map(|e| (e.topic, e.first, e.records))
+    crate::ring::entry::decode(body).map(|e| (e.topic, e.first, e.records))
 }
 
 /// Encodes the journal entry of `records` of topic `name`, the first at offset `first`.
@@ -35,7 +35,7 @@ pub fn encode_journal_entry(
     now_us: u64,
 ) -> Vec<u8> {
     let mut buf = Vec::new();
-    crate::journal::encode(&mut buf, name, first, records, now_us);
+    crate::ring::entry::encode(&mut buf, name, first, records, now_us);
     buf
 }
 

@@ -181,17 +181,12 @@ impl fmt::Debug for FrozenFile {
 }
 
 impl FrozenFile {
-    /// Maps all of `file` (which must not be empty), at `path`, its length read through
-    /// `storage`.
+    /// Maps the first `len` bytes of `file` (all of it; `len` read by the caller, through
+    /// its storage).
     ///
     /// # Safety
     /// Nothing may write to or truncate `file` while the result lives.
-    pub unsafe fn map(
-        storage: &dyn crate::io::Storage,
-        file: &File,
-        path: &std::path::Path,
-    ) -> io::Result<FrozenFile> {
-        let len = storage.file_metadata(file, path)?.len();
+    pub unsafe fn map(file: &File, len: u64) -> io::Result<FrozenFile> {
         if len == 0 {
             return Err(io::Error::from_raw_os_error(libc::EINVAL));
         }

@@ -7,8 +7,9 @@ use crate::block::Block;
 use crate::cursor::CursorFile;
 use crate::error::{Error, Result};
 use crate::format::FrameView;
+use crate::reclaim::Reclaimer;
+use crate::status::Status;
 use crate::topic::Topic;
-use crate::wal::Shared;
 
 /// Where a new reader starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -168,10 +169,19 @@ impl Record {
     }
 }
 
+/// What a reader needs of the handle it was made from.
+#[derive(Debug)]
+pub(crate) struct ReaderHandle {
+    /// Closed, forked, read-only.
+    pub status: Arc<Status>,
+    /// Runs after a commit: the slowest group may have moved.
+    pub reclaim: Arc<Reclaimer>,
+}
+
 /// Reads one topic in offset order, from the mapping, with no copy.
 #[derive(Debug)]
 pub struct Reader {
-    shared: Arc<Shared>,
+    handle: ReaderHandle,
     topic: Arc<Topic>,
     cursor: Option<Arc<CursorFile>>,
     mode: CommitMode,
@@ -187,7 +197,7 @@ pub struct Reader {
 
 impl Reader {
     pub(crate) fn new(
-        shared: Arc<Shared>,
+        handle: ReaderHandle,
         topic: Arc<Topic>,
         cursor: Option<Arc<CursorFile>>,
         options: &ReaderOptions,
@@ -205,7 +215,7 @@ impl Reader {
             ));
         }
         let mut reader = Reader {
-            shared,
+            handle,
             topic,
             cursor,
             mode: options.commit,
@@ -252,7 +262,7 @@ impl Reader {
 
     /// Moves to `offset`, which must lie between the first stored offset and the next offset.
     pub fn seek(&mut self, offset: u64) -> Result<()> {
-        self.shared.check_open()?;
+        self.handle.status.check_open()?;
         let first = self.topic.first_offset();
         let next = self.topic.next_offset();
         if offset < first || offset > next {
@@ -272,7 +282,7 @@ impl Reader {
     /// Moves to the first record whose timestamp is at or after `timestamp_us` (or to the end
     /// when there is none); returns the new position.
     pub fn seek_time(&mut self, timestamp_us: u64) -> Result<u64> {
-        self.shared.check_open()?;
+        self.handle.status.check_open()?;
         match self.topic.seek_time(timestamp_us)? {
             Some((block, pos, offset)) => {
                 self.block = Some(block);
@@ -294,8 +304,8 @@ impl Reader {
 
     /// Durably commits `offset` (the next offset the group should read).
     pub fn commit_offset(&mut self, offset: u64) -> Result<()> {
-        self.shared.check_open()?;
-        if self.shared.read_only {
+        self.handle.status.check_open()?;
+        if self.handle.status.is_read_only() {
             return Err(Error::ReadOnly);
         }
         let Some(cursor) = &self.cursor else {
@@ -313,10 +323,10 @@ impl Reader {
                 next,
             });
         }
-        cursor.commit(self.shared.storage.as_ref(), offset)?;
+        cursor.commit(self.handle.reclaim.storage(), offset)?;
         self.uncommitted = 0;
         // The slowest group may have moved: extents behind every group can go.
-        self.shared.reclaim_topic(&self.topic);
+        self.handle.reclaim.reclaim_topic(&self.topic);
         Ok(())
     }
 
@@ -378,7 +388,7 @@ impl Reader {
 
     /// Moves to the next published record and returns where it is; `None` at the end.
     fn step(&mut self) -> Result<Option<FrameView>> {
-        self.shared.check_open()?;
+        self.handle.status.check_open()?;
         if let CommitMode::AutoEvery(n) = self.mode
             && self.uncommitted >= n
         {
@@ -457,7 +467,7 @@ impl Reader {
             }
             return Ok(consumed);
         }
-        self.shared.check_open()?;
+        self.handle.status.check_open()?;
         while consumed < max_records {
             // Positions on the next record (rolling to the next extent, checking deletion).
             if self.peek(false)?.is_none() {
@@ -492,7 +502,7 @@ impl Reader {
 
     /// The next record without consuming it.
     fn peek_record(&mut self) -> Result<Option<RecordRef<'_>>> {
-        self.shared.check_open()?;
+        self.handle.status.check_open()?;
         let Some(view) = self.peek(self.verify)? else {
             return Ok(None);
         };
@@ -507,7 +517,7 @@ impl Reader {
         let mut bytes = 0u64;
         while out.len() < max_records {
             if !out.is_empty() {
-                self.shared.check_open()?;
+                self.handle.status.check_open()?;
                 match self.peek(false)? {
                     Some(view) if bytes + view.value.len() as u64 <= max_bytes => {}
                     _ => break,

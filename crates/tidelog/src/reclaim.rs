@@ -1,13 +1,191 @@
-//! Which extents at the front of a topic are consumed: committed past by every registered
-//! cursor group, or outside the topic's retention. The `Wal` drops them from the chain and
-//! marks them in their files' counters; a file whose counters then say so is deleted by the
-//! background thread.
+//! Reclaim: which extents at the front of a topic are consumed (committed past by every
+//! registered cursor group, or outside the topic's retention), dropping them from the chain
+//! and marking them in their files' counters, and deleting the files whose counters then say
+//! so. The housekeeping thread does the deleting and retention; a reader's commit reclaims
+//! its topic at once.
 
-use std::sync::Arc;
+use std::path::PathBuf;
+use std::sync::{Arc, Condvar, Mutex};
+use std::time::Duration;
 
+use crate::alloc::BlockAllocator;
 use crate::block::Block;
-use crate::config::Retention;
-use crate::format;
+use crate::config::{Config, Retention};
+use crate::cursor::CursorTable;
+use crate::error::{Error, Result};
+use crate::file::DataFile;
+use crate::format::{self, ProgressState};
+use crate::io::Storage;
+use crate::poison::Recover;
+use crate::sync::SyncQueue;
+use crate::topic::Topic;
+
+/// Drops consumed extents and deletes the files they free; holds the housekeeping thread's
+/// wake-up and the first error it hit.
+#[derive(Debug)]
+pub(crate) struct Reclaimer {
+    dir: PathBuf,
+    storage: Arc<dyn Storage>,
+    config: Config,
+    read_only: bool,
+    cursors: Arc<CursorTable>,
+    alloc: Arc<BlockAllocator>,
+    /// Poisoned when marking an extent on disk fails.
+    sync: Arc<SyncQueue>,
+    /// True once the housekeeping thread is asked to stop.
+    stop: Mutex<bool>,
+    wake: Condvar,
+    /// First error the housekeeping work hit (deleting a file), for the next `flush`.
+    error: Mutex<Option<Error>>,
+}
+
+impl Reclaimer {
+    pub fn new(
+        dir: PathBuf,
+        storage: Arc<dyn Storage>,
+        config: Config,
+        read_only: bool,
+        cursors: Arc<CursorTable>,
+        alloc: Arc<BlockAllocator>,
+        sync: Arc<SyncQueue>,
+    ) -> Reclaimer {
+        Reclaimer {
+            dir,
+            storage,
+            config,
+            read_only,
+            cursors,
+            alloc,
+            sync,
+            stop: Mutex::new(false),
+            wake: Condvar::new(),
+            error: Mutex::new(None),
+        }
+    }
+
+    /// The storage every file operation goes through.
+    pub fn storage(&self) -> &dyn Storage {
+        self.storage.as_ref()
+    }
+
+    /// Drops the consumed extents at the front of `topic` and queues the files that frees.
+    pub fn reclaim_topic(&self, topic: &Topic) {
+        if self.read_only {
+            return;
+        }
+        let _pass = topic.reclaim_lock();
+        let committed = self.cursors.min_committed(&topic.name);
+        let retention = self.config.retention_for(&topic.name);
+        if committed.is_none() && retention.is_unlimited() {
+            return;
+        }
+        let now = crate::clock::now_us();
+        let n = topic.with_chain(|chain| consumable_prefix(chain, committed, retention, now));
+        if n == 0 {
+            return;
+        }
+        // The first extent kept carries the topic's next offset over a restart once the ones
+        // before it are gone: make it durable first. Otherwise a crash loses it when its
+        // records were not synced yet, the topic comes back without extents, and its offsets
+        // start again at 0 below the groups' committed offsets.
+        if let Some(kept) = topic.with_chain(|chain| chain.get(n).cloned())
+            && let Err(e) = kept.sync(self.storage.as_ref(), &topic.name, false)
+        {
+            self.fail(e);
+            return;
+        }
+        let mut doomed = false;
+        let dropped = topic.drop_front(n);
+        // Consumed extents need no seal; releasing them here lets their mapping go with the
+        // file even when no periodic flush runs.
+        topic.forget_synced(&dropped);
+        for block in dropped {
+            // Marked on disk first, front to back: a file is only deleted after, so a topic's
+            // extents on disk never have a gap, and a restart does not bring them back.
+            if let Err(e) = block.retire(self.storage.as_ref(), ProgressState::Consumed) {
+                self.fail(e);
+                return;
+            }
+            if block.mark_consumed() {
+                self.alloc.doom(&block.file);
+                doomed = true;
+            }
+        }
+        if doomed {
+            self.wake();
+        }
+    }
+
+    /// A failed mark on disk: nothing after it may be acknowledged.
+    fn fail(&self, e: Error) {
+        self.sync.poison(&e);
+        self.report(e);
+    }
+
+    /// Deletes the files whose counters said so: unlinked, then out of the table and the disk
+    /// account, our mapping and handle dropped (the space returns once no record still maps
+    /// the file). A file whose unlink fails stays known and counted; it is returned for a
+    /// retry, with the first error.
+    pub fn delete_doomed(&self) -> (Vec<Arc<DataFile>>, Result<()>) {
+        let doomed = self.alloc.take_doomed();
+        let mut failed = Vec::new();
+        let mut first_error = Ok(());
+        let mut removed = false;
+        for file in doomed {
+            match self.storage.remove_file(&file.path) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    if first_error.is_ok() {
+                        first_error = Err(Error::io("remove data file", &file.path, e));
+                    }
+                    failed.push(file);
+                    continue;
+                }
+            }
+            removed = true;
+            self.alloc.forget_file(&file);
+        }
+        if removed
+            && let Err(e) = self.storage.sync_dir(&self.dir)
+            && first_error.is_ok()
+        {
+            first_error = Err(Error::io("fsync directory", &self.dir, e));
+        }
+        (failed, first_error)
+    }
+
+    /// Keeps the first housekeeping error for the next `flush` to return.
+    pub fn report(&self, e: Error) {
+        self.error.lock().recover().get_or_insert(e);
+    }
+
+    /// The first housekeeping error since the last call, if any.
+    pub fn take_error(&self) -> Option<Error> {
+        self.error.lock().recover().take()
+    }
+
+    /// Wakes the housekeeping thread (files to delete, or a stop).
+    pub fn wake(&self) {
+        self.wake.notify_all();
+    }
+
+    /// Asks the housekeeping thread to stop.
+    pub fn stop(&self) {
+        *self.stop.lock().recover() = true;
+        self.wake();
+    }
+
+    /// Waits up to `tick` for work (none when files are already doomed); false once asked to
+    /// stop.
+    pub fn wait_for_work(&self, tick: Duration) -> bool {
+        let mut stop = self.stop.lock().recover();
+        if !*stop && !self.alloc.has_doomed() {
+            stop = self.wake.wait_timeout(stop, tick).recover().0;
+        }
+        !*stop
+    }
+}
 
 /// How many extents at the front of `chain` are consumed.
 ///

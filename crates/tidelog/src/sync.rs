@@ -7,75 +7,14 @@
 //! those tickets get the original error and the queue is poisoned: later tickets can never
 //! complete (fsyncgate: a retried sync may "succeed" over lost pages), so they fail at once.
 
-use std::io;
 use std::ops::Range;
-use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, OnceLock};
+use std::sync::atomic::Ordering;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::error::{Error, Result};
+use crate::poison::{Poison, Recover};
 use crate::ring::RingAppend;
-
-/// The first failed sync, kept to fail every later caller with the same errno.
-#[derive(Debug)]
-struct Poison {
-    op: &'static str,
-    path: PathBuf,
-    errno: Option<i32>,
-    kind: io::ErrorKind,
-    message: String,
-}
-
-impl Poison {
-    fn from_error(e: &Error) -> Poison {
-        match e {
-            Error::Io { op, path, source } => Poison {
-                op,
-                path: path.clone(),
-                errno: source.raw_os_error(),
-                kind: source.kind(),
-                message: source.to_string(),
-            },
-            Error::Poisoned { op, path, errno } => Poison {
-                op,
-                path: path.clone(),
-                errno: *errno,
-                kind: io::ErrorKind::Other,
-                message: "poisoned".to_owned(),
-            },
-            other => Poison {
-                op: "sync",
-                path: PathBuf::new(),
-                errno: other.errno(),
-                kind: io::ErrorKind::Other,
-                message: other.to_string(),
-            },
-        }
-    }
-
-    /// The failure itself, for the callers whose records the failed sync covered.
-    fn original(&self) -> Error {
-        let source = match self.errno {
-            Some(errno) => io::Error::from_raw_os_error(errno),
-            None => io::Error::new(self.kind, self.message.clone()),
-        };
-        Error::Io {
-            op: self.op,
-            path: self.path.clone(),
-            source,
-        }
-    }
-
-    /// What every later append and flush gets.
-    fn poisoned(&self) -> Error {
-        Error::Poisoned {
-            op: self.op,
-            path: self.path.clone(),
-            errno: self.errno,
-        }
-    }
-}
 
 #[derive(Debug, Default)]
 struct State {
@@ -103,6 +42,44 @@ struct State {
     parked: Vec<(u64, std::thread::Thread)>,
 }
 
+/// What [`SyncQueue::wait_turn`] decided.
+#[derive(Debug)]
+pub(crate) enum Turn<'a> {
+    /// The ticket is durable, or can never be (the error says why).
+    Decided(Result<()>),
+    /// This thread leads the next group pass.
+    Lead(Lead<'a>),
+}
+
+/// The leader's hold on a group pass: it syncs what was published before it began (every
+/// ticket up to `upto`), then finishes the pass with the result. A leader that unwinds
+/// without finishing (a panic in the pass) fails the group and poisons the queue.
+#[derive(Debug)]
+#[must_use = "a group pass must be finished"]
+pub(crate) struct Lead<'a> {
+    queue: &'a SyncQueue,
+    upto: u64,
+    finished: bool,
+}
+
+impl Lead<'_> {
+    /// Completes (on `Ok`) or fails every ticket the pass covered; a failure poisons.
+    pub fn finish(mut self, result: &Result<()>) {
+        self.finished = true;
+        self.queue.end_lead(self.upto, result);
+    }
+}
+
+impl Drop for Lead<'_> {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.queue.poison.set_panicked("group commit");
+            let e = self.queue.poison.poisoned_error();
+            self.queue.end_lead(self.upto, &Err(e));
+        }
+    }
+}
+
 /// Why the sync thread woke.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Wake {
@@ -122,37 +99,26 @@ pub(crate) struct SyncQueue {
     sync_cv: Condvar,
     /// Waiting appenders and handles wait here for passes to end.
     done_cv: Condvar,
-    poisoned: AtomicBool,
-    poison: OnceLock<Poison>,
+    /// The handle's poison: every part of a `Wal` that can fail its writes sets it here.
+    pub poison: Poison,
     /// `State::completed`, readable without the lock by woken appenders.
     completed_fast: std::sync::atomic::AtomicU64,
 }
 
 impl SyncQueue {
     fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().recover()
     }
 
     /// Fails with [`Error::Poisoned`] once a sync has failed.
     #[inline]
     pub fn check(&self) -> Result<()> {
-        if self.poisoned.load(Ordering::Acquire) {
-            return Err(self.poisoned_error());
-        }
-        Ok(())
-    }
-
-    fn poisoned_error(&self) -> Error {
-        match self.poison.get() {
-            Some(p) => p.poisoned(),
-            None => Error::Closed,
-        }
+        self.poison.check()
     }
 
     /// Records a failed sync (the first one wins); the caller holds the lock and notifies.
     fn set_poison(&self, e: &Error) {
-        let _ = self.poison.set(Poison::from_error(e));
-        self.poisoned.store(true, Ordering::Release);
+        self.poison.set(e);
     }
 
     /// Records a failed sync (the first one wins) and wakes every waiter: no ticket issued
@@ -209,31 +175,26 @@ impl SyncQueue {
         ticket
     }
 
-    /// Waits until `ticket` is durable, leading a group pass (running `pass` on this thread)
-    /// whenever none is running: a lone appender pays one sync and no hand-off to another
-    /// thread; concurrent ones share the leader's sync.
-    pub fn wait_or_lead(
-        &self,
-        ticket: u64,
-        group: &GroupLimits,
-        pass: &dyn Fn() -> Result<()>,
-    ) -> Result<()> {
+    /// Waits until `ticket` is decided ([`Turn::Decided`]) or it is this thread's turn to
+    /// lead a group pass ([`Turn::Lead`]): whenever none is running, so a lone appender
+    /// pays one sync and no hand-off to another thread, and concurrent ones share the
+    /// leader's sync. The leader runs the pass and calls [`Lead::finish`], then asks again.
+    pub fn wait_turn(&self, ticket: u64, group: &GroupLimits) -> Turn<'_> {
         let me = std::thread::current();
         let mut st = self.lock();
         loop {
             if let Some(done) = self.outcome(&st, ticket) {
-                return done;
+                return Turn::Decided(done);
             }
             if !st.syncing {
-                st = self.lead(st, group, pass);
-                continue;
+                return Turn::Lead(self.lead(st, group));
             }
             st.parked.push((ticket, me.clone()));
             drop(st);
             loop {
                 std::thread::park_timeout(PARK_MAX);
                 if self.completed_fast.load(Ordering::Acquire) >= ticket {
-                    return Ok(());
+                    return Turn::Decided(Ok(()));
                 }
                 st = self.lock();
                 // Still listed while a pass runs: a spurious wake-up, sleep on. Otherwise
@@ -282,22 +243,18 @@ impl SyncQueue {
         Self::wake_parked(st, Some(upto));
     }
 
-    /// Runs one group pass if none is running (the sync thread, for async tickets).
-    pub fn run_group(&self, group: &GroupLimits, pass: &dyn Fn() -> Result<()>) {
+    /// Leads one group pass if none is running (the sync thread, for async tickets).
+    pub fn try_lead(&self, group: &GroupLimits) -> Option<Lead<'_>> {
         let st = self.lock();
-        if !st.syncing && !st.closed {
-            drop(self.lead(st, group, pass));
+        if st.syncing || st.closed {
+            return None;
         }
+        Some(self.lead(st, group))
     }
 
-    /// One group pass: holds the group open while appenders are still copying (up to the
-    /// limits), snapshots the tickets, runs `pass` unlocked, then completes or fails them.
-    fn lead<'a>(
-        &'a self,
-        mut st: MutexGuard<'a, State>,
-        group: &GroupLimits,
-        pass: &dyn Fn() -> Result<()>,
-    ) -> MutexGuard<'a, State> {
+    /// Starts a group pass: holds the group open while appenders are still copying (up to
+    /// the limits), then snapshots the tickets the pass covers.
+    fn lead<'a>(&'a self, mut st: MutexGuard<'a, State>, group: &GroupLimits) -> Lead<'a> {
         st.syncing = true;
         let until = Instant::now() + group.wait;
         while st.in_flight > 0 && st.group_bytes < group.bytes_max && !st.closed {
@@ -305,20 +262,22 @@ impl SyncQueue {
             if now >= until {
                 break;
             }
-            st = self
-                .sync_cv
-                .wait_timeout(st, until - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.sync_cv.wait_timeout(st, until - now).recover().0;
         }
         st.urgent = false;
         st.group_bytes = 0;
-        let upto = st.issued;
-        drop(st);
-        let result = self.check().and_then(|()| pass());
+        Lead {
+            queue: self,
+            upto: st.issued,
+            finished: false,
+        }
+    }
+
+    /// Ends a group pass with its result: completes or fails the tickets it covered.
+    fn end_lead(&self, upto: u64, result: &Result<()>) {
         let mut st = self.lock();
         st.syncing = false;
-        match &result {
+        match result {
             Ok(()) => self.complete(&mut st, upto),
             Err(e) => {
                 self.set_poison(e);
@@ -326,9 +285,9 @@ impl SyncQueue {
                 Self::wake_parked(&mut st, None);
             }
         }
+        drop(st);
         self.done_cv.notify_all();
         self.sync_cv.notify_all();
-        st
     }
 
     /// What a waiter on `ticket` gets now, if it is decided.
@@ -337,13 +296,10 @@ impl SyncQueue {
             return Some(Ok(()));
         }
         if st.failed >= ticket {
-            return Some(Err(match self.poison.get() {
-                Some(p) => p.original(),
-                None => Error::Closed,
-            }));
+            return Some(Err(self.poison.original().unwrap_or(Error::Closed)));
         }
-        if self.poisoned.load(Ordering::Acquire) {
-            return Some(Err(self.poisoned_error()));
+        if self.poison.is_poisoned() {
+            return Some(Err(self.poison.poisoned_error()));
         }
         if st.closed {
             return Some(Err(Error::Closed));
@@ -542,6 +498,8 @@ impl AppendHandle {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io;
+    use std::path::PathBuf;
 
     #[test]
     fn tickets_complete_only_when_a_later_pass_ends() {
@@ -607,13 +565,37 @@ mod tests {
             wait: Duration::from_secs(5),
             bytes_max: 1 << 20,
         };
-        let passes = std::cell::Cell::new(0);
-        q.wait_or_lead(t, &limits, &|| {
-            passes.set(passes.get() + 1);
-            Ok(())
-        })
-        .expect("led and succeeded");
-        assert_eq!(passes.get(), 1);
+        let mut passes = 0;
+        let result = loop {
+            match q.wait_turn(t, &limits) {
+                Turn::Decided(r) => break r,
+                Turn::Lead(lead) => {
+                    passes += 1;
+                    lead.finish(&Ok(()));
+                }
+            }
+        };
+        result.expect("led and succeeded");
+        assert_eq!(passes, 1);
         assert!(q.is_done(t));
+    }
+
+    #[test]
+    fn a_leader_that_unwinds_fails_its_group_and_poisons() {
+        let q = SyncQueue::default();
+        let t = q.ticket(1, false, None);
+        let limits = GroupLimits {
+            wait: Duration::ZERO,
+            bytes_max: 1 << 20,
+        };
+        let Turn::Lead(lead) = q.wait_turn(t, &limits) else {
+            panic!("a lone waiter leads");
+        };
+        drop(lead);
+        assert!(matches!(
+            q.wait_turn(t, &limits),
+            Turn::Decided(Err(Error::Poisoned { .. }))
+        ));
+        assert!(matches!(q.check(), Err(Error::Poisoned { .. })));
     }
 }

@@ -14,8 +14,8 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
-use crate::journal::Journal;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
+pub use crate::record::Append;
 use crate::ring::RingAppend;
 use crate::spin::{SpinGuard, SpinLock};
 use crate::sync::SyncQueue;
@@ -27,34 +27,6 @@ const PUBLISH_YIELDS: u32 = 8;
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 /// How long an append sleeps between looks while a staged job is being published.
 const INGEST_WAIT: Duration = Duration::from_micros(200);
-
-/// One record to append: optional key, value, optional timestamp (default: now).
-#[derive(Debug, Clone, Copy, Default)]
-pub struct Append<'a> {
-    /// The key; `Some(&[])` (an empty key) is kept distinct from `None`.
-    pub key: Option<&'a [u8]>,
-    /// The value.
-    pub value: &'a [u8],
-    /// Microseconds since the Unix epoch; `None` stamps the append time.
-    pub timestamp_us: Option<u64>,
-}
-
-impl<'a> Append<'a> {
-    /// A record with only a value.
-    pub fn value(value: &'a [u8]) -> Self {
-        Append {
-            key: None,
-            value,
-            timestamp_us: None,
-        }
-    }
-
-    /// Key plus value bytes.
-    #[inline]
-    pub fn payload_len(&self) -> u64 {
-        (self.key.map_or(0, <[u8]>::len) + self.value.len()) as u64
-    }
-}
 
 /// Everything an append needs from its `Wal`.
 #[derive(Debug, Clone, Copy)]
@@ -72,10 +44,26 @@ pub struct Ctx<'a> {
     pub sync: &'a SyncQueue,
     /// Populates pages ahead of the tail (`None` for handles without the thread).
     pub prefault: Option<&'a Prefaulter>,
-    /// The ring fronting the data files: each append writes its entry there first.
-    pub journal: Option<&'a Journal>,
+    /// The write each append makes under its reservation before its frames (the ring
+    /// backend's journal entry); `None` when the data files are the only copy.
+    pub reserved: Option<&'a dyn ReservedWrite>,
     /// The append publishes a staged job (it alone may append while the topic ingests).
     pub ingest: bool,
+}
+
+/// A write an append makes under its topic's reservation, before its frames are copied, so
+/// that a topic's writes there are in offset order (the ring backend's journal). The topic
+/// layer knows no backend beyond this.
+pub trait ReservedWrite: Sync + std::fmt::Debug {
+    /// Writes `records` of `topic`, the first at offset `first`, stamped `now_us` where they
+    /// carry no timestamp; returns the handle that completes once the write is durable.
+    fn write(
+        &self,
+        topic: &str,
+        first: u64,
+        records: &[Append<'_>],
+        now_us: u64,
+    ) -> Result<RingAppend>;
 }
 
 /// Writer-side state, under the topic lock.
@@ -401,8 +389,8 @@ impl Topic {
         // The journal entry goes in under the reservation, so a topic's entries lie in the
         // ring in offset order. Nothing is reserved yet: a failure leaves the topic as it was
         // (a roll only moved it to an empty extent).
-        let ring = match ctx.journal {
-            Some(journal) => Some(journal.write(&self.name, first, records, now)?),
+        let ring = match ctx.reserved {
+            Some(reserved) => Some(reserved.write(&self.name, first, records, now)?),
             None => None,
         };
         let start_pos = tail.pos;

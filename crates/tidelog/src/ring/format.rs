@@ -9,7 +9,7 @@
 use crate::format::{get_u32, get_u64, put_u32, put_u64};
 
 /// The I/O unit: header slots, block starts and block lengths are multiples of it.
-pub const ALIGN_BYTES: u64 = 4096;
+pub use crate::dio::ALIGN_BYTES;
 /// Bytes of one header slot.
 pub const HEADER_SLOT_BYTES: u64 = ALIGN_BYTES;
 /// Number of header slots.

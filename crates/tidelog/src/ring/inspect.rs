@@ -178,7 +178,7 @@ impl InspectedRecord {
     /// The journal entry the body holds when the ring fronts a topic log (the ring backend
     /// of `Wal`), or why it is not one.
     pub fn journal_entry(&self) -> std::result::Result<JournalEntrySummary, String> {
-        crate::journal::decode(&self.body).map(|e| JournalEntrySummary {
+        super::entry::decode(&self.body).map(|e| JournalEntrySummary {
             topic: e.topic.to_owned(),
             first_offset: e.first,
             records: e.records.len() as u64,

@@ -16,6 +16,7 @@
 pub mod format;
 
 mod device;
+pub(crate) mod entry;
 mod inspect;
 mod scan;
 mod writer;

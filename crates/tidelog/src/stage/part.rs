@@ -20,7 +20,7 @@ use crate::format::{
     self, BlockIdentity, FrameFields, IndexEntry, Progress, ProgressState, VERSION_RELATIVE,
 };
 use crate::io::{self, StdStorage, Storage};
-use crate::topic::Append;
+use crate::record::Append;
 
 /// Suffix of a part's manifest: `PART.stage`.
 pub const PART_SUFFIX: &str = ".stage";

@@ -16,7 +16,7 @@ use crate::format::{
 };
 use crate::io::Storage;
 use crate::mmap::FrozenFile;
-use crate::topic::Append;
+use crate::record::Append;
 
 /// Suffix of a segment file: `PART.INDEX.seg`.
 pub const SEGMENT_SUFFIX: &str = ".seg";
@@ -401,11 +401,15 @@ impl Segment {
         let file = storage
             .open(&self.path, false)
             .map_err(|e| Error::io("open staged segment", &self.path, e))?;
+        let len = storage
+            .file_metadata(&file, &self.path)
+            .map_err(|e| Error::io("map staged segment", &self.path, e))?
+            .len();
         #[expect(unsafe_code, reason = "mapping a file relies on nobody changing it")]
         // SAFETY: a segment is complete before its part's manifest names it, and only the
         // publish holding the job's lock writes it again (`prepare_adoption`), never while
         // this mapping lives; removal only unlinks it.
-        let map = unsafe { FrozenFile::map(storage, &file, &self.path) }
+        let map = unsafe { FrozenFile::map(&file, len) }
             .map_err(|e| Error::io("map staged segment", &self.path, e))?;
         let bytes = map.bytes();
         let mut records = Vec::new();

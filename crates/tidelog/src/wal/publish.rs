@@ -5,13 +5,15 @@
 use std::ops::Range;
 use std::path::Path;
 use std::sync::Arc;
+use std::time::Duration;
 
-use super::Shared;
+use super::state::State;
 use crate::block::Block;
 use crate::error::{Error, Result};
 use crate::file::{DataFile, data_file_name};
 use crate::format::ProgressState;
 use crate::io;
+use crate::poison::Recover;
 use crate::stage::{self, PartManifest, SegmentEntry, segment::Placement, segment::Segment};
 use crate::topic::{Append, Ctx, Topic};
 
@@ -78,7 +80,7 @@ fn is_input_error(e: &Error) -> bool {
     }
 }
 
-impl Shared {
+impl State {
     /// Publishes every committed staged job found in the directory. A job that cannot be
     /// published is set aside and passed by: it is reported through `stage::wait_published`
     /// and `stage::jobs`, and blocks neither the directory nor the other jobs.
@@ -113,13 +115,13 @@ impl Shared {
             )
         });
         for job in jobs {
-            let _one = self.ingest_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let _one = self.ingest_lock.lock().recover();
             self.publish_job(&job)?;
         }
         Ok(())
     }
 
-    /// Publishes committed job `job` (see [`Shared::publish_job`]); a job set aside is its
+    /// Publishes committed job `job` (see [`State::publish_job`]); a job set aside is its
     /// error. The caller holds `ingest_lock`.
     pub(super) fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
         match self.publish_job(job)? {
@@ -128,12 +130,18 @@ impl Shared {
         }
     }
 
-    /// The directory's limits on a staged record.
-    pub(super) fn staged_limits(&self) -> stage::Limits {
-        stage::Limits {
-            record_bytes_max: self.record_bytes_max,
-            batch_bytes_max: self.batch_bytes_max,
-        }
+    /// Removes staged jobs that were never committed and have been idle past
+    /// `staged_ttl_ms`.
+    pub(super) fn remove_abandoned_staged(&self) -> Result<()> {
+        let Some(ttl_ms) = self.config.staged_ttl_ms else {
+            return Ok(());
+        };
+        stage::remove_abandoned(
+            self.storage.as_ref(),
+            &self.dir,
+            Duration::from_millis(ttl_ms),
+        )
+        .map(drop)
     }
 
     /// Sets job `job_dir` aside when `e` is the job's own fault (the outcome then carries
@@ -161,7 +169,7 @@ impl Shared {
         }
         // Only an adoption takes a segment away, and only after the ledger is written.
         let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
-        let limits = self.staged_limits();
+        let limits = self.limits;
         let mut segments = Vec::new();
         let mut names: Vec<(String, u64)> = Vec::new();
         for part in &manifest.parts {
@@ -302,7 +310,7 @@ impl Shared {
         };
         let ctx = Ctx {
             write_through: false,
-            journal: None,
+            reserved: None,
             ingest: true,
             ..self.ctx(self.default_opts())
         };
@@ -337,7 +345,7 @@ impl Shared {
             .zip(&starts)
             .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
             .collect();
-        self.flush().map_err(owned)?;
+        self.flusher.flush().map_err(owned)?;
         // Durable records first, then the sink's ledger, then the job goes: a crash between
         // two steps repeats only steps that append nothing.
         match &manifest.sink {
@@ -390,7 +398,7 @@ impl Shared {
             let (next, max_ts) = job.topics[i].end_tail_for_adoption(ctx)?;
             running.push((i, next, max_ts));
         }
-        self.flush()?;
+        self.flusher.flush()?;
         let placements: Vec<Placement> = segment
             .extents
             .iter()
@@ -488,7 +496,8 @@ impl Shared {
             let len = r.payload_len();
             let count = (i - from) as u64;
             if i > from
-                && (bytes + len > self.batch_bytes_max || count >= self.config.max_batch_records)
+                && (bytes + len > self.limits.batch_bytes_max
+                    || count >= self.config.max_batch_records)
             {
                 out.push(&records[from..i]);
                 (from, bytes) = (i, 0);

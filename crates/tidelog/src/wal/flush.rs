@@ -1,0 +1,127 @@
+//! The data files' flush: a pass that makes everything published so far durable, catches up
+//! the progress slots and seals finished extents, and a group commit's narrower I/O.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use super::topics::Topics;
+use crate::block::Block;
+use crate::error::{Error, Result};
+use crate::format;
+use crate::io::Storage;
+use crate::poison::Recover;
+use crate::sync::SyncQueue;
+
+/// Flushes the data files of one handle; one pass at a time.
+#[derive(Debug)]
+pub(crate) struct Flusher {
+    topics: Arc<Topics>,
+    storage: Arc<dyn Storage>,
+    sync: Arc<SyncQueue>,
+    lock: Mutex<()>,
+}
+
+impl Flusher {
+    pub fn new(topics: Arc<Topics>, storage: Arc<dyn Storage>, sync: Arc<SyncQueue>) -> Flusher {
+        Flusher {
+            topics,
+            storage,
+            sync,
+            lock: Mutex::new(()),
+        }
+    }
+
+    /// Holds off every pass (a topic's deletion marks its extents meanwhile).
+    pub fn hold(&self) -> MutexGuard<'_, ()> {
+        self.lock.lock().recover()
+    }
+
+    /// Makes everything published so far durable and catches up progress slots; seals
+    /// finished extents. Completes the tickets it covers; a failure poisons the Wal.
+    pub fn flush(&self) -> Result<()> {
+        self.flush_pass(false)
+    }
+
+    /// [`Flusher::flush`]; `closing`: appends have stopped, and active extents are marked
+    /// `Clean` in the same write.
+    pub fn flush_pass(&self, closing: bool) -> Result<()> {
+        self.sync.check()?;
+        let upto = self.sync.begin_pass();
+        let result = self.flush_extents(closing);
+        self.sync.end_pass(upto, &result);
+        result
+    }
+
+    fn flush_extents(&self, closing: bool) -> Result<()> {
+        let _flushing = self.hold();
+        for topic in self.topics.all() {
+            let mut sealed = Vec::new();
+            for block in topic.unsynced() {
+                // A consumed extent's file may already be gone: nothing left to make durable.
+                if block.is_consumed() || block.sync(self.storage.as_ref(), &topic.name, closing)? {
+                    sealed.push(block);
+                }
+            }
+            if !sealed.is_empty() {
+                topic.forget_synced(&sealed);
+            }
+        }
+        Ok(())
+    }
+
+    /// A group commit's I/O: makes the data published so far durable with one msync per
+    /// data file, over the span of its extents with new data (one journal commit per file,
+    /// however many topics wrote to it), then writes the progress slots that claim it and
+    /// syncs them (one more msync per file), so the durable point on disk covers every record
+    /// this commit acknowledges: recovery and read-only handles see them as durable.
+    pub fn sync_group(&self) -> Result<()> {
+        let _flushing = self.hold();
+        for (lo, hi, blocks) in self.unsynced_spans().into_values() {
+            let Some((first, _, _)) = blocks.first() else {
+                continue;
+            };
+            let file = Arc::clone(&first.file);
+            self.storage
+                .sync_map(&file.map, &file.path, lo, hi - lo)
+                .map_err(|e| Error::io("msync", &file.path, e))?;
+            let mut slots: Option<(usize, usize)> = None;
+            for (block, count, end) in &blocks {
+                if let Some(at) = block.note_synced(*count, *end) {
+                    let (slo, shi) = slots.get_or_insert((at, at));
+                    *slo = (*slo).min(at);
+                    *shi = (*shi).max(at + format::PG_LEN);
+                }
+            }
+            if let Some((slo, shi)) = slots {
+                self.storage
+                    .sync_map(&file.map, &file.path, slo, shi - slo)
+                    .map_err(|e| Error::io("msync", &file.path, e))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Per data file: the span holding unsynced records and the extents (with their new
+    /// count and end) it covers.
+    fn unsynced_spans(&self) -> BTreeMap<u64, Span> {
+        let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
+        for topic in self.topics.all() {
+            for block in topic.unsynced() {
+                let Some((from, count, end)) = block.unsynced_range() else {
+                    continue;
+                };
+                let (lo, hi) = (block.abs(from), block.abs(end));
+                let span = spans
+                    .entry(block.file.seq)
+                    .or_insert_with(|| (lo, hi, Vec::new()));
+                span.0 = span.0.min(lo);
+                span.1 = span.1.max(hi);
+                span.2.push((block, count, end));
+            }
+        }
+        spans
+    }
+}
+
+/// A file's span to sync, `(from, to)` in file bytes, and its extents with new records.
+type Span = (usize, usize, Vec<(Arc<Block>, u64, u64)>);

@@ -1,0 +1,53 @@
+//! What a `Wal` reports about itself: per topic, disk use, and the ring in front.
+
+use std::path::PathBuf;
+
+/// Summary of one topic.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct TopicInfo {
+    /// The topic name.
+    pub name: String,
+    /// First offset still stored.
+    pub first_offset: u64,
+    /// Offset the next append gets.
+    pub next_offset: u64,
+    /// Bytes of record frames stored (headers and padding included).
+    pub bytes: u64,
+    /// Extents in the topic's chain.
+    pub extents: usize,
+    /// Consumer groups with a cursor file.
+    pub groups: Vec<String>,
+}
+
+/// Disk space the data files of a directory occupy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct DiskUsage {
+    /// Data files (including the spare prepared ahead of need).
+    pub files: u64,
+    /// Bytes reserved on disk: file headers and every extent handed out.
+    pub bytes: u64,
+}
+
+/// The ring in front of a directory's data files (the ring backend), as of one moment.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct RingStats {
+    /// The ring's block device or file.
+    pub device: PathBuf,
+    /// Its size, header slots included.
+    pub capacity_bytes: u64,
+    /// Entries below this ring offset are in the durable data files and gone from the ring.
+    pub trim_offset: u64,
+    /// The ring offset the next entry gets.
+    pub next_offset: u64,
+    /// Everything below this ring offset is durable in the ring.
+    pub flushed_offset: u64,
+    /// Ring bytes free for new entries.
+    pub free_bytes: u64,
+    /// Checkpoints run since open.
+    pub checkpoints: u64,
+    /// True when the ring writes with `O_DIRECT`.
+    pub direct_io: bool,
+}

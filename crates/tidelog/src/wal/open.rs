@@ -1,0 +1,274 @@
+//! Opening a directory (lock, strategy, recovery, replay, staged jobs, reclaim), a
+//! read-only handle's refresh, and close.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+
+use super::durability::Strategy;
+use super::flush::Flusher;
+use super::lock::DirLock;
+use super::state::{RecoveryState, State};
+use super::topics::Topics;
+use crate::alloc::BlockAllocator;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::cursor::CursorTable;
+use crate::error::Result;
+use crate::io::Storage;
+use crate::poison::Recover;
+use crate::prefault::Prefaulter;
+use crate::reclaim::Reclaimer;
+use crate::recovery::{self, Known, Recovered};
+use crate::stage;
+use crate::status::Status;
+use crate::sync::SyncQueue;
+use crate::topic::{Ctx, Topic};
+
+/// Locks (unless `read_only`), recovers and assembles the state of a handle on `dir`.
+pub(super) fn open_state(
+    dir: &Path,
+    config: Config,
+    storage: Arc<dyn Storage>,
+    read_only: bool,
+) -> Result<Arc<State>> {
+    config.validate()?;
+    let dir_lock = if read_only {
+        DirLock::none(storage.as_ref(), dir)?
+    } else {
+        DirLock::take(storage.as_ref(), dir)?
+    };
+    let durable = Strategy::open(dir, &config, &storage, read_only)?;
+    let recovered = recovery::recover(
+        dir,
+        &config,
+        storage.as_ref(),
+        !read_only,
+        &BTreeMap::new(),
+        &HashMap::new(),
+    )?;
+    Ok(Arc::new(assemble(
+        dir, config, storage, read_only, dir_lock, durable, recovered,
+    )))
+}
+
+/// The state of a handle from what recovery found.
+fn assemble(
+    dir: &Path,
+    config: Config,
+    storage: Arc<dyn Storage>,
+    read_only: bool,
+    dir_lock: DirLock,
+    durable: Strategy,
+    recovered: Recovered,
+) -> State {
+    let mut known = Known::new();
+    let mut topics = Vec::new();
+    for t in recovered.topics {
+        let topic = Arc::new(Topic::new(t.name, t.id));
+        if read_only {
+            for b in &t.chain {
+                known.insert((b.file.seq, b.block_index), Arc::clone(b));
+            }
+        }
+        topic.restore(t.chain, t.unsynced, t.tail);
+        topics.push(topic);
+    }
+    let topics = Arc::new(Topics::new(topics, recovered.next_topic_id));
+    let alloc = Arc::new(allocator(
+        dir,
+        &config,
+        read_only,
+        recovered.files,
+        recovered.next_seq,
+        recovered.alloc_current,
+        recovered.spare,
+    ));
+    let sync = Arc::new(SyncQueue::default());
+    let cursors = Arc::new(CursorTable::default());
+    let reclaim = Arc::new(Reclaimer::new(
+        dir.to_owned(),
+        Arc::clone(&storage),
+        config.clone(),
+        read_only,
+        Arc::clone(&cursors),
+        Arc::clone(&alloc),
+        Arc::clone(&sync),
+    ));
+    let flusher = Flusher::new(Arc::clone(&topics), Arc::clone(&storage), Arc::clone(&sync));
+    let limits = stage::Limits {
+        record_bytes_max: config.record_bytes_max(),
+        batch_bytes_max: config.batch_bytes_max(),
+    };
+    State {
+        dir: dir.to_owned(),
+        config,
+        storage,
+        status: Arc::new(Status::new(read_only)),
+        topics,
+        alloc,
+        cursors,
+        reclaim,
+        sync,
+        flusher,
+        durable,
+        clock: Clock::new(),
+        prefault: Prefaulter::default(),
+        limits,
+        recovered: Mutex::new(RecoveryState {
+            report: recovered.report,
+            known,
+        }),
+        ingest_lock: Mutex::new(()),
+        dir_lock,
+    }
+}
+
+/// The block allocator over the recovered files. For a writable handle, every file but the
+/// one new extents continue in (and the spare) is fully allocated, and one holding nothing
+/// but consumed extents can go at once.
+fn allocator(
+    dir: &Path,
+    config: &Config,
+    read_only: bool,
+    files: BTreeMap<u64, Arc<crate::file::DataFile>>,
+    next_seq: u64,
+    current: Option<(Arc<crate::file::DataFile>, u32)>,
+    spare: Option<Arc<crate::file::DataFile>>,
+) -> BlockAllocator {
+    let current_seq = current.as_ref().map(|(f, _)| f.seq);
+    let spare_seq = spare.as_ref().map(|f| f.seq);
+    let alloc = BlockAllocator::new(dir.to_owned(), config, files, next_seq, current, spare);
+    if !read_only {
+        for (seq, file) in alloc.files().iter() {
+            alloc.account_file(file);
+            if Some(*seq) != current_seq
+                && Some(*seq) != spare_seq
+                && file.counters.seal_allocation()
+            {
+                alloc.doom(file);
+            }
+        }
+    }
+    alloc
+}
+
+/// The writable handle's work before its first append: the ring replayed, what recovery cut
+/// sealed, committed staged jobs published, consumption rebuilt and what it frees deleted.
+pub(super) fn prepare_writable(state: &State) -> Result<()> {
+    // What the ring holds beyond the data files goes into them before anything else.
+    let ctx = Ctx {
+        prefault: None,
+        ..state.ctx(state.default_opts())
+    };
+    let (replayed, held) =
+        state
+            .durable
+            .replay(&ctx, &state.topics, state.config.max_topics, &state.flusher)?;
+    {
+        let mut recovered = state.recovered.lock().recover();
+        recovered.report.ring_records_replayed = replayed;
+        recovered.report.ring_records_held = held;
+    }
+    // Committed staged jobs (one cut by a crash resumes from its ledger) go in before any
+    // new append could take the offsets the ledger gives them.
+    state.ingest_committed()?;
+    state.remove_abandoned_staged()?;
+    // Rebuild consumption from the persisted cursors and retention; delete what is done, so
+    // space from before the restart comes back now.
+    state.cursors.load_all(state.storage.as_ref(), &state.dir)?;
+    for topic in state.topics.all() {
+        state.reclaim.reclaim_topic(&topic);
+    }
+    // A file that cannot be unlinked now is retried by the housekeeping thread.
+    let (failed, result) = state.reclaim.delete_doomed();
+    for file in &failed {
+        state.alloc.doom(file);
+    }
+    if let Err(e) = result {
+        state.reclaim.report(e);
+    }
+    Ok(())
+}
+
+/// Picks up what the writing process made durable since the last refresh (read-only).
+pub(super) fn refresh(state: &State) -> Result<()> {
+    let files = state.alloc.files().clone();
+    let mut recovery = state.recovered.lock().recover();
+    let recovered = recovery::recover(
+        &state.dir,
+        &state.config,
+        state.storage.as_ref(),
+        false,
+        &files,
+        &recovery.known,
+    )?;
+    let mut seen = HashSet::new();
+    let mut all_present = HashSet::new();
+    for t in recovered.topics {
+        // Another id under a known name: the writer deleted the topic and created it again.
+        // The new topic starts afresh (its offsets from 0); readers of the old one keep
+        // their own handle.
+        let topic = state.topics.get_or_insert_found(&t.name, t.id);
+        let existing = topic.chain();
+        let mut added = Vec::new();
+        for b in &t.chain {
+            recovery
+                .known
+                .insert((b.file.seq, b.block_index), Arc::clone(b));
+            if !existing.iter().any(|e| Arc::ptr_eq(e, b)) {
+                added.push(Arc::clone(b));
+            }
+        }
+        topic.extend_read_only(added, t.tail.next_offset);
+        // Extents the writer deleted (consumed, retention) leave from the front.
+        let present: HashSet<(u64, u32)> = t
+            .chain
+            .iter()
+            .map(|b| (b.file.seq, b.block_index))
+            .collect();
+        topic.trim_front(|b| present.contains(&(b.file.seq, b.block_index)));
+        all_present.extend(present);
+        seen.insert(t.name);
+    }
+    // Topics the writer deleted: nothing of theirs is left to read, and they are no longer
+    // listed.
+    for topic in state.topics.all() {
+        if !seen.contains(&topic.name) {
+            topic.trim_front(|_| false);
+            state.topics.remove(&topic);
+        }
+    }
+    recovery.known.retain(|key, _| all_present.contains(key));
+    state.alloc.replace_files(recovered.files);
+    recovery.report = recovered.report;
+    Ok(())
+}
+
+/// Closes: stops appends, waits for in-flight ones, flushes, marks active extents clean,
+/// closes the strategy, fails waiters no sync can cover any more, and releases the
+/// directory. The background threads are stopped already.
+pub(super) fn close(state: &State) -> Result<()> {
+    if state.status.is_closed() {
+        return Ok(());
+    }
+    let mut result = Ok(());
+    if !state.status.is_read_only() {
+        state.alloc.shut_down();
+        for topic in state.topics.all() {
+            topic.stop_appends(false);
+        }
+        state.sync.wait_idle();
+        result = state.flusher.flush_pass(true);
+        let closed = state.durable.close(state.storage.as_ref(), result.is_ok());
+        result = result.and(closed);
+    }
+    state.sync.close();
+    state.status.set_closed();
+    // Release mappings held by the tables; records still alive keep theirs.
+    state.topics.clear();
+    state.alloc.clear();
+    state.recovered.lock().recover().known.clear();
+    state.dir_lock.release();
+    result
+}

@@ -1,0 +1,162 @@
+//! The state one `Wal` shares with its writers, readers and threads: one object per duty
+//! (topic table, allocator, cursors, reclaim, flush, durability strategy, ...), the checks
+//! every call makes first, and the append path's context.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use super::durability::{Appending, Strategy, WriteOpts};
+use super::flush::Flusher;
+use super::lock::DirLock;
+use super::topics::Topics;
+use crate::alloc::BlockAllocator;
+use crate::clock::Clock;
+use crate::config::Config;
+use crate::cursor::CursorTable;
+use crate::error::{Error, Result};
+use crate::io::Storage;
+use crate::prefault::Prefaulter;
+use crate::reclaim::Reclaimer;
+use crate::record::Append;
+use crate::recovery::{Known, RecoveryReport};
+use crate::stage;
+use crate::status::Status;
+use crate::sync::{GroupLimits, SyncQueue};
+use crate::topic::{Ctx, Topic};
+
+/// What recovery found, and the extents a read-only handle has seen (reused by refresh).
+#[derive(Debug)]
+pub(crate) struct RecoveryState {
+    pub report: RecoveryReport,
+    pub known: Known,
+}
+
+/// State shared by a `Wal` and every writer, reader and thread made from it.
+#[derive(Debug)]
+pub(crate) struct State {
+    pub dir: PathBuf,
+    pub config: Config,
+    pub storage: Arc<dyn Storage>,
+    /// Closed, forked, read-only.
+    pub status: Arc<Status>,
+    pub topics: Arc<Topics>,
+    pub alloc: Arc<BlockAllocator>,
+    pub cursors: Arc<CursorTable>,
+    /// Consumed extents and file deletion; the housekeeping thread's wake-up and errors.
+    pub reclaim: Arc<Reclaimer>,
+    /// Tickets, group commit and the handle's poison.
+    pub sync: Arc<SyncQueue>,
+    pub flusher: Flusher,
+    pub durable: Strategy,
+    pub clock: Clock,
+    /// Populates pages ahead of each topic's tail (its thread runs for writable handles).
+    pub prefault: Prefaulter,
+    /// `config.record_bytes_max()` and `config.batch_bytes_max()`, computed once.
+    pub limits: stage::Limits,
+    pub recovered: Mutex<RecoveryState>,
+    /// One staged job is published at a time.
+    pub ingest_lock: Mutex<()>,
+    pub dir_lock: DirLock,
+}
+
+impl State {
+    #[inline]
+    pub fn check_open(&self) -> Result<()> {
+        self.status.check_open()
+    }
+
+    /// Open, writable and not poisoned.
+    #[inline]
+    pub fn check_writable(&self) -> Result<()> {
+        self.status.check_writable()?;
+        self.sync.check()
+    }
+
+    /// The Wal's own durability and space wait.
+    pub fn default_opts(&self) -> WriteOpts {
+        WriteOpts {
+            durability: self.config.durability,
+            space_wait: Duration::from_millis(self.config.space_wait_ms),
+        }
+    }
+
+    /// The topic layer's context for an append with `opts` (the strategy adds its write).
+    pub fn ctx(&self, opts: WriteOpts) -> Ctx<'_> {
+        Ctx {
+            storage: self.storage.as_ref(),
+            alloc: &self.alloc,
+            config: &self.config,
+            clock: &self.clock,
+            space_wait: opts.space_wait,
+            write_through: false,
+            sync: &self.sync,
+            prefault: Some(&self.prefault),
+            reserved: None,
+            ingest: false,
+        }
+    }
+
+    /// What the durability strategy needs for an append with `opts`.
+    pub fn appending(&self, opts: WriteOpts) -> Appending<'_> {
+        Appending {
+            ctx: self.ctx(opts),
+            sync: &self.sync,
+            flusher: &self.flusher,
+            group: self.group_limits(),
+        }
+    }
+
+    pub fn group_limits(&self) -> GroupLimits {
+        GroupLimits {
+            wait: Duration::from_micros(self.config.group_wait_us),
+            bytes_max: self.config.group_bytes_max,
+        }
+    }
+
+    /// The topic `name`, created if needed.
+    pub fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
+        self.topics.get_or_create(name, self.config.max_topics)
+    }
+
+    /// Checks a batch against the directory's limits before anything is reserved.
+    pub fn validate_records(&self, records: &[Append<'_>]) -> Result<()> {
+        let cfg = &self.config;
+        if records.is_empty() {
+            return Err(Error::invalid(
+                "records",
+                "a batch needs at least one record",
+            ));
+        }
+        if records.len() as u64 > cfg.max_batch_records {
+            return Err(Error::limit(
+                "max_batch_records",
+                records.len() as u64,
+                cfg.max_batch_records,
+            ));
+        }
+        let record_max = self.limits.record_bytes_max;
+        let mut total = 0u64;
+        for r in records {
+            let len = r.payload_len();
+            if len > record_max {
+                return Err(Error::limit("max_record_bytes", len, record_max));
+            }
+            total += len;
+        }
+        let batch_max = self.limits.batch_bytes_max;
+        if records.len() > 1 && total > batch_max {
+            return Err(Error::limit("max_batch_bytes", total, batch_max));
+        }
+        Ok(())
+    }
+}
+
+impl Drop for State {
+    fn drop(&mut self) {
+        if self.status.is_forked() {
+            // The lock is the parent's too: closing our descriptor leaves it held.
+            self.dir_lock.forget();
+        }
+    }
+}

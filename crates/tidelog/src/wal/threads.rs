@@ -1,0 +1,181 @@
+//! The background threads of a writable handle: the sync thread (group commits for async
+//! `Always` appends, the periodic flush), the housekeeping thread (spare files, the clock,
+//! retention, staged jobs, file deletion), the prefault thread and, with a ring, the
+//! uploader (checkpoints). A thread that panics poisons the handle.
+
+use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use super::state::State;
+use crate::error::{Error, Result};
+use crate::file::DataFile;
+use crate::poison::Recover;
+use crate::sync::Wake;
+
+/// How often the housekeeping thread looks for abandoned staged jobs (they are a day old).
+const STAGED_CHECK_EVERY: Duration = Duration::from_secs(60);
+
+/// The running threads of a handle (none for a read-only one).
+#[derive(Debug, Default)]
+pub(super) struct Threads {
+    handles: Mutex<Vec<JoinHandle<()>>>,
+}
+
+/// One thread's name, what it poisons the handle with should it panic, and its work.
+type Work = (&'static str, &'static str, fn(&State));
+
+impl Threads {
+    /// Starts the threads of `state`'s writable handle. On failure the ones started are
+    /// returned with the error, for the caller to stop.
+    pub fn spawn(state: &Arc<State>) -> (Threads, Result<()>) {
+        let mut work: Vec<Work> = vec![
+            ("tidelog-sync", "sync thread (it panicked)", sync_loop),
+            (
+                "tidelog-housekeeping",
+                "housekeeping thread (it panicked)",
+                housekeeping_loop,
+            ),
+            ("tidelog-prefault", "prefault thread (it panicked)", |s| {
+                s.prefault.run()
+            }),
+        ];
+        if state.durable.journal().is_some() {
+            work.push(("tidelog-upload", "upload thread (it panicked)", upload_loop));
+        }
+        let threads = Threads::default();
+        for (name, poisons_as, body) in work {
+            let bg = Arc::clone(state);
+            let spawned = std::thread::Builder::new()
+                .name(name.to_owned())
+                .spawn(move || run_guarded(&bg, poisons_as, body));
+            match spawned {
+                Ok(h) => threads.handles.lock().recover().push(h),
+                Err(e) => return (threads, Err(Error::io("spawn thread", &state.dir, e))),
+            }
+        }
+        (threads, Ok(()))
+    }
+
+    /// Asks every thread to stop and joins them. A thread that panicked has poisoned the
+    /// handle already; a panic that escaped the guard poisons it here.
+    pub fn stop(&self, state: &State) {
+        state.reclaim.stop();
+        state.sync.stop_thread();
+        state.prefault.stop();
+        state.durable.stop();
+        let handles = std::mem::take(&mut *self.handles.lock().recover());
+        for handle in handles {
+            if handle.join().is_err() {
+                state
+                    .sync
+                    .poison(&panicked("background thread (it panicked)"));
+            }
+        }
+    }
+
+    /// Forgets the threads without joining: in a forked child the handles name threads of
+    /// the parent.
+    pub fn forget(&self) {
+        std::mem::forget(std::mem::take(&mut *self.handles.lock().recover()));
+    }
+}
+
+/// The poison a panic leaves: no errno, no file.
+fn panicked(op: &'static str) -> Error {
+    Error::Poisoned {
+        op,
+        path: Default::default(),
+        errno: None,
+    }
+}
+
+/// Runs `body`; a panic poisons the handle (waking every waiter) instead of vanishing.
+fn run_guarded(state: &State, poisons_as: &'static str, body: fn(&State)) {
+    if catch_unwind(AssertUnwindSafe(|| body(state))).is_err() {
+        state.sync.poison(&panicked(poisons_as));
+    }
+}
+
+/// The sync thread: group commits for async `Always` appends, and the periodic flush (data
+/// in `Interval` mode, progress slots and seals in both).
+fn sync_loop(state: &State) {
+    let interval = Duration::from_millis(state.config.sync_interval_ms);
+    let limits = state.group_limits();
+    let mut tick = Instant::now() + interval;
+    loop {
+        match state.sync.next_wake(tick) {
+            Wake::Stop => return,
+            // Failures poison the queue and reach every caller through it.
+            Wake::Group => {
+                if let Some(lead) = state.sync.try_lead(&limits) {
+                    let result = state.sync.check().and_then(|()| state.flusher.sync_group());
+                    lead.finish(&result);
+                }
+            }
+            Wake::Tick => {
+                tick = Instant::now() + interval;
+                if state.durable.runs_periodic_flush(state.config.durability) {
+                    let _ = state.flusher.flush();
+                }
+            }
+        }
+    }
+}
+
+/// The uploader thread (ring backend): checkpoints every sync interval, when the ring is
+/// half full, and when an appender finds it full. Errors reach appenders through the
+/// poisoned store or ring; the first is kept for the next flush.
+fn upload_loop(state: &State) {
+    let Some(journal) = state.durable.journal() else {
+        return;
+    };
+    let interval = Duration::from_millis(state.config.sync_interval_ms);
+    let mut last = Instant::now();
+    while journal.wait_until_due(interval, last) {
+        last = Instant::now();
+        if let Err(e) = state.durable.checkpoint(&state.flusher) {
+            state.reclaim.report(e);
+        }
+    }
+}
+
+/// The housekeeping thread: spare files, the clock, retention, staged jobs and file
+/// deletion, every sync interval or as soon as files are doomed.
+fn housekeeping_loop(state: &State) {
+    let tick = Duration::from_millis(state.config.sync_interval_ms);
+    let mut retry: Vec<Arc<DataFile>> = Vec::new();
+    let mut staged_checked = Instant::now();
+    while state.reclaim.wait_for_work(tick) {
+        state.clock.recalibrate();
+        if state.alloc.wants_spare() {
+            // A failure here is retried by the allocating thread, which reports it.
+            let _ = state.alloc.prepare_spare(state.storage.as_ref());
+        }
+        for topic in state.topics.all() {
+            if !state.config.retention_for(&topic.name).is_unlimited() {
+                state.reclaim.reclaim_topic(&topic);
+            }
+        }
+        // Staged jobs another process committed while we hold the directory.
+        if let Err(e) = state.ingest_committed() {
+            state.reclaim.report(e);
+        }
+        if staged_checked.elapsed() >= STAGED_CHECK_EVERY {
+            staged_checked = Instant::now();
+            if let Err(e) = state.remove_abandoned_staged() {
+                state.reclaim.report(e);
+            }
+        }
+        // Failed unlinks wait for the next tick, so a persistent failure does not spin.
+        for file in retry.drain(..) {
+            state.alloc.doom(&file);
+        }
+        let (failed, result) = state.reclaim.delete_doomed();
+        retry = failed;
+        if let Err(e) = result {
+            state.reclaim.report(e);
+        }
+    }
+}
