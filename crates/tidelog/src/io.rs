@@ -347,6 +347,9 @@ pub enum Fault {
     Always(i32),
     /// Write only the first `n` bytes of the next matching write, then report `EIO`.
     ShortWrite(usize),
+    /// Panic in the next matching call, as a bug would: a panic inside the engine must
+    /// poison the handle, not leave it running over half-updated state.
+    Panic,
     /// Let `skip` matching calls through, then fail the next one with `errno` (a sweep over
     /// every I/O of an operation fails each in turn).
     After {
@@ -456,6 +459,7 @@ impl FaultStorage {
                 Err(io::Error::from_raw_os_error(errno))
             }
             Some(Fault::ShortWrite(_)) => Err(io::Error::from_raw_os_error(libc::EIO)),
+            Some(Fault::Panic) => panic!("injected panic at {point}"),
             None => Ok(()),
         }
     }
@@ -494,6 +498,7 @@ impl Storage for FaultStorage {
             Some(Fault::Once(e) | Fault::Always(e) | Fault::After { errno: e, .. }) => {
                 Err(io::Error::from_raw_os_error(e))
             }
+            Some(Fault::Panic) => panic!("injected panic at {}", points::WRITE),
             None => StdStorage.write_at(file, path, buf, offset),
         }
     }
