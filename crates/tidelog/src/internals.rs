@@ -96,7 +96,7 @@ pub fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
 }
 
 /// One extent of `block_count` blocks of 16 KiB at the start of a fresh data file in a
-/// caller's directory, for the decoders that need a [`Block`] around them.
+/// caller's directory, for the decoders that need an extent around them.
 pub struct ExtentFixture {
     block: Block,
 }

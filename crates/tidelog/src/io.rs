@@ -14,7 +14,8 @@ use std::sync::{Arc, Mutex};
 /// The shared mapping of a data file, as [`Storage::sync_map`] receives it.
 pub use crate::mmap::Mapping;
 
-/// Names of the fault points, one per kind of operation.
+/// Names of the fault points, one per kind of operation (test support, hidden from the docs).
+#[doc(hidden)]
 pub mod points {
     /// Creating a data file or a cursor file.
     pub const CREATE: &str = "create";
@@ -338,7 +339,8 @@ fn fallocate(fd: i32, offset: i64, len: i64) -> i32 {
     unsafe { libc::fallocate(fd, 0, offset, len) }
 }
 
-/// How an armed fault point fails.
+/// How an armed fault point fails (test support, hidden from the docs).
+#[doc(hidden)]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fault {
     /// Fail the next matching call with this errno, then behave normally.
@@ -367,7 +369,9 @@ struct Armed {
     fault: Fault,
 }
 
-/// A [`Storage`] that fails named points on demand; everything else goes to [`StdStorage`].
+/// A [`Storage`] that fails named points on demand; everything else goes to [`StdStorage`]
+/// (test support, hidden from the docs).
+#[doc(hidden)]
 #[derive(Debug, Default, Clone)]
 pub struct FaultStorage {
     armed: Arc<Mutex<Vec<Armed>>>,

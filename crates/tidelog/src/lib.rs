@@ -39,6 +39,9 @@ mod cursor;
 mod dio;
 mod error;
 mod file;
+/// Every byte on disk (docs/FORMAT.md is the description): for the tools and tests, not
+/// the API a user needs, so hidden from the docs.
+#[doc(hidden)]
 pub mod format;
 #[doc(hidden)]
 pub mod internals;

@@ -13,6 +13,8 @@
 //! (blocks, window, workers, completion), `scan` (recovery and read-back), `inspect`
 //! (read-only inspection: [`inspect()`]).
 
+/// The ring's bytes (docs/FORMAT.md): for the tools and tests, hidden from the docs.
+#[doc(hidden)]
 pub mod format;
 
 mod device;
