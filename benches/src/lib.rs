@@ -1,6 +1,7 @@
 //! Shared helpers for the tidelog benchmarks: the bench geometry, a rig that appends into a
 //! fresh log and replaces it before the page cache or the disk fills, a rig that reads a
-//! pre-written topic, and the plain-mmap baselines tidelog is measured against.
+//! pre-written topic, and the plain-mmap baselines tidelog is measured against; and the
+//! comparison benchmark ([`compare`], the `tidelog-bench` program).
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
@@ -11,6 +12,8 @@ use std::time::{Duration, Instant};
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use tempfile::TempDir;
 use tidelog::{Config, Reader, ReaderOptions, StartPosition, Wal, Writer};
+
+pub mod compare;
 
 /// Errors of the bench helpers (tidelog's, I/O, a panicked thread).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
