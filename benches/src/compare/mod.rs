@@ -11,7 +11,6 @@
 
 mod ceiling;
 mod engine;
-mod mapping;
 mod report;
 mod row;
 
