@@ -42,8 +42,8 @@ echo "== python: build and install the package, with its test and Spark dependen
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
     ".[test,spark]"
 echo "== ruff"
-python3 -m ruff check python tests/python benches examples crates/tidelog-cli/src/bench
-python3 -m ruff format --check python tests/python benches examples crates/tidelog-cli/src/bench
+python3 -m ruff check python tests/python benches examples
+python3 -m ruff format --check python tests/python benches examples
 echo "== pytest"
 python3 -m pytest -q -p no:cacheprovider tests/python 2>&1 | tee "$log"
 py_totals=$(awk '/ passed| failed/ { for (i = 1; i <= NF; i++) { if ($(i) ~ /^passed/) p = $(i-1); if ($(i) ~ /^failed/) f = $(i-1) } } END { printf "%d passed, %d failed", p, f; exit (p == 0 || f != 0) }' "$log")

@@ -8,9 +8,12 @@ Prints a markdown table: tidelog's rate, a baseline's rate, their ratio and the 
 target for each row, then every repetition. tidelog runs with fsync="interval" (the default:
 a background thread makes the log durable every 200 ms) unless a row says otherwise.
 
-Baselines, all on the same records in the same temporary directory:
-  (a) a Python loop writing a 4-byte length prefix and the record to a buffered file, with
-      flush + os.fsync every 1000 records (durable per 1000: stricter than "interval");
+Baselines, all on the same records in the same temporary directory, are the plain-file and
+sqlite3 peers of `tidelog bench` (imported from python_rows.py beside this file, so both
+benchmarks measure the same code):
+  (a) a Python loop writing each record, after its 4-byte length prefix (frames built once,
+      untimed), to a buffered file, with flush + os.fdatasync every 1000 records (durable
+      per 1000: stricter than "interval");
   (b) the same loop with no fsync at all (the Python per-call ceiling of a write loop);
   (c) sqlite3 in WAL mode with synchronous=NORMAL: per-row INSERTs committed every 1000
       (per-call rows) and executemany of 1000 rows per transaction (batch rows);
@@ -34,7 +37,6 @@ import platform
 import random
 import shutil
 import sqlite3
-import struct
 import sys
 import tempfile
 import time
@@ -45,6 +47,7 @@ from types import TracebackType
 
 import pyarrow as pa
 import tidelog
+from python_rows import PlainFile, SqliteLog, frame, plain_file_scan, sqlite_scan
 
 RECORD_BYTES = 100
 BATCH = 1000  # records per append_batch call, per fsync of (a), per sqlite transaction
@@ -55,9 +58,6 @@ POOL = 4096  # distinct random records, cycled: incompressible without 200 MB of
 # every append reads the OS clock. The Rust benches wait the same 1.5 s after opening.
 SETTLE_S = 1.5
 TOPIC = "bench"
-LEN = struct.Struct("<I")
-SQL_INSERT = "INSERT INTO log (value) VALUES (?)"
-SQL_SELECT = "SELECT value FROM log ORDER BY id"
 
 # Targets from the issue, in records (or calls) per second.
 TARGET_APPEND = 3_000_000
@@ -111,6 +111,7 @@ class Data:
 
     recs: list[bytes]
     batches: list[list[bytes]]
+    frames: list[list[bytes]]  # `batches` as the plain file stores them
     rows: list[list[tuple[bytes]]]
     arrays: list[pa.Array]
 
@@ -118,13 +119,17 @@ class Data:
     def build(cls, n: int) -> Data:
         rng = random.Random(42)
         pool = [rng.randbytes(RECORD_BYTES) for _ in range(POOL)]
+        framed = [frame(r) for r in pool]
         recs = [pool[i % POOL] for i in range(n)]
         batches = [recs[i : i + BATCH] for i in range(0, n, BATCH)]
+        frames = [
+            [framed[j % POOL] for j in range(i, min(i + BATCH, n))] for i in range(0, n, BATCH)
+        ]
         rows = [[(r,) for r in b] for b in batches]
         arrays = [
             pa.array(recs[i : i + ARROW_BATCH], type=pa.binary()) for i in range(0, n, ARROW_BATCH)
         ]
-        return cls(recs, batches, rows, arrays)
+        return cls(recs, batches, frames, rows, arrays)
 
 
 # --- tidelog -------------------------------------------------------------------------------
@@ -187,35 +192,22 @@ def tl_read_arrow(wal: tidelog.Wal, n: int) -> float:
 
 def file_append(root: Path, d: Data, durable: bool) -> float:
     path = root / "plain.log"
-    pack = LEN.pack
     try:
-        with open(path, "wb") as f:
-            write, flush, fd = f.write, f.flush, f.fileno()
+        with PlainFile(path) as f:
+            write, sync = f.write, f.sync
             with Timer() as t:
                 if durable:
-                    for b in d.batches:
-                        for r in b:
-                            write(pack(len(r)))
-                            write(r)
-                        flush()
-                        os.fsync(fd)
+                    for b in d.frames:
+                        for fr in b:
+                            write(fr)
+                        sync()
                 else:
-                    for b in d.batches:
-                        for r in b:
-                            write(pack(len(r)))
-                            write(r)
+                    for b in d.frames:
+                        for fr in b:
+                            write(fr)
     finally:
         path.unlink(missing_ok=True)
     return t.seconds
-
-
-def sqlite_open(path: Path) -> sqlite3.Connection:
-    conn = sqlite3.connect(path)
-    conn.execute("PRAGMA journal_mode=WAL")
-    conn.execute("PRAGMA synchronous=NORMAL")
-    conn.execute("CREATE TABLE IF NOT EXISTS log (id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
-    conn.commit()
-    return conn
 
 
 def sqlite_remove(path: Path) -> None:
@@ -225,49 +217,29 @@ def sqlite_remove(path: Path) -> None:
 
 def sqlite_append(root: Path, d: Data, many: bool) -> float:
     path = root / "baseline.sqlite"
-    conn = sqlite_open(path)
     try:
-        execute, executemany, commit = conn.execute, conn.executemany, conn.commit
-        with Timer() as t:
-            if many:
+        with SqliteLog(path, "NORMAL") as db:
+            insert = db.insert_batch if many else db.insert_each
+            with Timer() as t:
                 for rows in d.rows:
-                    executemany(SQL_INSERT, rows)
-                    commit()
-            else:
-                for rows in d.rows:
-                    for row in rows:
-                        execute(SQL_INSERT, row)
-                    commit()
+                    insert(rows)
     finally:
-        conn.close()
         sqlite_remove(path)
     return t.seconds
 
 
-def file_iterate(path: Path, d: Data) -> float:
-    unpack = LEN.unpack_from
-    rec = b""
+def file_iterate(path: Path, n: int) -> float:
     with Timer() as t:
-        with open(path, "rb") as f:
-            data = f.read()
-        pos, end = 0, len(data)
-        while pos < end:
-            (size,) = unpack(data, pos)
-            pos += 4
-            rec = data[pos : pos + size]
-            pos += size
-    check(rec == d.recs[-1], "plain-file read-back ended on the wrong record")
+        got, total = plain_file_scan(path)
+    check(got == n and total == n * RECORD_BYTES, f"plain file read back {got} records, not {n}")
     return t.seconds
 
 
 def sqlite_iterate(path: Path, n: int) -> float:
     conn = sqlite3.connect(path)
     try:
-        got = 0
         with Timer() as t:
-            for _row in conn.execute(SQL_SELECT):
-                pass
-        got = conn.execute("SELECT count(*) FROM log").fetchone()[0]
+            got, _ = sqlite_scan(conn)
     finally:
         conn.close()
     check(got == n, f"sqlite holds {got} rows, expected {n}")
@@ -371,7 +343,7 @@ def main(argv: list[str] | None = None) -> int:
                 n,
             )
             file_d1 = Measure(
-                f"(a) file write, fsync/{BATCH}", lambda: file_append(root, d, True), n
+                f"(a) file write, fdatasync/{BATCH}", lambda: file_append(root, d, True), n
             )
             file_d0 = Measure("(b) file write, no fsync", lambda: file_append(root, d, False), n)
             sql_row = Measure(
@@ -401,16 +373,13 @@ def main(argv: list[str] | None = None) -> int:
                 reads.append_batch(TOPIC, b)
             reads.flush()
             plain = root / "plain-read.log"
-            with open(plain, "wb") as f:
-                for r in d.recs:
-                    f.write(LEN.pack(len(r)))
-                    f.write(r)
+            with PlainFile(plain) as f:
+                for b in d.frames:
+                    f.file.writelines(b)
             sql = root / "read.sqlite"
-            conn = sqlite_open(sql)
-            for rows in d.rows:
-                conn.executemany(SQL_INSERT, rows)
-                conn.commit()
-            conn.close()
+            with SqliteLog(sql, "NORMAL") as db:
+                for rows in d.rows:
+                    db.insert_batch(rows)
 
             iterate = Measure("Reader iteration", lambda: tl_iterate(reads, n, True), n)
             iterate_raw = Measure(
@@ -421,7 +390,7 @@ def main(argv: list[str] | None = None) -> int:
             arrow_out = Measure(
                 f"Wal.read_arrow, {ARROW_BATCH}/call", lambda: tl_read_arrow(reads, n), n
             )
-            file_read = Measure("file read + slicing", lambda: file_iterate(plain, d), n)
+            file_read = Measure("file read + slicing", lambda: file_iterate(plain, n), n)
             sql_read = Measure("sqlite SELECT iteration", lambda: sqlite_iterate(sql, n), n)
             rounds([speed, iterate, file_read, iterate_raw, arrow_out, sql_read])
         finally:

@@ -1,16 +1,19 @@
 //! Shared helpers for the tidelog benchmarks: the bench geometry, a rig that appends into a
 //! fresh log and replaces it before the page cache or the disk fills, a rig that reads a
-//! pre-written topic, and the plain-mmap baselines tidelog is measured against.
+//! pre-written topic, and the plain baselines tidelog is measured against ([`baseline`],
+//! shared by the criterion benches and the comparison benchmark's ceilings); and the
+//! comparison benchmark itself ([`compare`], the `tidelog-bench` program).
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
-use std::os::fd::AsRawFd;
 use std::sync::Barrier;
 use std::time::{Duration, Instant};
 
-use memmap2::{Mmap, MmapMut, MmapOptions};
 use tempfile::TempDir;
 use tidelog::{Config, Reader, ReaderOptions, StartPosition, Wal, Writer};
+
+pub mod baseline;
+pub mod compare;
+
+pub use baseline::{MmapBaseline, PageCacheSource, fdatasync_appends, memcpy_chunks};
 
 /// Errors of the bench helpers (tidelog's, I/O, a panicked thread).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -25,8 +28,6 @@ pub const MIB: usize = 1024 * KIB;
 pub const FILE_SIZE: u64 = 1 << 30;
 /// Block size of the bench geometry (tidelog's default).
 pub const BLOCK_SIZE: u64 = 10 << 20;
-/// Header page of a data file; blocks start after it (as in tidelog's files).
-const FILE_HEADER: u64 = 4096;
 /// Frame bytes one log (or baseline directory) takes before it is replaced. Keeps dirty page
 /// cache below the kernel's background writeback threshold and disk use bounded.
 pub const RECYCLE_BYTES: u64 = 1 << 30;
@@ -40,7 +41,7 @@ pub const RECYCLE_BYTES: u64 = 1 << 30;
 pub const SETTLE: Duration = Duration::from_millis(1500);
 
 /// [`SETTLE`] under `cargo bench`, nothing under `cargo test --benches`.
-fn default_settle() -> Duration {
+pub(crate) fn default_settle() -> Duration {
     if is_bench_run() {
         SETTLE
     } else {
@@ -326,277 +327,6 @@ pub fn read_records(reader: &mut Reader, count: u64) -> Result<u64> {
         }
     }
     Ok(sum)
-}
-
-/// Baseline (a): plain memcpy of records into mmaps of fresh sparse files of tidelog's
-/// geometry, each block fallocated when first reached (as tidelog reserves an extent),
-/// records packed from the end of the header page. Full files stay mapped (as tidelog keeps
-/// them) until the directory is replaced, untimed, after `budget` bytes; each new directory
-/// is followed by the same untimed [`SETTLE`] as an [`AppendRig`] log.
-#[derive(Debug)]
-pub struct MmapBaseline {
-    file_size: u64,
-    block_size: u64,
-    budget: u64,
-    settle: Duration,
-    written: u64,
-    seq: u64,
-    current: Option<MappedFile>,
-    full: Vec<MappedFile>,
-    dir: Option<TempDir>,
-}
-
-#[derive(Debug)]
-struct MappedFile {
-    map: MmapMut,
-    file: File,
-    pos: u64,
-    allocated: u64,
-    end: u64,
-}
-
-impl MmapBaseline {
-    /// A baseline with the bench geometry.
-    pub fn new() -> Self {
-        Self::with_geometry(FILE_SIZE, BLOCK_SIZE)
-    }
-
-    /// A baseline with files of `file_size` and blocks of `block_size` bytes.
-    pub fn with_geometry(file_size: u64, block_size: u64) -> Self {
-        MmapBaseline {
-            file_size,
-            block_size,
-            budget: RECYCLE_BYTES,
-            settle: default_settle(),
-            written: 0,
-            seq: 0,
-            current: None,
-            full: Vec::new(),
-            dir: None,
-        }
-    }
-
-    /// Sets how many bytes one directory takes before it is replaced.
-    pub fn with_budget(mut self, bytes: u64) -> Self {
-        self.budget = bytes.max(1);
-        self
-    }
-
-    /// Sets the untimed pause after each new directory (default [`SETTLE`] under `cargo bench`).
-    pub fn with_settle(mut self, settle: Duration) -> Self {
-        self.settle = settle;
-        self
-    }
-
-    /// Starts a fresh directory unless the current one is less than half used (see
-    /// [`AppendRig::prepare`]).
-    pub fn prepare(&mut self) -> Result<()> {
-        if self.dir.is_none() || self.written > self.budget / 2 {
-            self.start_directory()?;
-        }
-        Ok(())
-    }
-
-    fn start_directory(&mut self) -> Result<()> {
-        self.finish();
-        self.dir = Some(tempfile::tempdir()?);
-        let first = self.new_file()?;
-        self.current = Some(first);
-        std::thread::sleep(self.settle);
-        Ok(())
-    }
-
-    /// Unmaps and deletes every file (dirty pages of deleted files are never written back).
-    pub fn finish(&mut self) {
-        self.current = None;
-        self.full.clear();
-        self.dir = None;
-        self.written = 0;
-    }
-
-    /// Starts writing the current file from its first record again: its pages are then
-    /// already faulted in, so a second pass measures the copy alone.
-    pub fn rewind(&mut self) {
-        if let Some(cur) = &mut self.current {
-            cur.pos = FILE_HEADER;
-        }
-    }
-
-    fn new_file(&mut self) -> Result<MappedFile> {
-        let Some(dir) = &self.dir else {
-            return Err("baseline directory missing".into());
-        };
-        let path = dir.path().join(format!("{:020}.bin", self.seq));
-        self.seq += 1;
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        file.set_len(self.file_size)?;
-        fallocate(&file, 0, FILE_HEADER)?;
-        let blocks = (self.file_size - FILE_HEADER) / self.block_size;
-        let map = map_mut(&file, self.file_size)?;
-        Ok(MappedFile {
-            map,
-            file,
-            pos: FILE_HEADER,
-            allocated: FILE_HEADER,
-            end: FILE_HEADER + blocks * self.block_size,
-        })
-    }
-
-    /// Copies `record` `count` times; returns the time spent, directory replacement excluded.
-    pub fn append(&mut self, count: u64, record: &[u8]) -> Result<Duration> {
-        let len = record.len() as u64;
-        if len > self.file_size - FILE_HEADER {
-            return Err("record larger than a file".into());
-        }
-        let mut timed = Duration::ZERO;
-        let mut left = count;
-        while left > 0 {
-            if self.dir.is_none() || self.written + len > self.budget {
-                self.start_directory()?;
-            }
-            let room = (self.budget.saturating_sub(self.written) / len.max(1)).max(1);
-            let n = left.min(room);
-            let start = Instant::now();
-            for _ in 0..n {
-                self.copy_one(record)?;
-            }
-            timed += start.elapsed();
-            self.written += n * len;
-            left -= n;
-        }
-        Ok(timed)
-    }
-
-    #[inline]
-    fn copy_one(&mut self, record: &[u8]) -> Result<()> {
-        let len = record.len() as u64;
-        let needs_new = self.current.as_ref().is_none_or(|c| c.pos + len > c.end);
-        if needs_new {
-            let next = self.new_file()?;
-            if let Some(old) = self.current.replace(next) {
-                self.full.push(old);
-            }
-        }
-        let block_size = self.block_size;
-        let Some(cur) = self.current.as_mut() else {
-            return Err("no current baseline file".into());
-        };
-        while cur.pos + len > cur.allocated {
-            fallocate(&cur.file, cur.allocated, block_size)?;
-            cur.allocated += block_size;
-        }
-        let at = cur.pos as usize;
-        cur.map[at..at + record.len()].copy_from_slice(record);
-        cur.pos += len;
-        Ok(())
-    }
-}
-
-impl Default for MmapBaseline {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-/// Baseline (b): a page-cache-resident file mapped read-only and pre-faulted, to copy from.
-#[derive(Debug)]
-pub struct PageCacheSource {
-    map: Mmap,
-    _file: File,
-    _dir: TempDir,
-}
-
-impl PageCacheSource {
-    /// A file of `len` pattern bytes, written through the page cache and mapped.
-    pub fn new(len: usize) -> Result<Self> {
-        let dir = tempfile::tempdir()?;
-        let path = dir.path().join("source.bin");
-        let mut file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create_new(true)
-            .open(&path)?;
-        let chunk = payload(MIB);
-        let mut left = len.max(1);
-        while left > 0 {
-            let n = left.min(chunk.len());
-            file.write_all(&chunk[..n])?;
-            left -= n;
-        }
-        let map = map_read(&file, len.max(1) as u64)?;
-        // Fault every page in now, as the writer's own mapping already is for tidelog.
-        let mut sum = 0u64;
-        for page in map.chunks(4096) {
-            sum += u64::from(page[0]);
-        }
-        std::hint::black_box(sum);
-        Ok(PageCacheSource {
-            map,
-            _file: file,
-            _dir: dir,
-        })
-    }
-
-    /// The mapped bytes.
-    pub fn bytes(&self) -> &[u8] {
-        &self.map
-    }
-}
-
-/// Copies `count` chunks of `dst.len()` bytes from `src` into `dst`, sequentially from
-/// `*at`, wrapping at the end of `src`; returns the bytes copied.
-pub fn memcpy_chunks(src: &[u8], dst: &mut [u8], count: u64, at: &mut usize) -> u64 {
-    let len = dst.len();
-    if len == 0 || len > src.len() {
-        return 0;
-    }
-    for _ in 0..count {
-        if *at + len > src.len() {
-            *at = 0;
-        }
-        dst.copy_from_slice(&src[*at..*at + len]);
-        std::hint::black_box(&mut *dst);
-        *at += len;
-    }
-    count * len as u64
-}
-
-/// Reserves `[offset, offset + len)` of `file` as tidelog does (plain `fallocate`, mode 0).
-pub fn fallocate(file: &File, offset: u64, len: u64) -> io::Result<()> {
-    let (Ok(off), Ok(l)) = (i64::try_from(offset), i64::try_from(len)) else {
-        return Err(io::Error::from_raw_os_error(libc::EFBIG));
-    };
-    let rc = raw_fallocate(file.as_raw_fd(), off, l);
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(io::Error::last_os_error())
-    }
-}
-
-#[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
-fn raw_fallocate(fd: i32, offset: i64, len: i64) -> i32 {
-    // SAFETY: fallocate takes no pointers; an invalid fd only yields EBADF.
-    unsafe { libc::fallocate(fd, 0, offset, len) }
-}
-
-#[expect(unsafe_code, reason = "mapping a file is unsafe in memmap2")]
-fn map_mut(file: &File, len: u64) -> io::Result<MmapMut> {
-    let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: the file was created by this process in a private temporary directory, is never
-    // truncated while mapped, and nothing else writes it.
-    unsafe { MmapOptions::new().len(len).map_mut(file) }
-}
-
-#[expect(unsafe_code, reason = "mapping a file is unsafe in memmap2")]
-fn map_read(file: &File, len: u64) -> io::Result<Mmap> {
-    let len = usize::try_from(len).map_err(|_| io::Error::from_raw_os_error(libc::EFBIG))?;
-    // SAFETY: as in `map_mut`: a private file of this process, never changed while mapped.
-    unsafe { MmapOptions::new().len(len).map(file) }
 }
 
 /// One timed run: records done, wall time, and per-append latencies in ns (if measured).

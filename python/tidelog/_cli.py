@@ -1,8 +1,10 @@
-"""The `tidelog` console script: the Rust command, run inside this interpreter."""
+"""The `tidelog` console script: the Rust command, run inside this interpreter.
+
+The wheel has no benchmark: `tidelog bench` says in one line how to run it from a checkout.
+"""
 
 from __future__ import annotations
 
-import os
 import signal
 import sys
 
@@ -12,8 +14,6 @@ def main() -> None:
     # quietly instead of raising in Python.
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    # `tidelog bench` runs its Python rows with this interpreter, which has tidelog.
-    os.environ.setdefault("TIDELOG_PYTHON", sys.executable)
     from tidelog._native import cli
 
     sys.exit(cli(["tidelog", *sys.argv[1:]]))

@@ -93,3 +93,12 @@ def test_the_cli_function_is_the_same_command() -> None:
 
     assert cli(["tidelog", "stat", "/nonexistent-tidelog-dir"]) == 2
     assert sys.modules["tidelog._native"].cli is cli
+
+
+def test_bench_is_not_in_the_wheel_and_says_how_to_run_it() -> None:
+    for args in (["bench", "--quick"], ["bench", "--help"]):
+        out = run(*args)
+        assert out.returncode == 2, out
+        lines = out.stderr.strip().splitlines()
+        assert len(lines) == 1 and "scripts/bench.sh" in lines[0], out.stderr
+        assert out.stdout == ""

@@ -1,11 +1,15 @@
-//! `tidelog`: produce into, consume from, dump, inspect and verify a log directory, and
-//! benchmark the engine.
+//! `tidelog`: produce into, consume from, dump, inspect and verify a log directory (or a
+//! ring), and start the comparison benchmark.
 //!
 //! The command is a library so the Python wheel can ship it too: its `tidelog` console
-//! script calls [`run`] through the binding. Every subcommand prints human-readable text, or
-//! one JSON document with `--json`. Errors are one line on stderr and a non-zero exit: 2 for
-//! bad usage or input (missing directory, locked directory, unknown topic), 1 for corruption
-//! found by `verify` or an I/O failure.
+//! script calls [`run_without_bench`] through the binding. Every subcommand prints
+//! human-readable text, or one JSON document with `--json`. Errors are one line on stderr and
+//! a non-zero exit: 2 for bad usage or input (missing directory, locked directory, unknown
+//! topic), 1 for corruption found by `verify` or an I/O failure.
+//!
+//! The comparison benchmark is not here: it is the `tidelog-bench` program of the benches
+//! package (`benches/`), which `tidelog bench` runs when it lies next to this program (a
+//! checkout's `target/release`).
 
 use std::ffi::OsString;
 use std::fmt::Write as _;
@@ -17,7 +21,7 @@ use tidelog::Error;
 
 mod bench;
 mod log;
-mod progress;
+pub mod progress;
 mod ring;
 
 #[derive(Debug, Parser)]
@@ -111,9 +115,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
-    /// Measures this machine's ceilings, tidelog and its peers on the same workloads, and
-    /// prints medians with ratios to the ceiling and to the best peer.
-    Bench(bench::BenchArgs),
+    /// The comparison benchmark: this machine's ceilings, tidelog and its peers on the same
+    /// workloads (the `tidelog-bench` program, built from a checkout next to this one;
+    /// `tidelog bench --help` for its options).
+    #[command(disable_help_flag = true)]
+    Bench {
+        /// Everything after `bench` goes to `tidelog-bench`.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<OsString>,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -157,8 +167,29 @@ impl From<Error> for Failure {
 }
 
 /// Runs the command line `args` (the program name first) and returns the exit status: 0 on
-/// success, 1 for corruption or a failure of the log, 2 for bad usage or input.
+/// success, 1 for corruption or a failure of the log, 2 for bad usage or input. `tidelog
+/// bench` runs `tidelog-bench` from this program's directory, where a checkout's build puts
+/// it, and returns its status.
 pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    run_with(args, bench::Bench::NextToThisProgram)
+}
+
+/// As [`run`], for a host that ships no benchmark (the Python wheel's console script):
+/// `tidelog bench` looks for no program and only says, in one line with exit status 2, how
+/// to run the benchmark from a checkout.
+pub fn run_without_bench<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    run_with(args, bench::Bench::Absent)
+}
+
+fn run_with<I, T>(args: I, bench: bench::Bench) -> u8
 where
     I: IntoIterator<Item = T>,
     T: Into<OsString> + Clone,
@@ -209,7 +240,11 @@ where
             (Some(dir), None) => log::verify(&mut out, &dir, json),
             (None, None) => Err(Failure::Usage("give a directory or --ring PATH".into())),
         },
-        Command::Bench(args) => bench::bench(&mut out, args),
+        Command::Bench { args } => {
+            // The benchmark writes to the same stdout: nothing of ours may be pending.
+            let _ = out.flush();
+            bench.run(args)
+        }
     };
     // The binding calls this inside Python, where nothing flushes Rust's stdout at exit.
     let _ = out.flush();

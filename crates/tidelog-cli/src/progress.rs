@@ -1,5 +1,6 @@
 //! A one-line progress bar on stderr, drawn only when stderr is a terminal, so scripts and
-//! pipes see clean output.
+//! pipes see clean output. Public for the comparison benchmark (`tidelog-bench`), which
+//! draws the same bar.
 
 use std::io::{IsTerminal, Write};
 use std::time::{Duration, Instant};
@@ -8,8 +9,9 @@ use std::time::{Duration, Instant};
 const REDRAW_EVERY: Duration = Duration::from_millis(100);
 const BAR_WIDTH: u64 = 30;
 
+/// The bar; [`Progress::finish`] (or dropping it) clears its line.
 #[derive(Debug)]
-pub(crate) struct Progress {
+pub struct Progress {
     enabled: bool,
     what: &'static str,
     total: Option<u64>,
@@ -21,7 +23,7 @@ pub(crate) struct Progress {
 
 impl Progress {
     /// A bar counting `what` up to `total` (or, without one, a running count).
-    pub(crate) fn new(what: &'static str, total: Option<u64>) -> Progress {
+    pub fn new(what: &'static str, total: Option<u64>) -> Progress {
         Progress {
             enabled: std::io::stderr().is_terminal(),
             what,
@@ -33,12 +35,14 @@ impl Progress {
         }
     }
 
-    pub(crate) fn inc(&mut self, n: u64) {
+    /// Counts `n` more done.
+    pub fn inc(&mut self, n: u64) {
         self.done += n;
         self.draw(false);
     }
 
-    pub(crate) fn message(&mut self, message: impl Into<String>) {
+    /// Shows `message` after the count (what is being done now).
+    pub fn message(&mut self, message: impl Into<String>) {
         self.message = message.into();
         self.draw(true);
     }
@@ -73,7 +77,7 @@ impl Progress {
     }
 
     /// Clears the bar's line.
-    pub(crate) fn finish(&mut self) {
+    pub fn finish(&mut self) {
         if self.enabled && self.drawn.is_some() {
             let mut err = std::io::stderr().lock();
             let _ = write!(err, "\r\x1b[K");

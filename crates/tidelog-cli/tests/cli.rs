@@ -276,3 +276,24 @@ fn stat_lists_staged_jobs_not_yet_published() {
         text(&out.stdout)
     );
 }
+
+/// `tidelog bench` hands everything after `bench` to `tidelog-bench` when a build put it
+/// next to `tidelog`; without it, it says in one line how to get it. Either way a bad
+/// option is one line and exit 2, and nothing is measured.
+#[test]
+fn bench_runs_the_benchmark_beside_it_or_says_how_to() {
+    let beside = Path::new(env!("CARGO_BIN_EXE_tidelog"))
+        .with_file_name("tidelog-bench")
+        .is_file();
+    let out = tidelog(&["bench", "--sizes", "0"], "");
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    let err = text(&out.stderr);
+    assert_eq!(err.trim().lines().count(), 1, "{err}");
+    let expect = if beside {
+        "--sizes"
+    } else {
+        "scripts/bench.sh"
+    };
+    assert!(err.contains(expect), "{err}");
+    assert!(out.stdout.is_empty());
+}

@@ -118,10 +118,11 @@ fn open(
 }
 
 /// Runs the `tidelog` command line `argv` (program name first) with the GIL released and
-/// returns its exit status: the wheel's `tidelog` console script.
+/// returns its exit status: the wheel's `tidelog` console script. The wheel has no
+/// benchmark: `tidelog bench` says in one line how to run it from a checkout.
 #[pyfunction]
 fn cli(py: Python<'_>, argv: Vec<std::ffi::OsString>) -> PyResult<u8> {
-    detached(py, || Ok(tidelog_cli::run(argv)))
+    detached(py, || Ok(tidelog_cli::run_without_bench(argv)))
 }
 
 #[pymodule]

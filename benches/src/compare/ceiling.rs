@@ -7,10 +7,8 @@ use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::Path;
 use std::time::Instant;
 
-use tidelog::io::{StdStorage, Storage};
-
-use super::mapping::PrivateMapping;
 use super::row::{Budget, MIB, Row, SETTLE, batch_records, ns_since, run_threads};
+use crate::baseline::{MmapBaseline, fdatasync_appends};
 
 /// The names the report matches rows against.
 pub(crate) const MMAP_WRITE: &str = "mmap write";
@@ -82,39 +80,34 @@ pub(crate) fn per_size(
 }
 
 /// Copies records into a fresh sparse 1 GiB mapping, reserving each 10 MiB block on disk
-/// first, as tidelog's writers do, minus the frame, the checksum and the bookkeeping.
+/// first, as tidelog's writers do, minus the frame, the checksum and the bookkeeping: the
+/// benches' [`MmapBaseline`] with one file, in the scratch directory.
 pub(crate) fn mmap_write(dir: &Path, pool: &[Vec<u8>], budget: Budget) -> Result<Row, String> {
     let size = pool[0].len() as u64;
-    let path = dir.join("ceiling-mmap");
-    let file = create(&path)?;
-    file.set_len(MAP_FILE_BYTES)
-        .map_err(|e| io_err("set_len", e))?;
-    let mut map = PrivateMapping::new(&file).map_err(|e| io_err("mmap", e))?;
-    let bytes = map.bytes_mut();
-    std::thread::sleep(SETTLE);
-    let limit = budget.bytes_max.clamp(size, MAP_FILE_BYTES);
+    let err = |e: crate::BoxError| format!("mmap baseline: {e}");
+    let mut base = MmapBaseline::with_geometry(MAP_FILE_BYTES, MAP_BLOCK_BYTES)
+        .in_dir(dir)
+        .with_settle(SETTLE);
+    base.prepare().map_err(err)?;
+    let limit = budget.bytes_max.clamp(size, base.file_capacity());
     let deadline = Instant::now() + budget.duration();
     let start = Instant::now();
-    let (mut pos, mut reserved, mut n) = (0u64, 0u64, 0u64);
+    let (mut pos, mut n, mut check_at) = (0u64, 0u64, 0u64);
     while pos + size <= limit {
-        if pos + size > reserved {
-            StdStorage
-                .allocate(&file, &path, reserved, MAP_BLOCK_BYTES)
-                .map_err(|e| io_err("fallocate", e))?;
-            reserved += MAP_BLOCK_BYTES;
+        // The clock is read once per block's worth of records.
+        if pos >= check_at {
             if Instant::now() >= deadline {
                 break;
             }
+            check_at = pos + MAP_BLOCK_BYTES;
         }
-        let record = &pool[(n % pool.len() as u64) as usize];
-        bytes[pos as usize..(pos + size) as usize].copy_from_slice(record);
+        base.write(&pool[(n % pool.len() as u64) as usize])
+            .map_err(err)?;
         pos += size;
         n += 1;
     }
     let seconds = start.elapsed().as_secs_f64();
-    drop(map);
-    drop(file);
-    remove(&path);
+    base.finish();
     Ok(Row::new(
         "ceiling",
         MMAP_WRITE,
@@ -158,7 +151,8 @@ pub(crate) fn buffered_write(dir: &Path, pool: &[Vec<u8>], budget: Budget) -> Re
     .measured(n, n * size, seconds))
 }
 
-/// Appends records to a file and makes each one (or each batch) durable with `fdatasync`.
+/// Appends records to a file and makes each one (or each batch) durable with `fdatasync`:
+/// the benches' [`fdatasync_appends`] loop.
 pub(crate) fn fsync_write(
     dir: &Path,
     pool: &[Vec<u8>],
@@ -169,28 +163,11 @@ pub(crate) fn fsync_write(
     let batch = if per_batch { batch_records(size) } else { 1 };
     let path = dir.join("ceiling-fsync");
     let file = create(&path)?;
-    let mut buf = Vec::with_capacity((batch * size) as usize);
     let max = budget.records_per_thread(size, 1);
-    let deadline = Instant::now() + budget.duration();
-    let mut latencies = Vec::new();
-    let start = Instant::now();
-    let (mut n, mut pos) = (0u64, 0u64);
-    while n < max && Instant::now() < deadline {
-        buf.clear();
-        for i in 0..batch {
-            buf.extend_from_slice(&pool[((n + i) % pool.len() as u64) as usize]);
-        }
-        let t = Instant::now();
-        file.write_all_at(&buf, pos)
-            .map_err(|e| io_err("write", e))?;
-        file.sync_data().map_err(|e| io_err("fdatasync", e))?;
-        latencies.push(ns_since(t));
-        pos += buf.len() as u64;
-        n += batch;
-    }
-    let seconds = start.elapsed().as_secs_f64();
+    let run = fdatasync_appends(&file, pool, batch, budget.duration(), max);
     drop(file);
     remove(&path);
+    let run = run.map_err(|e| io_err("write+fdatasync", e))?;
     let (name, class, config, of) = if per_batch {
         (
             FSYNC_BATCH,
@@ -206,8 +183,13 @@ pub(crate) fn fsync_write(
             "record",
         )
     };
+    let latencies = run
+        .latencies_ns
+        .iter()
+        .map(|&ns| u32::try_from(ns).unwrap_or(u32::MAX))
+        .collect();
     Ok(Row::new("ceiling", name, config, class, "append", size, 1)
-        .measured(n, pos, seconds)
+        .measured(run.records, run.records * size, run.secs)
         .latency(latencies, of))
 }
 

@@ -1,15 +1,16 @@
-//! `tidelog bench`: one run that measures this machine's ceilings, tidelog (from Rust and
-//! from Python) and its peers on the same workloads, in interleaved rounds, and reports
-//! medians and ratios (docs/BENCHMARKS.md explains every row).
+//! The comparison benchmark (`tidelog bench`, the `tidelog-bench` program): one run that
+//! measures this machine's ceilings, tidelog (from Rust and from Python) and its peers on the
+//! same workloads, in interleaved rounds, and reports medians and ratios (docs/BENCHMARKS.md
+//! explains every row).
 //!
 //! The Rust rows and the ceilings run in this process. Two producers run as child
-//! processes, once per round, and print rows as JSON lines: the walrus peer
-//! (`walrus_peer`, built in the workspace's benches package) and the Python rows
-//! (`python_rows.py`, embedded here and run with a Python that has tidelog installed).
+//! processes, once per round, and print rows as JSON lines: the walrus peer (`walrus_peer`,
+//! a binary of this package) and the Python rows (`benches/python/python_rows.py`, run with
+//! a Python that has tidelog installed). The plots come from `benches/python/plot.py`. Both
+//! scripts are run from the checkout this program was built in.
 
 mod ceiling;
 mod engine;
-mod mapping;
 mod report;
 mod row;
 
@@ -19,13 +20,15 @@ use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use crate::progress::Progress;
-use crate::{Failure, Out, write_err};
+use clap::Parser;
+use tidelog_cli::progress::Progress;
+
 use row::{Budget, MIB, Row, pool};
 
-/// The Python rows and the plots, written next to the run's scratch files when needed.
-const PYTHON_ROWS: &str = include_str!("python_rows.py");
-const PLOT: &str = include_str!("plot.py");
+/// The Python scripts (the Python rows and the plots), in the checkout this was built from.
+const PYTHON_DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/python");
+const PYTHON_ROWS: &str = "python_rows.py";
+const PLOT: &str = "plot.py";
 
 /// Largest record size: the ring's record limit.
 const RECORD_BYTES_MAX: u64 = MIB;
@@ -33,8 +36,15 @@ const THREADS_MAX: u32 = 64;
 const ROUNDS_MAX: u32 = 20;
 const SECONDS_MAX: f64 = 60.0;
 
-#[derive(Debug, clap::Args)]
-pub(crate) struct BenchArgs {
+/// The command line of `tidelog bench` (and of `tidelog-bench`).
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidelog bench",
+    version,
+    about = "Measures this machine's ceilings, tidelog and its peers on the same workloads, and \
+             prints medians with ratios to the ceiling and to the best peer"
+)]
+struct BenchArgs {
     /// Directory for the scratch files, on the file system to measure (default: the
     /// system's temporary directory). A subdirectory is made and removed.
     #[arg(long)]
@@ -74,6 +84,49 @@ pub(crate) struct BenchArgs {
     /// Print the merged results as JSON instead of tables.
     #[arg(long)]
     json: bool,
+}
+
+/// What a run failed with: bad input (exit 2) or a failure while running (exit 1).
+#[derive(Debug)]
+enum Failure {
+    Usage(String),
+    Run(String),
+}
+
+fn write_err(e: std::io::Error) -> Failure {
+    Failure::Run(format!("cannot write output: {e}"))
+}
+
+/// Runs the benchmark with the command line `args` (the program name first), printing to
+/// stdout, and returns the exit status: 0 on success, 1 when the run failed, 2 for bad usage.
+pub fn run<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString> + Clone,
+{
+    let args = match BenchArgs::try_parse_from(args) {
+        Ok(args) => args,
+        Err(e) => {
+            // --help and --version print to stdout and succeed; usage errors exit 2.
+            let _ = e.print();
+            return if e.use_stderr() { 2 } else { 0 };
+        }
+    };
+    let out = std::io::stdout();
+    let mut out = out.lock();
+    let result = bench(&mut out, &args);
+    let _ = out.flush();
+    match result {
+        Ok(()) => 0,
+        Err(Failure::Usage(m)) => {
+            eprintln!("tidelog bench: {m}");
+            2
+        }
+        Err(Failure::Run(m)) => {
+            eprintln!("tidelog bench: {m}");
+            1
+        }
+    }
 }
 
 /// The validated plan of a run.
@@ -296,8 +349,21 @@ impl Drop for Scratch {
     }
 }
 
+/// One of the Python scripts, which must be where this program was built from.
+fn python_script(name: &str) -> Result<PathBuf, String> {
+    let path = Path::new(PYTHON_DIR).join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{} not found (run tidelog bench from the checkout it was built in)",
+            path.display()
+        ))
+    }
+}
+
 /// The Python for the Python rows, if it can import tidelog.
-fn python_producer(arg: Option<&str>, scratch: &Path) -> Result<Producer, String> {
+fn python_producer(arg: Option<&str>) -> Result<Producer, String> {
     let python = arg
         .map(str::to_owned)
         .or_else(|| std::env::var("TIDELOG_PYTHON").ok())
@@ -316,8 +382,7 @@ fn python_producer(arg: Option<&str>, scratch: &Path) -> Result<Producer, String
             "Python rows left out: {python} cannot import tidelog (pip install tidelog, or --python)"
         ));
     }
-    let script = scratch.join("python_rows.py");
-    std::fs::write(&script, PYTHON_ROWS).map_err(|e| e.to_string())?;
+    let script = python_script(PYTHON_ROWS).map_err(|e| format!("Python rows left out: {e}"))?;
     Ok(Producer {
         name: "python rows",
         program: python.into(),
@@ -583,8 +648,8 @@ fn engine_rows(
     rows
 }
 
-pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
-    let plan = Plan::new(&args)?;
+fn bench(out: &mut impl Write, args: &BenchArgs) -> Result<(), Failure> {
+    let plan = Plan::new(args)?;
     if let Some(o) = &args.out {
         std::fs::create_dir_all(o)
             .map_err(|e| Failure::Usage(format!("cannot create {}: {e}", o.display())))?;
@@ -594,7 +659,7 @@ pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
     let mut producers = Vec::new();
     for p in [
         walrus_producer(args.walrus.as_deref()),
-        python_producer(args.python.as_deref(), &scratch.0),
+        python_producer(args.python.as_deref()),
     ] {
         match p {
             Ok(p) => producers.push(p),
@@ -632,7 +697,7 @@ pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
     };
     for round in 0..plan.rounds {
         let dir = scratch.0.join(format!("round-{round}"));
-        std::fs::create_dir(&dir).map_err(|e| Failure::Log(format!("{}: {e}", dir.display())))?;
+        std::fs::create_dir(&dir).map_err(|e| Failure::Run(format!("{}: {e}", dir.display())))?;
         let before = ceiling::memcpy_mb_per_s(probe_budget);
         let mut rows = engine_rows(&plan, &dir, &pools, &mut progress, &mut notes);
         for p in &producers {
@@ -654,14 +719,13 @@ pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
     let report = report::merge(&rounds, probes, machine, notes);
     let markdown = report::markdown(&report);
     let json = serde_json::to_string_pretty(&report)
-        .map_err(|e| Failure::Log(format!("cannot encode results: {e}")))?;
+        .map_err(|e| Failure::Run(format!("cannot encode results: {e}")))?;
     if let Some(dir) = &args.out {
         write_outputs(
             dir,
             &json,
             &markdown,
             producers.iter().find(|p| p.name == "python rows"),
-            &scratch.0,
         )?;
     }
     if args.json {
@@ -670,7 +734,7 @@ pub(crate) fn bench(out: &mut Out<'_>, args: BenchArgs) -> Result<u8, Failure> {
         write!(out, "{markdown}")
     }
     .map_err(write_err)?;
-    Ok(0)
+    Ok(())
 }
 
 /// results.json, results.md and, when the Python has matplotlib, the plots.
@@ -679,20 +743,24 @@ fn write_outputs(
     json: &str,
     markdown: &str,
     python: Option<&Producer>,
-    scratch: &Path,
 ) -> Result<(), Failure> {
     let write = |name: &str, text: &str| {
         std::fs::write(dir.join(name), text)
-            .map_err(|e| Failure::Log(format!("cannot write {}: {e}", dir.join(name).display())))
+            .map_err(|e| Failure::Run(format!("cannot write {}: {e}", dir.join(name).display())))
     };
     write("results.json", json)?;
     write("results.md", markdown)?;
     let Some(python) = python else {
-        eprintln!("tidelog: no plots: the Python rows did not run");
+        eprintln!("tidelog bench: no plots: the Python rows did not run");
         return Ok(());
     };
-    let script = scratch.join("plot.py");
-    std::fs::write(&script, PLOT).map_err(|e| Failure::Log(e.to_string()))?;
+    let script = match python_script(PLOT) {
+        Ok(script) => script,
+        Err(e) => {
+            eprintln!("tidelog bench: no plots: {e}");
+            return Ok(());
+        }
+    };
     let status = Command::new(&python.program)
         .arg(&script)
         .arg(dir.join("results.json"))
@@ -700,7 +768,7 @@ fn write_outputs(
         .stdout(Stdio::null())
         .status();
     if !status.is_ok_and(|s| s.success()) {
-        eprintln!("tidelog: no plots: plotting failed (pip install matplotlib)");
+        eprintln!("tidelog bench: no plots: plotting failed (pip install matplotlib)");
     }
     Ok(())
 }

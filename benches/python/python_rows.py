@@ -17,14 +17,15 @@ Only the write or read loop is timed (perf_counter_ns, cyclic GC off); opening, 
 batch, each D2 record, and one D0 record in 64. Each system's read row reads back what its
 first D0 row wrote.
 
-`tidelog bench` writes this file out and runs it with a Python that has `tidelog` installed,
-once per round. By hand:
+`tidelog bench` runs this file (benches/python/python_rows.py in the checkout it was built
+from) with a Python that has `tidelog` installed, once per round. By hand:
 
-    python3 python_rows.py --dir D --sizes 100 --seconds 0.5
+    python3 benches/python/python_rows.py --dir D --sizes 100 --seconds 0.5
 
 `--dir` must exist and be empty; each row works in its own subdirectory and deletes it
 afterwards. Only stdlib, `tidelog` and the optional `lmdb` and `rocksdict` are used, so the
-file runs on its own.
+file runs on its own. Its plain-file and sqlite3 peers (`PlainFile`, `plain_file_scan`,
+`SqliteLog`, `sqlite_scan`) are also the baselines of `bench_python.py`, which imports them.
 """
 
 from __future__ import annotations
@@ -306,94 +307,153 @@ def tidelog_read(path: str, w: Workload) -> tuple[int, int, int]:
 
 
 # ---- plain file ----------------------------------------------------------------------------
+# The plain-file and sqlite3 peers are also the baselines of benches/python/bench_python.py,
+# which imports them from here: one implementation of each.
+
+
+def frame(value: bytes) -> bytes:
+    """A record as the plain file stores it: its length as 4 little-endian bytes, then it."""
+    return PREFIX.pack(len(value)) + value
+
+
+class PlainFile:
+    """The plain-file peer: frames (see `frame`) appended to a buffered file opened "ab",
+    made durable with flush + fdatasync where asked."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.file = open(path, "ab")  # closed by close() or the with block
+        # One buffered write per frame: a bound method, as cheap as calling the file's own.
+        self.write = self.file.write
+        self._fd = self.file.fileno()
+
+    def sync(self) -> None:
+        """Makes everything written so far durable: flush, then fdatasync."""
+        self.file.flush()
+        os.fdatasync(self._fd)
+
+    def write_durable(self, frame: bytes) -> None:
+        """One frame, durable before it returns (D2)."""
+        self.write(frame)
+        self.sync()
+
+    def write_batch_durable(self, frames: list[bytes]) -> None:
+        """A batch of frames in one call, durable before it returns (D1)."""
+        self.file.writelines(frames)
+        self.sync()
+
+    def close(self) -> None:
+        self.file.close()
+
+    def __enter__(self) -> PlainFile:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def plain_file_scan(path: str | os.PathLike[str]) -> tuple[int, int]:
+    """Reads a plain file whole and slices out every record (a memoryview, no copy); returns
+    the records and value bytes seen."""
+    unpack = PREFIX.unpack_from
+    step = PREFIX.size
+    with open(path, "rb") as f:
+        data = f.read()
+    view = memoryview(data)
+    end = len(data)
+    off = n = total = 0
+    while off < end:
+        (length,) = unpack(data, off)
+        off += step
+        value = view[off : off + length]
+        off += length
+        n += 1
+        total += len(value)
+    return n, total
 
 
 def file_write(path: str, w: Workload, cls: str) -> Timed:
-    # Frames (prefix + payload) are built once with the pool: the baseline at its cheapest.
-    batches = w.batches([PREFIX.pack(len(v)) + v for v in w.pool])
-    with open(os.path.join(path, "log.bin"), "ab") as f:
-        fd = f.fileno()
+    # Frames are built once with the pool: the baseline at its cheapest.
+    batches = w.batches([frame(v) for v in w.pool])
+    with PlainFile(os.path.join(path, "log.bin")) as f:
         if cls == "D0":
             return per_record(f.write, batches, w)
         if cls == "D1":
-
-            def write_batch(batch: list[bytes]) -> None:
-                f.writelines(batch)
-                f.flush()
-                os.fdatasync(fd)
-
-            return per_batch(write_batch, batches, w)
-
-        def write_one(frame: bytes) -> None:
-            f.write(frame)
-            f.flush()
-            os.fdatasync(fd)
-
-        return per_durable_record(write_one, batches, w)
+            return per_batch(f.write_batch_durable, batches, w)
+        return per_durable_record(f.write_durable, batches, w)
 
 
 def file_read(path: str, w: Workload) -> tuple[int, int, int]:
-    unpack = PREFIX.unpack_from
-    step = PREFIX.size
-
-    def scan() -> tuple[int, int]:
-        with open(os.path.join(path, "log.bin"), "rb") as f:
-            data = f.read()
-        view = memoryview(data)
-        end = len(data)
-        off = n = total = 0
-        while off < end:
-            (length,) = unpack(data, off)
-            off += step
-            value = view[off : off + length]
-            off += length
-            n += 1
-            total += len(value)
-        return n, total
-
-    return timed_read(scan)
+    return timed_read(lambda: plain_file_scan(os.path.join(path, "log.bin")))
 
 
 # ---- sqlite3 -------------------------------------------------------------------------------
 
 SQLITE_INSERT = "INSERT INTO log(value) VALUES (?)"
+SQLITE_SELECT = "SELECT value FROM log ORDER BY id"
+
+
+class SqliteLog:
+    """The sqlite3 peer: a table `log(id INTEGER PRIMARY KEY, value BLOB NOT NULL)` in WAL
+    mode at the given `synchronous` level (NORMAL or FULL), transactions explicit."""
+
+    def __init__(self, path: str | os.PathLike[str], synchronous: str) -> None:
+        con = sqlite3.connect(path, isolation_level=None)
+        con.execute("PRAGMA journal_mode=WAL").fetchall()
+        con.execute(f"PRAGMA synchronous={synchronous}")
+        con.execute("CREATE TABLE IF NOT EXISTS log(id INTEGER PRIMARY KEY, value BLOB NOT NULL)")
+        self.con = con
+        self._execute = con.execute
+        self._executemany = con.executemany
+
+    def insert_one(self, row: tuple[bytes]) -> None:
+        """One INSERT in its own transaction, committed before it returns (autocommit)."""
+        self._execute(SQLITE_INSERT, row)
+
+    def insert_each(self, rows: list[tuple[bytes]]) -> None:
+        """One INSERT per row, all in one transaction."""
+        execute = self._execute
+        execute("BEGIN")
+        for row in rows:
+            execute(SQLITE_INSERT, row)
+        execute("COMMIT")
+
+    def insert_batch(self, rows: list[tuple[bytes]]) -> None:
+        """One executemany of all the rows in one transaction."""
+        self._execute("BEGIN")
+        self._executemany(SQLITE_INSERT, rows)
+        self._execute("COMMIT")
+
+    def close(self) -> None:
+        self.con.close()
+
+    def __enter__(self) -> SqliteLog:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def sqlite_scan(con: sqlite3.Connection) -> tuple[int, int]:
+    """Iterates `SELECT value FROM log ORDER BY id`; returns the rows and value bytes seen."""
+    n = total = 0
+    for (value,) in con.execute(SQLITE_SELECT):
+        n += 1
+        total += len(value)
+    return n, total
 
 
 def sqlite_write(path: str, w: Workload, cls: str) -> Timed:
-    con = sqlite3.connect(os.path.join(path, "log.db"), isolation_level=None)
-    try:
-        con.execute("PRAGMA journal_mode=WAL").fetchall()
-        con.execute("PRAGMA synchronous=" + ("NORMAL" if cls == "D0" else "FULL"))
-        con.execute("CREATE TABLE log(id INTEGER PRIMARY KEY, value BLOB)")
+    with SqliteLog(os.path.join(path, "log.db"), "NORMAL" if cls == "D0" else "FULL") as db:
         batches = [[(v,) for v in batch] for batch in w.batches()]
-        execute = con.execute
         if cls == "D2":
-            # Autocommit: each INSERT is its own transaction, committed before it returns.
-            return per_durable_record(lambda row: execute(SQLITE_INSERT, row), batches, w)
-        executemany = con.executemany
-
-        def write_batch(rows: list[tuple[bytes]]) -> None:
-            execute("BEGIN")
-            executemany(SQLITE_INSERT, rows)
-            execute("COMMIT")
-
-        return per_batch(write_batch, batches, w)
-    finally:
-        con.close()
+            return per_durable_record(db.insert_one, batches, w)
+        return per_batch(db.insert_batch, batches, w)
 
 
 def sqlite_read(path: str, w: Workload) -> tuple[int, int, int]:
     con = sqlite3.connect(os.path.join(path, "log.db"))
     try:
-
-        def scan() -> tuple[int, int]:
-            n = total = 0
-            for (value,) in con.execute("SELECT value FROM log ORDER BY id"):
-                n += 1
-                total += len(value)
-            return n, total
-
-        return timed_read(scan)
+        return timed_read(lambda: sqlite_scan(con))
     finally:
         con.close()
 

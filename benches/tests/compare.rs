@@ -1,12 +1,13 @@
-//! `tidelog bench` end to end on a tiny budget: its JSON, its files and its bad input.
+//! The comparison benchmark (`tidelog-bench`, which `tidelog bench` runs) end to end on a
+//! tiny budget: its JSON, its files and its bad input.
 
 use std::process::{Command, Output};
 
-fn tidelog(args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_tidelog"))
+fn bench(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tidelog-bench"))
         .args(args)
         .output()
-        .expect("run tidelog")
+        .expect("run tidelog-bench")
 }
 
 fn text(bytes: &[u8]) -> String {
@@ -14,8 +15,7 @@ fn text(bytes: &[u8]) -> String {
 }
 
 /// One round of 100 B records, 50 ms and at most 1 MiB per row, no producers: seconds.
-const TINY: [&str; 14] = [
-    "bench",
+const TINY: [&str; 13] = [
     "--sizes",
     "100",
     "--threads",
@@ -48,7 +48,7 @@ fn a_tiny_run_reports_ceilings_rows_and_ratios() {
         results_arg,
         "--json",
     ]);
-    let out = tidelog(&args);
+    let out = bench(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
     let rows = report["rows"].as_array().expect("rows");
@@ -109,7 +109,7 @@ fn a_killed_runs_scratch_is_removed_by_the_next_run() {
     let mut args = TINY.to_vec();
     let scratch = tmp.path().to_str().expect("utf-8");
     args.extend(["none", "--only", "fsync never", "--dir", scratch, "--json"]);
-    let out = tidelog(&args);
+    let out = bench(&args);
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert!(!stale.exists());
     assert!(unrelated.is_dir());
@@ -118,17 +118,17 @@ fn a_killed_runs_scratch_is_removed_by_the_next_run() {
 #[test]
 fn bad_input_is_one_line_and_exit_2() {
     for (args, expect) in [
-        (vec!["bench", "--sizes", "0"], "--sizes"),
-        (vec!["bench", "--sizes", "2097152"], "--sizes"),
-        (vec!["bench", "--rounds", "0"], "--rounds"),
-        (vec!["bench", "--seconds", "0"], "--seconds"),
-        (vec!["bench", "--threads", "0"], "--threads"),
+        (vec!["--sizes", "0"], "--sizes"),
+        (vec!["--sizes", "2097152"], "--sizes"),
+        (vec!["--rounds", "0"], "--rounds"),
+        (vec!["--seconds", "0"], "--seconds"),
+        (vec!["--threads", "0"], "--threads"),
         (
-            vec!["bench", "--dir", "/nonexistent/tidelog-bench"],
+            vec!["--dir", "/nonexistent/tidelog-bench"],
             "not a directory",
         ),
     ] {
-        let out = tidelog(&args);
+        let out = bench(&args);
         assert_eq!(
             out.status.code(),
             Some(2),
