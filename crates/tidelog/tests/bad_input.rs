@@ -6,9 +6,9 @@
 //! fields are matched exactly, and afterwards the log must still accept valid calls with
 //! offsets unchanged by the refused ones.
 
-mod api_common;
+mod common;
 
-use api_common::{small, tempdir};
+use common::{small, tempdir};
 use tidelog::{
     Append, CommitMode, Config, Durability, Error, ReaderOptions, Retention, StartPosition, Wal,
     validate_name,

@@ -20,7 +20,6 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::{Rng, child_command, child_env, geometry, read_all, tempdir};
 use tidelog::{Config, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPIC: &str = "batches";
 const CYCLES: u64 = 10;
 /// Batch ids of cycle c are `c * ID_STRIDE + k`.
@@ -122,7 +121,7 @@ fn recovered_batches(wal: &Wal, ctx: &str) -> Batches {
 
 /// Runs one child, kills it `delay` after its first ack, returns the acks `(id, start, end)`.
 fn run_and_kill(dir: &std::path::Path, cycle: u64, delay: Duration) -> Vec<(u32, u64, u64)> {
-    let mut child = child_command(ENTRY, dir, "")
+    let mut child = child_command(module_path!(), dir, "")
         .env(CYCLE_VAR, cycle.to_string())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())

@@ -32,7 +32,6 @@ use tidelog::{
     Config, Durability, Error, ReaderOptions, RingBackend, RingConfig, StartPosition, Wal, Writer,
 };
 
-const ENTRY: &str = "child_process_entry";
 const TOPICS: [&str; 3] = ["orders", "events", "audit"];
 const DEFAULT_CYCLES: u64 = 50;
 const DEFAULT_RING_CYCLES: u64 = 30;
@@ -288,7 +287,7 @@ enum Kill {
 /// Runs one child, SIGKILLs it at `when`, and returns every ack it printed.
 fn run_and_kill(dir: &Path, cycle: u64, backend: Backend, when: Kill) -> Vec<Ack> {
     let mode = format!("{cycle}:{}", backend.name());
-    let mut child = child_command(ENTRY, dir, &mode)
+    let mut child = child_command(module_path!(), dir, &mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

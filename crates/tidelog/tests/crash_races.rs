@@ -31,7 +31,6 @@ use tidelog::format;
 use tidelog::stage::{self, StagedWriter};
 use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
-const ENTRY: &str = "child_process_entry";
 /// A long campaign starts a fresh directory this often (bounded recovery and checks).
 const CYCLES_PER_DIR: u64 = 50;
 const FIRST_LINE_WAIT: Duration = Duration::from_secs(60);
@@ -106,7 +105,7 @@ impl Ended {
 }
 
 fn spawn(dir: &Path, mode: &str) -> Running {
-    let mut child = child_command(ENTRY, dir, mode)
+    let mut child = child_command(module_path!(), dir, mode)
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()

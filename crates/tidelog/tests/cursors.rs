@@ -8,11 +8,11 @@
 //! under `Strict`. Start positions, commit bounds, anonymous readers and the group listing
 //! of `topic_info` are checked against the documentation in `reader.rs`.
 
-mod api_common;
+mod common;
 
 use std::path::Path;
 
-use api_common::{small, tempdir};
+use common::{small, tempdir};
 use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Wal};
 
 const RECORDS: u64 = 100;

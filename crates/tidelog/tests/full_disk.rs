@@ -16,7 +16,6 @@ use common::{child_env, data_files, payload, read_all, run_child, small, tempdir
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{Error, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPIC: &str = "fill";
 const VALUE: usize = 1000;
 
@@ -179,7 +178,7 @@ fn real_small_tmpfs_fills_cleanly() {
     };
     let dir = mount.0.join("wal");
     // In a child, so a SIGBUS shows up as a signal exit status instead of killing this runner.
-    let out = run_child(ENTRY, &dir, "");
+    let out = run_child(module_path!(), &dir, "");
     let stdout = String::from_utf8_lossy(&out.stdout);
     let n: u64 = stdout
         .lines()

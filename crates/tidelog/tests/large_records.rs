@@ -18,7 +18,6 @@ use common::{
 };
 use tidelog::{Append, Config, Wal, format};
 
-const ENTRY: &str = "child_process_entry";
 const BIG: &str = "big";
 const SMALL: &str = "small";
 const KIB: usize = 1024;
@@ -205,7 +204,7 @@ fn large_records_survive_restart_and_crash() {
         check(&wal, BIG, 11, false, "after small appends");
     }
 
-    run_child(ENTRY, dir.path(), "large");
+    run_child(module_path!(), dir.path(), "large");
     let wal = Wal::open_with(dir.path(), cfg()).unwrap();
     check_extent_count(dir.path(), &wal, "crash reopen");
     // 11 and 12 were flushed; 13 may survive through the page cache, byte-equal if so.
@@ -262,7 +261,7 @@ fn empty_extent_child(dir: &Path) -> Wal {
 #[test]
 fn empty_extent_between_extents() {
     let dir = tempdir();
-    run_child(ENTRY, dir.path(), "empty");
+    run_child(module_path!(), dir.path(), "empty");
     let all = extents(dir.path());
     let a_ext: Vec<_> = all.iter().filter(|e| e.id.topic == A).collect();
     assert_eq!(a_ext.len(), 2);
@@ -327,7 +326,7 @@ fn interleave_child(dir: &Path) -> Wal {
 #[test]
 fn interleaved_topics_recover_after_crash() {
     let dir = tempdir();
-    run_child(ENTRY, dir.path(), "interleave");
+    run_child(module_path!(), dir.path(), "interleave");
     let all = extents(dir.path());
     assert!(
         data_files(dir.path()).len() >= 2,

@@ -10,19 +10,21 @@
 //! `child_process_entry` is the child's side; in a normal run, without the environment
 //! variable `TIDELOG_CHILD_DIR`, it returns at once.
 
-mod api_common;
+mod common;
 
 use std::time::Duration;
 
-use api_common::{
-    ChildSession, child_command, child_dir, parse_tagged, reply, small, tagged_value, tempdir,
+use common::{
+    ChildSession, child_command, child_env, parse_tagged, reply, small, tagged_value, tempdir,
 };
 use tidelog::{Error, ReaderOptions, StartPosition, Wal};
 
 /// Child: tries one writable open of the directory and reports `locked`, `opened` or the error.
 #[test]
 fn child_process_entry() {
-    let Some(dir) = child_dir() else { return };
+    let Some((dir, _mode)) = child_env() else {
+        return;
+    };
     match Wal::open_with(&dir, small()) {
         Ok(wal) => {
             let next = wal.topic_info("t").map(|i| i.next_offset).unwrap_or(0);
@@ -38,7 +40,7 @@ fn child_process_entry() {
 }
 
 fn open_in_child(dir: &std::path::Path) -> String {
-    let mut child = ChildSession::spawn(child_command("child_process_entry", dir));
+    let mut child = ChildSession::spawn(&mut child_command(module_path!(), dir, ""));
     let answer = child.recv(Duration::from_secs(60));
     child.finish(Duration::from_secs(30));
     answer

@@ -6,9 +6,9 @@
 //! them all and every record reads back. A tiny `max_topics` is then broken, before and after a
 //! reopen.
 
-mod api_common;
+mod common;
 
-use api_common::{payload, tempdir};
+use common::{stream_payload, tempdir};
 use tidelog::{Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
 const TOPICS: u64 = 5_000;
@@ -31,7 +31,7 @@ fn records_of(i: u64) -> u64 {
 }
 
 fn value(i: u64, r: u64) -> Vec<u8> {
-    payload(i, r, (i * 7 + r * 13) as usize % 200)
+    stream_payload(i, r, (i * 7 + r * 13) as usize % 200)
 }
 
 #[test]

@@ -9,14 +9,15 @@
 //! extents and files, through a reader it kept from before), and compares each answer with
 //! its own model. In-process tests cover the same rules and the refused writes.
 
-mod api_common;
+mod common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use api_common::{
-    ChildSession, Fnv, child_command, child_commands, child_dir, payload, reply, small, tempdir,
+use common::{
+    ChildSession, Fnv, child_command, child_commands, child_env, reply, small, stream_payload,
+    tempdir,
 };
 use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Wal};
 
@@ -24,7 +25,7 @@ const WAIT: Duration = Duration::from_secs(30);
 
 fn value(topic: &str, i: u64) -> Vec<u8> {
     let salt = topic.bytes().map(u64::from).sum::<u64>();
-    payload(salt, i, 20 + (i * 31 % 900) as usize)
+    stream_payload(salt, i, 20 + (i * 31 % 900) as usize)
 }
 
 fn earliest(wal: &Wal, topic: &str) -> Reader {
@@ -78,7 +79,9 @@ fn append(wal: &Wal, model: &mut BTreeMap<String, u64>, topic: &str, n: u64) {
 /// of topic "a" created at the first command and kept across refreshes).
 #[test]
 fn child_process_entry() {
-    let Some(dir) = child_dir() else { return };
+    let Some((dir, _mode)) = child_env() else {
+        return;
+    };
     let wal = Wal::open_read_only_with(&dir, small()).expect("child: read-only open");
     assert!(wal.is_read_only());
     let mut kept: Option<Reader> = None;
@@ -133,7 +136,7 @@ fn read_only_child_process_follows_the_writer() {
     append(&wal, &mut model, "b", 50);
     wal.flush().expect("flush");
 
-    let mut child = ChildSession::spawn(child_command("child_process_entry", dir.path()));
+    let mut child = ChildSession::spawn(&mut child_command(module_path!(), dir.path(), ""));
     child.send("peek");
     expect_summary(&mut child, &model);
 

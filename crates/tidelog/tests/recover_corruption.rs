@@ -17,7 +17,6 @@ use common::{
 use tidelog::format::{self, ProgressState};
 use tidelog::{Error, ReaderOptions, StartPosition, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPIC: &str = "bits";
 const COUNT: u64 = 20;
 /// Value bytes of each record in the sealed scenario: 58 records fill a 64 KiB extent.
@@ -124,7 +123,7 @@ fn unsealed_after_clean_close_fails_open() {
 #[test]
 fn unsealed_after_crash_fails_open() {
     let base = tempdir();
-    run_child(ENTRY, base.path(), "");
+    run_child(module_path!(), base.path(), "");
     for target in [0, 11, COUNT - 1] {
         let frame = frame_of(base.path(), TOPIC, target);
         assert_eq!(state_of(base.path(), &frame), Some(ProgressState::Open));

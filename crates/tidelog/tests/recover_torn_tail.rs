@@ -17,7 +17,6 @@ use common::{
 };
 use tidelog::{Append, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPIC: &str = "torn";
 /// Records appended and flushed.
 const FLUSHED: u64 = 24;
@@ -112,7 +111,7 @@ fn check_prefix(wal: &Wal, count: u64, ctx: &str) {
 
 /// Runs the child, checks the last frame is beyond the durable end, returns it.
 fn crash_image(dir: &Path, mode: &str, last_offset: u64) -> FrameLoc {
-    run_child(ENTRY, dir, mode);
+    run_child(module_path!(), dir, mode);
     let last = frame_of(dir, TOPIC, last_offset);
     let ext = extents(dir)
         .into_iter()

@@ -14,7 +14,6 @@ use std::path::Path;
 use common::{child_env, data_files, geometry, payload, read_all, run_child, tempdir};
 use tidelog::{Config, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const CRASH_TOPIC: &str = "crashy";
 /// Records the crash child appends and flushes, then appends unflushed.
 const CHILD_FLUSHED: u64 = 40;
@@ -135,7 +134,7 @@ fn check_crash_topic(wal: &Wal, durable: u64, ctx: &str) -> u64 {
 }
 
 fn crash_cycle(dir: &Path, durable: u64, ctx: &str) -> u64 {
-    run_child(ENTRY, dir, "");
+    run_child(module_path!(), dir, "");
     let durable = durable + CHILD_FLUSHED;
     // A reader sees what the crashed writer made durable, without repairing anything.
     {

@@ -16,7 +16,6 @@ use tidelog::{
     ReaderOptions, RingBackend, RingConfig, StartPosition, Wal,
 };
 
-const ENTRY: &str = "child_process_entry";
 const TOPICS: [&str; 3] = ["orders", "events", "audit"];
 const RING_BYTES: u64 = 8 << 20;
 
@@ -114,7 +113,7 @@ fn child_process_entry() {
 fn acknowledged_appends_survive_losing_every_data_file() {
     let dir = tempdir();
     let n = 200;
-    let out = child_command(ENTRY, dir.path(), &n.to_string())
+    let out = child_command(module_path!(), dir.path(), &n.to_string())
         .output()
         .expect("run child");
     let stdout = String::from_utf8_lossy(&out.stdout);
@@ -154,7 +153,7 @@ fn a_crash_leaves_data_files_and_ring_agreeing() {
     // The data files kept the pages the child wrote (a kill, not a power loss): the replay
     // finds every record already there and appends nothing twice.
     let dir = tempdir();
-    let out = child_command(ENTRY, dir.path(), "50")
+    let out = child_command(module_path!(), dir.path(), "50")
         .output()
         .expect("run child");
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));
@@ -167,7 +166,7 @@ fn a_crash_leaves_data_files_and_ring_agreeing() {
 #[test]
 fn a_fronted_directory_needs_its_ring() {
     let dir = tempdir();
-    let out = child_command(ENTRY, dir.path(), "10")
+    let out = child_command(module_path!(), dir.path(), "10")
         .output()
         .expect("run child");
     assert_eq!(out.status.signal(), Some(libc::SIGKILL));

@@ -8,11 +8,11 @@
 //! at every offset and `Reader::next_batch`, before and after close and reopen. Owned
 //! records must stay readable after their reader and their `Wal` are gone.
 
-mod api_common;
+mod common;
 
 use std::collections::BTreeSet;
 
-use api_common::{geometry, payload, tempdir};
+use common::{BLOCK, geometry, stream_payload, tempdir};
 use tidelog::{Append, Config, Error, Reader, ReaderOptions, Record, StartPosition, Wal};
 
 const TOPICS: [&str; 2] = ["alpha", "beta"];
@@ -23,7 +23,7 @@ const CLOCK_SLACK_US: u64 = 1_000;
 const BIG: usize = 150_000;
 
 fn config() -> Config {
-    geometry(4)
+    geometry(4, BLOCK)
 }
 
 /// What one record should read back as.
@@ -45,12 +45,12 @@ fn expected(topic: usize, i: u64) -> Expected {
     let key = match i % 3 {
         0 => None,
         1 => Some(Vec::new()),
-        _ => Some(payload(salt + 100, i, 1 + (i % 40) as usize)),
+        _ => Some(stream_payload(salt + 100, i, 1 + (i % 40) as usize)),
     };
     let timestamp_us = (i % 5 != 4).then_some(1_700_000_000_000_000 + i * 1_000 + topic as u64);
     Expected {
         key,
-        value: payload(salt, i, len),
+        value: stream_payload(salt, i, len),
         timestamp_us,
     }
 }
@@ -367,7 +367,7 @@ fn next_batch_respects_byte_limit() {
     // Values of 100 bytes, and one value larger than every limit below.
     for i in 0..40u64 {
         let len = if i == 20 { 5_000 } else { 100 };
-        w.append(&payload(9, i, len)).expect("append");
+        w.append(&stream_payload(9, i, len)).expect("append");
     }
     for max_bytes in [0u64, 1, 99, 100, 150, 250, 1_000] {
         let mut reader = earliest(&wal, "bytes");
@@ -385,7 +385,10 @@ fn next_batch_respects_byte_limit() {
             );
             for rec in &batch {
                 assert_eq!(rec.offset(), next);
-                assert_eq!(rec.value(), payload(9, next, rec.value().len()).as_slice());
+                assert_eq!(
+                    rec.value(),
+                    stream_payload(9, next, rec.value().len()).as_slice()
+                );
                 next += 1;
             }
         }

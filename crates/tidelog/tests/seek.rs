@@ -13,18 +13,18 @@
 //! offset by binary search). Everything is repeated after close and reopen, when sealed
 //! extents load their index from the footer and the last extent is rebuilt by a scan.
 
-mod api_common;
+mod common;
 
 use std::path::Path;
 
-use api_common::{payload, small, tempdir};
+use common::{small, stream_payload, tempdir};
 use tidelog::{Append, Error, Reader, ReaderOptions, StartPosition, Wal, format};
 
 const RECORDS: u64 = 3_000;
 const BASE: u64 = 1_700_000_000_000_000;
 
 fn value(i: u64) -> Vec<u8> {
-    payload(5, i, 150 + (i % 100) as usize)
+    stream_payload(5, i, 150 + (i % 100) as usize)
 }
 
 fn write(dir: &Path, timestamps: &[u64]) {
@@ -238,8 +238,8 @@ fn seek_time_finds_early_extent_when_later_extent_has_older_timestamps() {
     const LATE: u64 = BASE + 1_000_000;
     const LEN: u64 = 200;
     // Records of LEN bytes that fill the first 64 KiB extent, from the public format constants.
-    let room = api_common::BLOCK
-        - format::footer_bytes_max(api_common::BLOCK, small().index_interval_bytes)
+    let room = common::BLOCK
+        - format::footer_bytes_max(common::BLOCK, small().index_interval_bytes)
         - format::BLOCK_HEADER_BYTES;
     let first_extent = room / format::frame_padded_len(LEN);
 
@@ -249,7 +249,7 @@ fn seek_time_finds_early_extent_when_later_extent_has_older_timestamps() {
     let mut timestamps = Vec::new();
     for i in 0..first_extent + 50 {
         let ts = if i < first_extent { LATE + i } else { BASE + i };
-        let v = payload(5, i, LEN as usize);
+        let v = stream_payload(5, i, LEN as usize);
         w.append_record(Append {
             key: None,
             value: &v,

@@ -575,7 +575,6 @@ fn bad_segment_geometry_and_oversized_records_are_refused() {
 
 // ---- kill -9 during publishes ---------------------------------------------------------------
 
-const ENTRY: &str = "child_process_entry";
 /// Records per job: part 0 writes topics a and b, part 1 topic a.
 const JOB_P0: u64 = 300;
 const JOB_P1: u64 = 120;
@@ -611,7 +610,7 @@ fn child_process_entry() {
 /// Kills a child `delay` after it starts; returns the jobs it reported published.
 fn run_and_kill(dir: &Path, cycle: u64, delay: std::time::Duration) -> Vec<u64> {
     use std::io::BufRead;
-    let mut child = common::child_command(ENTRY, dir, &cycle.to_string())
+    let mut child = common::child_command(module_path!(), dir, &cycle.to_string())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::null())
         .spawn()

@@ -24,7 +24,6 @@ use common::{child_env, extents, frames, run_child, small, tempdir};
 use tidelog::format::{self, ProgressState};
 use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPICS: [&str; 3] = ["orders", "clicks", "audit"];
 const GROUP: &str = "billing";
 
@@ -378,7 +377,7 @@ fn every_flipped_bit_and_cut_file_is_reported_or_harmless_after_a_clean_close() 
 #[test]
 fn every_flipped_bit_and_cut_file_is_reported_or_harmless_after_a_crash() {
     let src = tempdir();
-    run_child(ENTRY, src.path(), "crash");
+    run_child(module_path!(), src.path(), "crash");
     let (flips, cuts) = sweep(src.path());
     eprintln!("crash image: {flips} bit flips, {cuts} cuts");
 }
@@ -551,7 +550,7 @@ fn a_ring_backed_directory_after_a_power_loss_with_any_flipped_bit_is_reported_o
 
 fn ring_sweep(power_loss: bool) {
     let src = tempdir();
-    run_child(ENTRY, src.path(), "ring");
+    run_child(module_path!(), src.path(), "ring");
     if power_loss {
         lose_unsynced_data(src.path());
     }

@@ -8,11 +8,11 @@
 //! back exactly the value appended at each offset, naming that topic. The check is repeated
 //! after close and reopen.
 
-mod api_common;
+mod common;
 
 use std::sync::{Arc, Barrier};
 
-use api_common::{parse_tagged, small, tagged_value, tempdir};
+use common::{parse_tagged, small, tagged_value, tempdir};
 use tidelog::{Config, ReaderOptions, StartPosition, Wal, Writer};
 
 const THREADS: u32 = 8;

@@ -8,12 +8,12 @@
 //! order, every value intact, each thread's sequence numbers in order. After close and reopen
 //! the topic holds the same records.
 
-mod api_common;
+mod common;
 
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use api_common::{parse_tagged, small, tagged_value, tempdir};
+use common::{parse_tagged, small, tagged_value, tempdir};
 use tidelog::{Config, ReaderOptions, StartPosition, Wal};
 
 const THREADS: u32 = 4;

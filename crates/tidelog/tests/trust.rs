@@ -15,7 +15,6 @@ use common::{
 use tidelog::format::{self, ProgressState};
 use tidelog::{Durability, Error, Wal};
 
-const ENTRY: &str = "child_process_entry";
 const TOPIC: &str = "acked";
 const ACKED: u64 = 1000;
 
@@ -67,7 +66,7 @@ fn is_corruption(e: &Error, topic: &str, offset: u64) -> bool {
 #[test]
 fn a_flipped_acknowledged_record_is_corruption_not_a_torn_tail() {
     let dir = tempdir();
-    run_child(ENTRY, dir.path(), "always");
+    run_child(module_path!(), dir.path(), "always");
     // Record 990 is in the open extent, which recovery scans: the durable point covers all
     // 1000 acknowledged records, so a bad frame there is damage, never a tail to cut.
     let frame = frame_of(dir.path(), TOPIC, 990);
@@ -85,7 +84,7 @@ fn a_flipped_acknowledged_record_is_corruption_not_a_torn_tail() {
 #[test]
 fn a_flipped_record_of_a_sealed_extent_is_corruption_when_read() {
     let dir = tempdir();
-    run_child(ENTRY, dir.path(), "always");
+    run_child(module_path!(), dir.path(), "always");
     // A recovery and a clean close seal every extent but the last.
     Wal::open_with(dir.path(), small())
         .unwrap()
@@ -103,7 +102,7 @@ fn a_flipped_record_of_a_sealed_extent_is_corruption_when_read() {
 #[test]
 fn acknowledged_records_are_recovered_after_a_crash() {
     let dir = tempdir();
-    run_child(ENTRY, dir.path(), "always");
+    run_child(module_path!(), dir.path(), "always");
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     let got = read_all(&wal, TOPIC);
     assert_eq!(got.len() as u64, ACKED);
@@ -363,7 +362,7 @@ fn a_ring_belongs_to_the_directory_that_wrote_it() {
     let top = tempdir();
     let a = top.path().join("a");
     let b = top.path().join("b");
-    run_child(ENTRY, &a, "ring");
+    run_child(module_path!(), &a, "ring");
     // Another directory is refused the ring while it holds a's appends, and leaves them.
     let err = Wal::open_with(&b, ring_config(&b)).unwrap_err();
     assert!(
@@ -383,7 +382,7 @@ fn a_ring_belongs_to_the_directory_that_wrote_it() {
 fn a_directory_opens_only_with_the_ring_that_fronted_it() {
     let top = tempdir();
     let a = top.path().join("a");
-    run_child(ENTRY, &a, "ring");
+    run_child(module_path!(), &a, "ring");
     // The ring is formatted again (a new ring at the same path): a's appends are gone from
     // it, so a refuses it rather than opening without them.
     let ring = tidelog::RingWal::open(
