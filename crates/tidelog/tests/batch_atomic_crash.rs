@@ -12,19 +12,16 @@
 mod common;
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
-use std::process::Stdio;
-use std::sync::mpsc;
+use std::path::Path;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use common::{Rng, child_command, child_env, geometry, read_all, tempdir};
+use common::{Rng, Running, child_command, child_env, geometry, read_all, tempdir};
 use tidelog::{Config, Wal};
 
 const TOPIC: &str = "batches";
 const CYCLES: u64 = 10;
 /// Batch ids of cycle c are `c * ID_STRIDE + k`.
 const ID_STRIDE: u32 = 1_000_000;
-const CYCLE_VAR: &str = "TIDELOG_CYCLE";
 
 fn cfg() -> Config {
     geometry(16, 64 * 1024)
@@ -54,10 +51,10 @@ fn decode(v: &[u8]) -> (u32, u32, u32) {
 /// batches until killed.
 #[test]
 fn child_process_entry() {
-    let Some((dir, _mode)) = child_env() else {
+    let Some((dir, mode)) = child_env() else {
         return;
     };
-    let cycle: u32 = std::env::var(CYCLE_VAR).unwrap().parse().unwrap();
+    let cycle: u32 = mode.parse().unwrap();
     let wal = Wal::open_with(&dir, cfg()).unwrap();
     let writer = wal.writer(TOPIC).unwrap();
     let mut rng = Rng::new(u64::from(cycle) + 99);
@@ -70,7 +67,7 @@ fn child_process_entry() {
         let range = writer.append_batch(&values).unwrap();
         writer.flush().unwrap();
         // `println!` flushes stdout at the newline: the ack leaves only after the flush.
-        println!("ack {id} {} {}", range.start, range.end);
+        println!("@@ack {id} {} {}", range.start, range.end);
     }
 }
 
@@ -120,51 +117,19 @@ fn recovered_batches(wal: &Wal, ctx: &str) -> Batches {
 }
 
 /// Runs one child, kills it `delay` after its first ack, returns the acks `(id, start, end)`.
-fn run_and_kill(dir: &std::path::Path, cycle: u64, delay: Duration) -> Vec<(u32, u64, u64)> {
-    let mut child = child_command(module_path!(), dir, "")
-        .env(CYCLE_VAR, cycle.to_string())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let stdout = child.stdout.take().unwrap();
-    let mut stderr = child.stderr.take().unwrap();
-    let (tx, rx) = mpsc::channel();
-    let reader = std::thread::spawn(move || {
-        let mut acks = Vec::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            // The ack may share a line with libtest's "test child_process_entry ... ".
-            if let Some((_, rest)) = line.split_once("ack ") {
-                let f: Vec<u64> = rest
-                    .split_whitespace()
-                    .map(|x| x.parse().unwrap())
-                    .collect();
-                acks.push((f[0] as u32, f[1], f[2]));
-                let _ = tx.send(());
-            }
-        }
-        acks
-    });
-    let errs = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let started = rx.recv_timeout(Duration::from_secs(60));
-    if started.is_ok() {
-        std::thread::sleep(delay);
-    }
+fn run_and_kill(dir: &Path, cycle: u64, delay: Duration) -> Vec<(u32, u64, u64)> {
+    let child = Running::spawn(&mut child_command(module_path!(), dir, &cycle.to_string()));
     // SIGKILL: no destructor, no flush, whatever was mid-write stays as it is.
-    let _ = child.kill();
-    let status = child.wait().unwrap();
-    let acks = reader.join().unwrap();
-    let stderr = errs.join().unwrap();
-    assert!(
-        started.is_ok(),
-        "cycle {cycle}: child never acknowledged a batch ({status}): {stderr}"
-    );
-    acks
+    let ended = child.kill_after_first_line(delay);
+    let ack = |line: &str| {
+        let f: Vec<u64> = line
+            .strip_prefix("ack ")?
+            .split_whitespace()
+            .map(|x| x.parse().unwrap())
+            .collect();
+        Some((f[0] as u32, f[1], f[2]))
+    };
+    ended.lines.iter().filter_map(|l| ack(l)).collect()
 }
 
 #[test]

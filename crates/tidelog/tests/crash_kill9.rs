@@ -20,14 +20,14 @@
 mod common;
 
 use std::collections::VecDeque;
-use std::io::{BufRead, BufReader, Read, Write};
-use std::os::unix::process::ExitStatusExt;
+use std::io::Write;
 use std::path::Path;
-use std::process::Stdio;
-use std::sync::mpsc;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use common::{BLOCK, Rng, child_command, child_env, geometry, tempdir};
+use common::{
+    BLOCK, Kill, Rng, Running, campaign_params, child_command, child_env, geometry, kill_time,
+    tempdir,
+};
 use tidelog::{
     Config, Durability, Error, ReaderOptions, RingBackend, RingConfig, StartPosition, Wal, Writer,
 };
@@ -41,7 +41,6 @@ const ASYNC_WINDOW: usize = 4;
 const TAGS_PER_CYCLE: u32 = 8;
 /// Header of every value: writer tag (u32 LE) and sequence number (u64 LE).
 const HEADER: usize = 12;
-const FIRST_ACK_WAIT: Duration = Duration::from_secs(60);
 /// A long campaign starts a fresh directory this often, so a cycle's cost (the child's
 /// recovery, the parent's full read) stays bounded.
 const CYCLES_PER_DIR: u64 = 100;
@@ -259,9 +258,9 @@ struct Ack {
     seq: u64,
 }
 
+/// An `@@ack` line, as [`Running`] collects it (without the marker).
 fn parse_ack(line: &str) -> Option<Ack> {
-    // The first ack may share a line with libtest's "test child_process_entry ... ".
-    let (_, rest) = line.split_once("@@ack ")?;
+    let rest = line.strip_prefix("ack ")?;
     let f: Vec<u64> = rest
         .split_whitespace()
         .map(|x| x.parse().expect("an ack field"))
@@ -276,69 +275,21 @@ fn parse_ack(line: &str) -> Option<Ack> {
     })
 }
 
-#[derive(Debug, Clone, Copy)]
-enum Kill {
-    /// This long after the child's first ack.
-    AfterFirstAck(Duration),
-    /// This long after spawning, acks or not (maybe during open and recovery).
-    AfterSpawn(Duration),
-}
-
 /// Runs one child, SIGKILLs it at `when`, and returns every ack it printed.
 fn run_and_kill(dir: &Path, cycle: u64, backend: Backend, when: Kill) -> Vec<Ack> {
     let mode = format!("{cycle}:{}", backend.name());
-    let mut child = child_command(module_path!(), dir, &mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut stderr = child.stderr.take().expect("piped stderr");
-    let (first_tx, first_rx) = mpsc::channel();
-    // Reads to EOF: acks still in the pipe at the kill are acks all the same.
-    let reader = std::thread::spawn(move || {
-        let mut acks = Vec::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            if let Some(a) = parse_ack(&line) {
-                acks.push(a);
-                let _ = first_tx.send(());
-            }
-        }
-        acks
-    });
-    let errors = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = stderr.read_to_string(&mut s);
-        s
-    });
-    let started = match when {
-        Kill::AfterFirstAck(delay) => {
-            let started = first_rx.recv_timeout(FIRST_ACK_WAIT).is_ok();
-            if started {
-                std::thread::sleep(delay);
-            }
-            started
-        }
-        Kill::AfterSpawn(delay) => {
-            std::thread::sleep(delay);
-            true
-        }
-    };
-    // SIGKILL: no destructor, no flush; whatever was mid-write stays as it is.
-    let _ = child.kill();
-    let status = child.wait().expect("wait for the child");
-    let acks = reader.join().expect("ack reader");
-    let stderr = errors.join().expect("stderr reader");
+    let ended = when.apply(Running::spawn(&mut child_command(
+        module_path!(),
+        dir,
+        &mode,
+    )));
     assert!(
-        status.signal() == Some(libc::SIGKILL),
-        "cycle {cycle}: the child ended by itself ({status}):\n{stderr}"
+        ended.killed(),
+        "cycle {cycle}: the child ended by itself ({}):\n{}",
+        ended.status,
+        ended.stderr
     );
-    assert!(
-        started,
-        "cycle {cycle}: no ack within {FIRST_ACK_WAIT:?}:\n{stderr}"
-    );
-    acks
+    ended.lines.iter().filter_map(|l| parse_ack(l)).collect()
 }
 
 /// Per topic, the (writer tag, sequence number) of each offset.
@@ -522,14 +473,6 @@ fn check_cycle(
     model
 }
 
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}")),
-    )
-}
-
 #[test]
 fn kill_nine_keeps_every_acknowledged_record() {
     campaign(Backend::Mmap, DEFAULT_CYCLES);
@@ -543,15 +486,7 @@ fn kill_nine_keeps_every_acknowledged_record_with_the_ring_backend() {
 }
 
 fn campaign(backend: Backend, default_cycles: u64) {
-    let cycles = env_u64("TIDELOG_CRASH_CYCLES").unwrap_or(default_cycles);
-    let seed = env_u64("TIDELOG_CRASH_SEED").unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos() as u64
-    });
-    assert!(cycles > 0, "TIDELOG_CRASH_CYCLES must be at least 1");
-    eprintln!("TIDELOG_CRASH_SEED={seed} TIDELOG_CRASH_CYCLES={cycles}");
+    let (cycles, seed) = campaign_params(backend.name(), default_cycles);
     let mut rng = Rng::new(seed);
     let mut dir = tempdir();
     let mut model: Model = Vec::new();
@@ -565,11 +500,7 @@ fn campaign(backend: Backend, default_cycles: u64) {
             model = vec![Vec::new(); TOPICS.len()];
         }
         // A fresh directory's first cycle always gets going, so early kills meet data.
-        let when = if !fresh && rng.range(0, 7) == 0 {
-            Kill::AfterSpawn(Duration::from_millis(rng.range(0, 30)))
-        } else {
-            Kill::AfterFirstAck(Duration::from_millis(rng.range(10, 80)))
-        };
+        let when = kill_time(&mut rng, fresh, 10, 80);
         let acks = run_and_kill(dir.path(), cycle, backend, when);
         let ctx = format!(
             "{} cycle {cycle} (TIDELOG_CRASH_SEED={seed}, killed {when:?})",

@@ -17,45 +17,21 @@
 mod common;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::io::{BufRead, BufReader, Read};
-use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
-use std::process::{Child, ExitStatus, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, RwLock, mpsc};
-use std::thread::JoinHandle;
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
 
-use common::{BLOCK, Rng, child_command, child_env, geometry, tempdir};
+use common::{
+    BLOCK, Ended, Rng, Running, campaign_params, child_command, child_env, geometry, kill_time,
+    tempdir,
+};
 use tidelog::format;
 use tidelog::stage::{self, StagedWriter};
 use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
 /// A long campaign starts a fresh directory this often (bounded recovery and checks).
 const CYCLES_PER_DIR: u64 = 50;
-const FIRST_LINE_WAIT: Duration = Duration::from_secs(60);
-
-fn env_u64(name: &str) -> Option<u64> {
-    let v = std::env::var(name).ok()?;
-    Some(
-        v.parse()
-            .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}")),
-    )
-}
-
-/// The campaign's cycle count and seed (printed, so a failure can be replayed).
-fn campaign_params(name: &str, default_cycles: u64) -> (u64, u64) {
-    let cycles = env_u64("TIDELOG_CRASH_CYCLES").unwrap_or(default_cycles);
-    assert!(cycles > 0, "TIDELOG_CRASH_CYCLES must be at least 1");
-    let seed = env_u64("TIDELOG_CRASH_SEED").unwrap_or_else(|| {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .expect("clock after 1970")
-            .as_nanos() as u64
-    });
-    eprintln!("{name}: TIDELOG_CRASH_SEED={seed} TIDELOG_CRASH_CYCLES={cycles}");
-    (cycles, seed)
-}
 
 /// `len` bytes that start with `header` and continue with filler derived from it, so a value
 /// names its record and every byte of it can be checked.
@@ -83,137 +59,9 @@ fn fields(value: &[u8], n: usize) -> Option<(String, Vec<u64>)> {
 
 // ---- children -------------------------------------------------------------------------------
 
-/// A running child and the threads that collect its `@@` lines and its stderr.
-struct Running {
-    child: Child,
-    lines: JoinHandle<Vec<String>>,
-    stderr: JoinHandle<String>,
-    first: mpsc::Receiver<()>,
-}
-
-/// What a child left: its `@@` lines (without the marker), how it ended, its stderr.
-struct Ended {
-    lines: Vec<String>,
-    status: ExitStatus,
-    stderr: String,
-}
-
-impl Ended {
-    fn killed(&self) -> bool {
-        self.status.signal() == Some(libc::SIGKILL)
-    }
-}
-
+/// Re-executes this test binary as a child in `mode` on `dir`.
 fn spawn(dir: &Path, mode: &str) -> Running {
-    let mut child = child_command(module_path!(), dir, mode)
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("spawn the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let mut err = child.stderr.take().expect("piped stderr");
-    let (tx, first) = mpsc::channel();
-    // Reads to EOF: lines still in the pipe at the kill count all the same.
-    let lines = std::thread::spawn(move || {
-        let mut out = Vec::new();
-        for line in BufReader::new(stdout).lines() {
-            let Ok(line) = line else { break };
-            // The first line may share a line with libtest's "test child_process_entry ... ".
-            if let Some((_, rest)) = line.split_once("@@") {
-                out.push(rest.trim().to_owned());
-                let _ = tx.send(());
-            }
-        }
-        out
-    });
-    let stderr = std::thread::spawn(move || {
-        let mut s = String::new();
-        let _ = err.read_to_string(&mut s);
-        s
-    });
-    Running {
-        child,
-        lines,
-        stderr,
-        first,
-    }
-}
-
-impl Running {
-    /// Waits for the child's first `@@` line (up to a minute), then `delay`, then kills it.
-    fn kill_after_first_line(self, delay: Duration) -> Ended {
-        let started = self.first.recv_timeout(FIRST_LINE_WAIT).is_ok();
-        if started {
-            std::thread::sleep(delay);
-        }
-        let ended = self.kill();
-        assert!(
-            started,
-            "the child printed nothing within {FIRST_LINE_WAIT:?}:\n{}",
-            ended.stderr
-        );
-        ended
-    }
-
-    /// Kills the child `delay` after its start (maybe in its open, its recovery).
-    fn kill_after(self, delay: Duration) -> Ended {
-        std::thread::sleep(delay);
-        self.kill()
-    }
-
-    /// SIGKILL: no destructor, no flush; whatever was mid-write stays as it is.
-    fn kill(mut self) -> Ended {
-        let _ = self.child.kill();
-        self.wait()
-    }
-
-    fn wait(mut self) -> Ended {
-        let status = self.child.wait().expect("wait for the child");
-        Ended {
-            lines: self.lines.join().expect("line reader"),
-            status,
-            stderr: self.stderr.join().expect("stderr reader"),
-        }
-    }
-
-    /// Waits up to `limit` for the child to end by itself; kills it past that.
-    fn wait_up_to(mut self, limit: Duration) -> Ended {
-        let deadline = Instant::now() + limit;
-        while self.child.try_wait().expect("poll the child").is_none() {
-            if Instant::now() >= deadline {
-                return self.kill();
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        self.wait()
-    }
-}
-
-#[derive(Debug, Clone, Copy)]
-enum Kill {
-    /// This long after the child's first `@@` line.
-    AfterFirstLine(Duration),
-    /// This long after spawning, lines or not (maybe in the open and its recovery).
-    AfterSpawn(Duration),
-}
-
-impl Kill {
-    fn apply(self, child: Running) -> Ended {
-        match self {
-            Kill::AfterFirstLine(delay) => child.kill_after_first_line(delay),
-            Kill::AfterSpawn(delay) => child.kill_after(delay),
-        }
-    }
-}
-
-/// One kill in eight 0..30 ms after the spawn (not in a fresh directory's first cycle, so
-/// early kills meet data), else `lo..=hi` ms after the child's first line.
-fn kill_time(rng: &mut Rng, cycle: u64, lo: u64, hi: u64) -> Kill {
-    if !cycle.is_multiple_of(CYCLES_PER_DIR) && rng.range(0, 7) == 0 {
-        Kill::AfterSpawn(Duration::from_millis(rng.range(0, 30)))
-    } else {
-        Kill::AfterFirstLine(Duration::from_millis(rng.range(lo, hi)))
-    }
+    Running::spawn(&mut child_command(module_path!(), dir, mode))
 }
 
 /// Child side (a no-op unless re-executed with `TIDELOG_CHILD_DIR`).
@@ -569,7 +417,7 @@ fn deleting_a_topic_while_appending_to_it_survives_kill_9() {
                 x: Vec::new(),
             };
         }
-        let when = kill_time(&mut rng, cycle, 5, 120);
+        let when = kill_time(&mut rng, cycle.is_multiple_of(CYCLES_PER_DIR), 5, 120);
         let child_seed = rng.next_u64();
         let ended = when.apply(spawn(dir.path(), &format!("delete:{cycle}:{child_seed}")));
         let ctx = format!("delete cycle {cycle} (TIDELOG_CRASH_SEED={seed}, killed {when:?})");
@@ -922,7 +770,7 @@ fn publishing_bad_staged_input_survives_kill_9() {
             published.clear();
             set_aside.clear();
         }
-        let when = kill_time(&mut rng, cycle, 0, 600);
+        let when = kill_time(&mut rng, cycle.is_multiple_of(CYCLES_PER_DIR), 0, 600);
         let d = dir.path();
         let ended = when.apply(spawn(d, &format!("bad:{cycle}:0")));
         let ctx = format!("bad input cycle {cycle} (TIDELOG_CRASH_SEED={seed}, killed {when:?})");

@@ -16,6 +16,8 @@
 //! Failures are not persisted to files: an input that once failed is kept below as a named
 //! regression test instead.
 
+mod common;
+
 use std::path::Path;
 use std::sync::OnceLock;
 use std::sync::mpsc;
@@ -24,6 +26,7 @@ use std::time::Duration;
 use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 
+use common::tempdir;
 use tidelog::format::{
     self, BlockIdentity, FRAME_HEADER, FileHeader, FrameFields, IndexEntry, Progress, ProgressState,
 };
@@ -148,11 +151,6 @@ fn each_flip(
             (i * 8 + bit, b)
         })
     })
-}
-
-/// A fresh temporary directory (tests must not leave files behind).
-fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().expect("tempdir")
 }
 
 fn topic_name() -> impl Strategy<Value = String> {

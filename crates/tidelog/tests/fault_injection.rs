@@ -13,7 +13,7 @@ mod common;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::{data_files, payload, read_all, small, tempdir};
+use common::{check_dense, data_files, payload, small, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{Config, Durability, Error, Wal};
 
@@ -32,15 +32,6 @@ fn assert_io(err: &Error, errno: i32, ctx: &str) {
     assert_eq!(err.errno(), Some(errno), "{ctx}: {err}");
 }
 
-fn check_all(wal: &Wal, count: u64, ctx: &str) {
-    let got = read_all(wal, TOPIC);
-    assert_eq!(got.len() as u64, count, "{ctx}");
-    for (i, (offset, _, v)) in got.iter().enumerate() {
-        assert_eq!(*offset, i as u64, "{ctx}: offsets must be dense");
-        assert!(*v == value(*offset), "{ctx}: record {offset} differs");
-    }
-}
-
 fn append_range(wal: &Wal, range: std::ops::Range<u64>) {
     for i in range {
         assert_eq!(wal.append(TOPIC, &value(i)).unwrap(), i);
@@ -49,7 +40,7 @@ fn append_range(wal: &Wal, range: std::ops::Range<u64>) {
 
 fn reopen_and_check(dir: &std::path::Path, count: u64) {
     let wal = Wal::open_with(dir, small()).unwrap();
-    check_all(&wal, count, "reopen");
+    check_dense(&wal, TOPIC, count, value, "reopen");
 }
 
 fn assert_poisoned(err: &Error, errno: i32, ctx: &str) {
@@ -85,11 +76,11 @@ fn failed_msync_fails_flush_with_eio_and_poisons() {
         "new writer after the failure",
     );
     // What was written is still readable, and close reports the poison.
-    check_all(&wal, 10, "after failed flush");
+    check_dense(&wal, TOPIC, 10, value, "after failed flush");
     assert_poisoned(&wal.close().unwrap_err(), libc::EIO, "close");
     // A reopen recovers from disk and takes appends again.
     let wal = Wal::open_with(dir.path(), small()).unwrap();
-    check_all(&wal, 10, "reopen");
+    check_dense(&wal, TOPIC, 10, value, "reopen");
     append_range(&wal, 10..20);
     wal.close().unwrap();
     reopen_and_check(dir.path(), 20);
@@ -125,7 +116,7 @@ fn failed_background_msync_poisons_the_next_flush() {
         "background flush error: {err}"
     );
     assert_poisoned(&wal.flush().unwrap_err(), libc::EIO, "again");
-    check_all(&wal, 20, "after background failure");
+    check_dense(&wal, TOPIC, 20, value, "after background failure");
     drop(wal);
     reopen_and_check(dir.path(), 20);
 }
@@ -174,7 +165,7 @@ fn failed_next_file_creation_fails_append() {
     assert_io(&err, libc::EIO, "append needing a new file");
     assert_eq!(data_files(dir.path()).len(), 1);
     assert_eq!(wal.topic_info(TOPIC).unwrap().next_offset, next);
-    check_all(&wal, next, "after failed creation");
+    check_dense(&wal, TOPIC, next, value, "after failed creation");
     fs.disarm_all();
     append_range(&wal, next..next + 50);
     assert!(data_files(dir.path()).len() >= 2);

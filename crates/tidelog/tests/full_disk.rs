@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Arc;
 
-use common::{child_env, data_files, payload, read_all, run_child, small, tempdir};
+use common::{check_dense, child_env, data_files, payload, run_child, small, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{Error, Wal};
 
@@ -29,15 +29,6 @@ fn assert_disk_full(err: &Error, ctx: &str) {
         "{ctx}: expected DiskFull, got {err}"
     );
     assert_eq!(err.errno(), Some(libc::ENOSPC), "{ctx}");
-}
-
-fn check_all(wal: &Wal, count: u64, ctx: &str) {
-    let got = read_all(wal, TOPIC);
-    assert_eq!(got.len() as u64, count, "{ctx}");
-    for (i, (offset, _, v)) in got.iter().enumerate() {
-        assert_eq!(*offset, i as u64, "{ctx}: offsets must be dense");
-        assert!(*v == value(*offset), "{ctx}: record {offset} differs");
-    }
 }
 
 #[test]
@@ -72,7 +63,7 @@ fn enospc_on_new_block_is_disk_full() {
     );
     let batch = [value(next), value(next + 1)];
     assert_disk_full(&wal.append_batch(TOPIC, &batch).unwrap_err(), "batch");
-    check_all(&wal, next, "while full");
+    check_dense(&wal, TOPIC, next, value, "while full");
     wal.flush().unwrap();
 
     fs.disarm_all();
@@ -83,10 +74,10 @@ fn enospc_on_new_block_is_disk_full() {
             "after space came back"
         );
     }
-    check_all(&wal, next + 100, "after disarm");
+    check_dense(&wal, TOPIC, next + 100, value, "after disarm");
     wal.close().unwrap();
     let wal = Wal::open_with(dir.path(), small()).unwrap();
-    check_all(&wal, next + 100, "reopen");
+    check_dense(&wal, TOPIC, next + 100, value, "reopen");
 }
 
 #[test]
@@ -105,7 +96,7 @@ fn enospc_on_new_file_is_disk_full() {
     assert_eq!(wal.append(TOPIC, &value(0)).unwrap(), 0);
     wal.close().unwrap();
     let wal = Wal::open_with(dir.path(), small()).unwrap();
-    check_all(&wal, 1, "reopen");
+    check_dense(&wal, TOPIC, 1, value, "reopen");
 }
 
 /// Child side (a no-op unless re-executed with `TIDELOG_CHILD_DIR`): appends into the data
@@ -127,7 +118,7 @@ fn child_process_entry() {
     };
     assert_disk_full(&err, "tmpfs");
     assert!(n > 100, "only {n} records fitted in 2 MiB");
-    check_all(&wal, n, "tmpfs, after DiskFull");
+    check_dense(&wal, TOPIC, n, value, "tmpfs, after DiskFull");
     wal.flush().unwrap();
     wal.close().unwrap();
     println!("records {n}");
@@ -189,7 +180,7 @@ fn real_small_tmpfs_fills_cleanly() {
         .unwrap();
     // Reopening on the still-full filesystem works and returns every record.
     let wal = Wal::open_with(&dir, small()).unwrap();
-    check_all(&wal, n, "tmpfs reopen");
+    check_dense(&wal, TOPIC, n, value, "tmpfs reopen");
     drop(wal);
     drop(mount);
 }

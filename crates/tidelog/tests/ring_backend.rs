@@ -6,10 +6,9 @@
 mod common;
 
 use std::os::unix::process::ExitStatusExt;
-use std::path::Path;
 use std::sync::Arc;
 
-use common::{BLOCK, child_command, child_env, geometry, tempdir};
+use common::{BLOCK, child_command, child_env, data_files, geometry, read_values, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{
     Append, Config, Durability, Error, RING_CAPACITY_DEFAULT, RING_FILE, RING_MARKER_FILE,
@@ -32,26 +31,10 @@ fn value(topic: usize, offset: u64) -> Vec<u8> {
     seed.bytes().cycle().take(len).collect()
 }
 
-/// Every record of `topic` from the first stored one, as `(offset, value)`.
-fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
-    common::read_all(wal, topic)
-        .into_iter()
-        .map(|(offset, _, value)| (offset, value))
-        .collect()
-}
-
-fn data_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    std::fs::read_dir(dir)
-        .expect("list")
-        .map(|e| e.expect("entry").path())
-        .filter(|p| p.extension().is_some_and(|x| x == "tdl"))
-        .collect()
-}
-
 /// Checks that every topic holds exactly `counts[t]` records, each its deterministic value.
 fn check_topics(wal: &Wal, counts: &[u64]) {
     for (t, &n) in counts.iter().enumerate() {
-        let got = read_all(wal, TOPICS[t]);
+        let got = read_values(wal, TOPICS[t]);
         assert_eq!(got.len() as u64, n, "{}: record count", TOPICS[t]);
         for (offset, v) in got {
             assert!(
@@ -237,7 +220,7 @@ fn an_explicit_device_outside_the_directory() {
     wal.append("t", b"x").expect("append");
     wal.close().expect("close");
     let wal = Wal::open_with(dir.path(), config).expect("reopen");
-    assert_eq!(read_all(&wal, "t"), vec![(0, b"x".to_vec())]);
+    assert_eq!(read_values(&wal, "t"), vec![(0, b"x".to_vec())]);
 }
 
 #[test]
@@ -334,7 +317,7 @@ fn a_failed_ring_write_fails_the_append_and_poisons_the_log() {
     assert!(wal.close().is_err());
     drop(wal);
     let wal = Wal::open_with(dir.path(), ring_config()).expect("reopen");
-    let got = read_all(&wal, "orders");
+    let got = read_values(&wal, "orders");
     // The failed append was never acknowledged; it may be in the data files or not.
     assert!((10..=11).contains(&got.len()), "{} records", got.len());
     for (offset, v) in got.iter().take(10) {
@@ -415,6 +398,6 @@ fn deleting_a_topic_takes_its_entries_out_of_the_ring() {
     assert_eq!(wal.append("orders", b"new").expect("append"), 0);
     drop(wal);
     let wal = Wal::open_with(dir.path(), config).expect("reopen");
-    assert_eq!(read_all(&wal, "orders"), vec![(0, b"new".to_vec())]);
-    assert_eq!(read_all(&wal, "events").len(), 20);
+    assert_eq!(read_values(&wal, "orders"), vec![(0, b"new".to_vec())]);
+    assert_eq!(read_values(&wal, "events").len(), 20);
 }

@@ -1,13 +1,10 @@
 #![allow(clippy::unwrap_used)]
 //! Smoke test: round trip across blocks and files, reopen after close and after drop.
-use tidelog::{Config, Durability, ReaderOptions, StartPosition, Wal};
 
-fn small() -> Config {
-    Config::default()
-        .file_size_bytes(4096 + 8 * 65536)
-        .block_size_bytes(65536)
-        .durability(Durability::Never)
-}
+mod common;
+
+use common::small;
+use tidelog::{ReaderOptions, StartPosition, Wal};
 
 #[test]
 fn smoke() {

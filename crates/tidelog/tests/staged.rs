@@ -7,7 +7,7 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{geometry, tempdir};
+use common::{geometry, read_values, tempdir};
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::stage::{self, StagedWriter};
 use tidelog::{Append, Config, Error, Wal};
@@ -43,16 +43,8 @@ fn stage_part(dir: &std::path::Path, job: &str, part: &str, topics: &[&str], n: 
     done.records
 }
 
-/// Every record of `topic` from the first stored one, as `(offset, value)`.
-fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
-    common::read_all(wal, topic)
-        .into_iter()
-        .map(|(offset, _, value)| (offset, value))
-        .collect()
-}
-
 fn values_of(wal: &Wal, topic: &str, range: Range<u64>) -> Vec<Vec<u8>> {
-    read_all(wal, topic)
+    read_values(wal, topic)
         .into_iter()
         .filter(|(o, _)| range.contains(o))
         .map(|(_, v)| v)
@@ -86,13 +78,13 @@ fn a_commit_publishes_the_named_parts_once_and_in_order() {
     a.extend(expected(&["p1-a0"], "a", 30));
     assert_eq!(values_of(&wal, "a", 1..51), a);
     assert_eq!(values_of(&wal, "b", 0..20), expected(&["p0-a0"], "b", 20));
-    assert_eq!(read_all(&wal, "a").len(), 51);
+    assert_eq!(read_values(&wal, "a").len(), 51);
     assert!(!dir.path().join(stage::STAGING_DIR).join("job-1").exists());
     match wal.commit_staged("job-1", &["p0-a0"]) {
         Err(Error::InvalidArgument { name: "job", .. }) => {}
         r => panic!("expected InvalidArgument(job), got {r:?}"),
     }
-    assert_eq!(read_all(&wal, "a").len(), 51);
+    assert_eq!(read_values(&wal, "a").len(), 51);
 }
 
 #[test]
@@ -134,7 +126,7 @@ fn jobs_nobody_committed_go_once_idle_past_the_ttl() {
     assert!(!staging.join("abandoned").exists());
     assert!(!staging.join("kept").exists());
     assert_eq!(
-        read_all(&wal, "a").len(),
+        read_values(&wal, "a").len(),
         5,
         "the committed job is published"
     );
@@ -201,7 +193,7 @@ fn a_failed_publish_resumes_at_the_next_open_without_duplicates() {
     drop(wal);
     faults.disarm_all();
     let wal = Wal::open_with(dir.path(), config()).expect("reopen resumes the job");
-    let a = read_all(&wal, "a");
+    let a = read_values(&wal, "a");
     assert_eq!(a.len(), 45, "every record exactly once");
     let want: Vec<Vec<u8>> = (0..5)
         .map(|i| value("pre", "a", i))
@@ -233,7 +225,7 @@ fn appends_during_a_publish_stay_outside_the_jobs_range() {
         values_of(&wal, "a", range.clone()),
         expected(&["p0"], "a", 3000)
     );
-    let live: Vec<Vec<u8>> = read_all(&wal, "a")
+    let live: Vec<Vec<u8>> = read_values(&wal, "a")
         .into_iter()
         .filter(|(o, _)| !range.contains(o))
         .map(|(_, v)| v)
@@ -296,7 +288,7 @@ fn a_publish_resumes_where_data_files_that_lost_records_end() {
     }
     let wal = Wal::open_with(dir.path(), config()).expect("reopen resumes the job");
     assert_eq!(
-        read_all(&wal, "a")
+        read_values(&wal, "a")
             .into_iter()
             .map(|(_, v)| v)
             .collect::<Vec<_>>(),
@@ -335,7 +327,7 @@ fn a_sink_micro_batch_is_recorded_with_its_publish() {
         stage::sink_batch(dir.path(), "orders-sink").expect("ledger"),
         Some(7)
     );
-    assert_eq!(read_all(&wal, "out").len(), 4);
+    assert_eq!(read_values(&wal, "out").len(), 4);
     assert!(!dir.path().join(stage::STAGING_DIR).join("q-6").exists());
     assert!(
         !dir.path()

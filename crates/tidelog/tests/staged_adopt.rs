@@ -609,28 +609,23 @@ fn child_process_entry() {
 
 /// Kills a child `delay` after it starts; returns the jobs it reported published.
 fn run_and_kill(dir: &Path, cycle: u64, delay: std::time::Duration) -> Vec<u64> {
-    use std::io::BufRead;
-    let mut child = common::child_command(module_path!(), dir, &cycle.to_string())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .expect("spawn the child");
-    let stdout = child.stdout.take().expect("piped stdout");
-    let reader = std::thread::spawn(move || {
-        std::io::BufReader::new(stdout)
-            .lines()
-            .map_while(Result::ok)
-            .filter_map(|l| l.split_once("@@done ")?.1.trim().parse::<u64>().ok())
-            .collect::<Vec<u64>>()
-    });
-    std::thread::sleep(delay);
-    let _ = child.kill();
-    let status = child.wait().expect("wait for the child");
+    let child = common::Running::spawn(&mut common::child_command(
+        module_path!(),
+        dir,
+        &cycle.to_string(),
+    ));
+    let ended = child.kill_after(delay);
     assert!(
-        std::os::unix::process::ExitStatusExt::signal(&status) == Some(libc::SIGKILL),
-        "cycle {cycle}: the child ended by itself ({status})"
+        ended.killed(),
+        "cycle {cycle}: the child ended by itself ({}):\n{}",
+        ended.status,
+        ended.stderr
     );
-    reader.join().expect("reader")
+    ended
+        .lines
+        .iter()
+        .filter_map(|l| l.strip_prefix("done ")?.parse::<u64>().ok())
+        .collect()
 }
 
 /// The jobs of `topic`, in order, checking that each is whole: every record of each of its
@@ -663,15 +658,7 @@ fn jobs_in(wal: &Wal, topic: &str) -> Vec<String> {
 
 #[test]
 fn kill_nine_during_publishes_leaves_every_job_whole_and_once() {
-    let cycles = std::env::var("TIDELOG_CRASH_CYCLES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20u64);
-    let seed = std::env::var("TIDELOG_CRASH_SEED")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or_else(|| u64::from(std::process::id()) ^ 0x5EED);
-    eprintln!("TIDELOG_CRASH_SEED={seed} TIDELOG_CRASH_CYCLES={cycles}");
+    let (cycles, seed) = common::campaign_params("publishes", 20);
     let mut rng = common::Rng::new(seed);
     let dir = tempdir();
     let mut published: Vec<String> = Vec::new();

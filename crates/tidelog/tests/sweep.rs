@@ -20,7 +20,7 @@ use std::collections::BTreeMap;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
-use common::{child_env, extents, frames, run_child, small, tempdir};
+use common::{child_env, data_files, extents, frames, run_child, small, tempdir};
 use tidelog::format::{self, ProgressState};
 use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
 
@@ -149,10 +149,6 @@ fn restore(dir: &Path, image: &Image) {
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
         std::fs::write(path, bytes).unwrap();
     }
-}
-
-fn data_files(dir: &Path) -> Vec<PathBuf> {
-    common::data_files(dir)
 }
 
 fn reported(e: &Error) -> bool {
