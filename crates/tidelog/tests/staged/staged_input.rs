@@ -53,16 +53,18 @@ fn job_dir(dir: &Path, job: &str) -> PathBuf {
     dir.join(stage::STAGING_DIR).join(job)
 }
 
-/// Stages job `job` (20 records of topic `bad`) and commits it, then damages a record in its
-/// only segment: the segment is too small to adopt, so its records would be copied.
+/// Stages job `job` (20 records of topic `bad`), damages a record in its only segment and
+/// commits it: the segment is too small to adopt, so its records would be copied.
 fn stage_corrupt(dir: &Path, job: &str) {
     stage_part(dir, job, "p0", "bad", 20);
-    stage::commit(dir, job, &["p0"]).expect("commit");
+    // Damaged before the commit: a directory's holder may publish the job as soon as it is
+    // committed, and must never see the segment half rewritten.
     let segment = job_dir(dir, job).join(stage::segment_name("p0", 0));
     common::flip_byte(
         &segment,
         format::FILE_HEADER_BYTES + format::BLOCK_HEADER_BYTES + 60,
     );
+    stage::commit(dir, job, &["p0"]).expect("commit");
 }
 
 fn values(wal: &Wal, topic: &str) -> Vec<Vec<u8>> {
