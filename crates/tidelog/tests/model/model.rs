@@ -6,7 +6,7 @@
 //! created, renamed or removed names become durable only at the next `fsync` of their
 //! directory. A crash writes that image into a new directory (optionally with a random
 //! subset of the pages written since their last sync, as a kernel's writeback may have
-//! flushed them) and opens a fresh `Wal` there. See `docs/testing-model.md`.
+//! flushed them) and opens a fresh `Wal` there. See `docs/TESTING.md`.
 //!
 //! `TIDELOG_MODEL_CASES=N` runs N cases instead of the default.
 

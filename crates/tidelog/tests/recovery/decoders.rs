@@ -10,7 +10,7 @@
 //! property; proptest's own `PROPTEST_CASES` is honoured too when ours is unset:
 //!
 //! ```text
-//! TIDELOG_PROPTEST_CASES=100000 cargo test --release -p tidelog --test decoders
+//! TIDELOG_PROPTEST_CASES=100000 cargo test --release -p tidelog --test recovery decoders::
 //! ```
 //!
 //! Failures are not persisted to files: an input that once failed is kept below as a named
