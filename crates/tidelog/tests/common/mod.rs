@@ -1,13 +1,19 @@
-//! Helpers shared by the crash, recovery and durability tests: small geometries, temp dirs,
-//! directory copies (crash images), a raw frame walker over data files, deterministic payloads
-//! and the child-process re-exec used to crash without running destructors.
+//! Helpers shared by every integration test binary: small geometries, temp dirs, deterministic
+//! and self-checking payloads, directory copies (crash images), a raw frame walker over data
+//! files, re-executing the test binary as a child process (to crash without running
+//! destructors, to hold a directory from another process, or to talk to it line by line), and
+//! the deletion and ring tests' helpers.
 
 // Each test binary uses a different subset of these helpers.
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
 
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
+use std::sync::mpsc::{self, Receiver};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tidelog::format::{self, BlockIdentity, Progress};
 use tidelog::{Config, Durability, ReaderOptions, StartPosition, Wal};
@@ -221,6 +227,69 @@ pub fn payload(seed: u64, len: usize) -> Vec<u8> {
     out
 }
 
+/// `len` bytes of record `i` of stream `salt` (a [`payload`] whose seed mixes both).
+pub fn stream_payload(salt: u64, i: u64, len: usize) -> Vec<u8> {
+    payload(
+        salt.wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ i.wrapping_mul(0xBF58_476D_1CE4_E5B9),
+        len,
+    )
+}
+
+/// A value that names its writer (`tag`) and sequence number, padded to a length that varies
+/// with `seq`, every byte derived from both, so a partial or mixed-up record is detected.
+pub fn tagged_value(tag: u32, seq: u64, max_pad: u64) -> Vec<u8> {
+    let pad = (seq.wrapping_mul(2_654_435_761) ^ u64::from(tag)) % (max_pad + 1);
+    let mut v = Vec::with_capacity(12 + pad as usize);
+    v.extend_from_slice(&tag.to_le_bytes());
+    v.extend_from_slice(&seq.to_le_bytes());
+    for j in 0..pad {
+        v.push(tagged_filler(tag, seq, j));
+    }
+    v
+}
+
+fn tagged_filler(tag: u32, seq: u64, j: u64) -> u8 {
+    (u64::from(tag).wrapping_mul(31) ^ seq.wrapping_mul(7) ^ j.wrapping_mul(13)) as u8
+}
+
+/// Decodes and fully checks a value from [`tagged_value`]; `None` when any byte is wrong.
+pub fn parse_tagged(value: &[u8]) -> Option<(u32, u64)> {
+    let tag = u32::from_le_bytes(value.get(0..4)?.try_into().ok()?);
+    let seq = u64::from_le_bytes(value.get(4..12)?.try_into().ok()?);
+    let pad = &value[12..];
+    let ok = pad
+        .iter()
+        .enumerate()
+        .all(|(j, &b)| b == tagged_filler(tag, seq, j as u64));
+    ok.then_some((tag, seq))
+}
+
+/// FNV-1a, 64-bit: a dependency-free checksum for comparing what two processes read.
+#[derive(Debug, Clone, Copy)]
+pub struct Fnv(pub u64);
+
+impl Default for Fnv {
+    fn default() -> Self {
+        Fnv(0xcbf2_9ce4_8422_2325)
+    }
+}
+
+impl Fnv {
+    pub fn update(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 ^= u64::from(b);
+            self.0 = self.0.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    }
+
+    pub fn record(&mut self, topic: &str, offset: u64, value: &[u8]) {
+        self.update(topic.as_bytes());
+        self.update(&offset.to_le_bytes());
+        self.update(&(value.len() as u64).to_le_bytes());
+        self.update(value);
+    }
+}
+
 /// Every record of `topic` from the first stored one, as `(offset, key, value)`.
 pub fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> {
     let mut reader = wal
@@ -236,6 +305,28 @@ pub fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> 
     out
 }
 
+/// Every record of `topic` from the first stored one, as `(offset, value)`.
+pub fn read_values(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
+    read_all(wal, topic)
+        .into_iter()
+        .map(|(offset, _, value)| (offset, value))
+        .collect()
+}
+
+/// `topic` holds exactly `count` records, dense from offset 0, each equal to `value(offset)`.
+#[track_caller]
+pub fn check_dense(wal: &Wal, topic: &str, count: u64, value: impl Fn(u64) -> Vec<u8>, ctx: &str) {
+    let got = read_all(wal, topic);
+    assert_eq!(got.len() as u64, count, "{ctx}");
+    for (i, (offset, _, v)) in got.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "{ctx}: offsets must be dense");
+        assert!(*v == value(*offset), "{ctx}: record {offset} differs");
+    }
+}
+
+// Child processes: every test file that re-executes the test binary has a test named
+// `child_process_entry`, a no-op unless the environment names a child's data directory.
+
 /// True in the re-executed child: returns its data dir and mode.
 pub fn child_env() -> Option<(PathBuf, String)> {
     let dir = std::env::var_os(CHILD_DIR)?;
@@ -243,33 +334,307 @@ pub fn child_env() -> Option<(PathBuf, String)> {
     Some((PathBuf::from(dir), mode))
 }
 
-/// The command that re-runs this test binary's `entry` test in a child process.
-pub fn child_command(entry: &str, dir: &Path, mode: &str) -> Command {
+/// Name of the test each re-executing module has as its child's side.
+pub const CHILD_ENTRY: &str = "child_process_entry";
+
+/// The command that re-runs this test binary as a child that runs only the
+/// `child_process_entry` test of `module` (the caller's `module_path!()`), with `dir` and
+/// `mode` in its environment and stdin closed.
+pub fn child_command(module: &str, dir: &Path, mode: &str) -> Command {
+    // libtest names a test by its path without the crate's name (`area::file::test`).
+    let entry = match module.split_once("::") {
+        Some((_crate, path)) => format!("{path}::{CHILD_ENTRY}"),
+        None => CHILD_ENTRY.to_owned(),
+    };
     let mut cmd = Command::new(std::env::current_exe().unwrap());
-    cmd.args(["--exact", entry, "--nocapture", "--test-threads=1"])
+    cmd.args(["--exact", &entry, "--nocapture", "--test-threads=1"])
         .env(CHILD_DIR, dir)
         .env(CHILD_MODE, mode)
         .stdin(Stdio::null());
     cmd
 }
 
-/// Runs the child to completion and checks it exited with status 0.
-pub fn run_child(entry: &str, dir: &Path, mode: &str) -> Output {
-    let out = child_command(entry, dir, mode).output().unwrap();
+/// Runs the child of `module` to completion and checks that it ran its one test and exited
+/// with status 0.
+pub fn run_child(module: &str, dir: &Path, mode: &str) -> Output {
+    let out = child_command(module, dir, mode).output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
-        out.status.success(),
-        "child {mode} failed: {:?}\nstdout:\n{}\nstderr:\n{}",
+        out.status.success() && stdout.contains("running 1 test"),
+        "child {mode} of {module} failed: {:?}\nstdout:\n{stdout}\nstderr:\n{}",
         out.status,
-        String::from_utf8_lossy(&out.stdout),
         String::from_utf8_lossy(&out.stderr)
     );
     out
 }
 
+/// Prints one reply line for the parent of a [`ChildSession`]. The test harness may have
+/// printed part of a line already, so the reply is framed by a marker the parent searches for.
+pub fn reply(text: &str) {
+    let mut out = std::io::stdout().lock();
+    writeln!(out, "\n@@reply {text} @@").expect("write to the parent");
+    out.flush().expect("flush to the parent");
+}
+
+/// Reads commands from stdin in a [`ChildSession`]'s child, one per line, until EOF.
+pub fn child_commands() -> impl Iterator<Item = String> {
+    std::io::stdin().lines().map_while(Result::ok)
+}
+
+/// A running child that talks in lines: commands on stdin, replies on stdout.
+#[derive(Debug)]
+pub struct ChildSession {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    replies: Receiver<String>,
+}
+
+impl ChildSession {
+    pub fn spawn(cmd: &mut Command) -> ChildSession {
+        let mut child = cmd
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("spawn the child test process");
+        let stdout = child.stdout.take().expect("child stdout is piped");
+        let stdin = child.stdin.take();
+        let (tx, replies) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                if let Some(start) = line.find("@@reply ") {
+                    let rest = &line[start + "@@reply ".len()..];
+                    let text = rest.strip_suffix(" @@").unwrap_or(rest);
+                    if tx.send(text.to_owned()).is_err() {
+                        break;
+                    }
+                }
+            }
+        });
+        ChildSession {
+            child,
+            stdin,
+            replies,
+        }
+    }
+
+    pub fn send(&mut self, command: &str) {
+        let stdin = self.stdin.as_mut().expect("child stdin is open");
+        writeln!(stdin, "{command}").expect("write a command to the child");
+        stdin.flush().expect("flush the command to the child");
+    }
+
+    /// The next reply, waiting at most `timeout`.
+    pub fn recv(&mut self, timeout: Duration) -> String {
+        self.replies
+            .recv_timeout(timeout)
+            .expect("the child replied in time (see its stderr above)")
+    }
+
+    /// Closes stdin and waits (bounded) for a successful exit.
+    pub fn finish(mut self, timeout: Duration) {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + timeout;
+        loop {
+            match self.child.try_wait().expect("poll the child") {
+                Some(status) => {
+                    assert!(status.success(), "child failed: {status}");
+                    return;
+                }
+                None if Instant::now() > deadline => {
+                    let _ = self.child.kill();
+                    let _ = self.child.wait();
+                    panic!("child did not exit in time");
+                }
+                None => std::thread::sleep(Duration::from_millis(10)),
+            }
+        }
+    }
+}
+
+impl Drop for ChildSession {
+    fn drop(&mut self) {
+        // A test that panicked midway must not leave its child running.
+        if let Ok(None) = self.child.try_wait() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+// Kill -9 campaigns: a child prints an `@@` line for everything it got acknowledged; the
+// parent SIGKILLs it at a random moment and checks the directory against those lines.
+
+/// How long a campaign waits for a child's first `@@` line.
+pub const FIRST_LINE_WAIT: Duration = Duration::from_secs(60);
+
+/// The number in environment variable `name`, if set; panics on anything else.
+pub fn env_u64(name: &str) -> Option<u64> {
+    let v = std::env::var(name).ok()?;
+    Some(
+        v.parse()
+            .unwrap_or_else(|_| panic!("{name} must be a number, not {v:?}")),
+    )
+}
+
+/// A campaign's cycle count (`TIDELOG_CRASH_CYCLES`, else `default_cycles`) and seed
+/// (`TIDELOG_CRASH_SEED`, else the clock), printed so a failure can be replayed.
+pub fn campaign_params(name: &str, default_cycles: u64) -> (u64, u64) {
+    let cycles = env_u64("TIDELOG_CRASH_CYCLES").unwrap_or(default_cycles);
+    assert!(cycles > 0, "TIDELOG_CRASH_CYCLES must be at least 1");
+    let seed = env_u64("TIDELOG_CRASH_SEED").unwrap_or_else(|| {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .expect("clock after 1970")
+            .as_nanos() as u64
+    });
+    eprintln!("{name}: TIDELOG_CRASH_SEED={seed} TIDELOG_CRASH_CYCLES={cycles}");
+    (cycles, seed)
+}
+
+/// A running child and the threads that collect its `@@` lines and its stderr.
+#[derive(Debug)]
+pub struct Running {
+    child: Child,
+    lines: JoinHandle<Vec<String>>,
+    stderr: JoinHandle<String>,
+    first: Receiver<()>,
+}
+
+/// What a child left: its `@@` lines (without the marker), how it ended, its stderr.
+#[derive(Debug)]
+pub struct Ended {
+    pub lines: Vec<String>,
+    pub status: ExitStatus,
+    pub stderr: String,
+}
+
+impl Ended {
+    pub fn killed(&self) -> bool {
+        use std::os::unix::process::ExitStatusExt;
+        self.status.signal() == Some(libc::SIGKILL)
+    }
+}
+
+impl Running {
+    /// Spawns `cmd` (a [`child_command`]) with its stdout and stderr collected.
+    pub fn spawn(cmd: &mut Command) -> Running {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .expect("spawn the child");
+        let stdout = child.stdout.take().expect("piped stdout");
+        let mut err = child.stderr.take().expect("piped stderr");
+        let (tx, first) = mpsc::channel();
+        // Reads to EOF: lines still in the pipe at the kill count all the same.
+        let lines = std::thread::spawn(move || {
+            let mut out = Vec::new();
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                // The first line may share a line with libtest's "test ... child_process_entry ... ".
+                if let Some((_, rest)) = line.split_once("@@") {
+                    out.push(rest.trim().to_owned());
+                    let _ = tx.send(());
+                }
+            }
+            out
+        });
+        let stderr = std::thread::spawn(move || {
+            let mut s = String::new();
+            let _ = err.read_to_string(&mut s);
+            s
+        });
+        Running {
+            child,
+            lines,
+            stderr,
+            first,
+        }
+    }
+
+    /// Waits for the child's first `@@` line (up to a minute), then `delay`, then kills it.
+    pub fn kill_after_first_line(self, delay: Duration) -> Ended {
+        let started = self.first.recv_timeout(FIRST_LINE_WAIT).is_ok();
+        if started {
+            std::thread::sleep(delay);
+        }
+        let ended = self.kill();
+        assert!(
+            started,
+            "the child printed nothing within {FIRST_LINE_WAIT:?} ({}):\n{}",
+            ended.status, ended.stderr
+        );
+        ended
+    }
+
+    /// Kills the child `delay` after its start (maybe in its open, its recovery).
+    pub fn kill_after(self, delay: Duration) -> Ended {
+        std::thread::sleep(delay);
+        self.kill()
+    }
+
+    /// SIGKILL: no destructor, no flush; whatever was mid-write stays as it is.
+    pub fn kill(mut self) -> Ended {
+        let _ = self.child.kill();
+        self.wait()
+    }
+
+    pub fn wait(mut self) -> Ended {
+        let status = self.child.wait().expect("wait for the child");
+        Ended {
+            lines: self.lines.join().expect("line reader"),
+            status,
+            stderr: self.stderr.join().expect("stderr reader"),
+        }
+    }
+
+    /// Waits up to `limit` for the child to end by itself; kills it past that.
+    pub fn wait_up_to(mut self, limit: Duration) -> Ended {
+        let deadline = Instant::now() + limit;
+        while self.child.try_wait().expect("poll the child").is_none() {
+            if Instant::now() >= deadline {
+                return self.kill();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        self.wait()
+    }
+}
+
+/// When a campaign kills its child.
+#[derive(Debug, Clone, Copy)]
+pub enum Kill {
+    /// This long after the child's first `@@` line.
+    AfterFirstLine(Duration),
+    /// This long after spawning, lines or not (maybe in the open and its recovery).
+    AfterSpawn(Duration),
+}
+
+impl Kill {
+    pub fn apply(self, child: Running) -> Ended {
+        match self {
+            Kill::AfterFirstLine(delay) => child.kill_after_first_line(delay),
+            Kill::AfterSpawn(delay) => child.kill_after(delay),
+        }
+    }
+}
+
+/// One kill in eight 0..30 ms after the spawn (never in a `fresh` directory's first cycle, so
+/// early kills meet data), else `lo..=hi` ms after the child's first line.
+pub fn kill_time(rng: &mut Rng, fresh: bool, lo: u64, hi: u64) -> Kill {
+    if !fresh && rng.range(0, 7) == 0 {
+        Kill::AfterSpawn(Duration::from_millis(rng.range(0, 30)))
+    } else {
+        Kill::AfterFirstLine(Duration::from_millis(rng.range(lo, hi)))
+    }
+}
+
 // Deletion tests (cursors, retention, topic deletion, the disk cap).
 
 /// How long the deletion tests wait for the housekeeping thread.
-pub const DELETE_DEADLINE: std::time::Duration = std::time::Duration::from_secs(10);
+pub const DELETE_DEADLINE: Duration = Duration::from_secs(10);
 
 /// A value that depends on its topic (or stream) and offset, 700 to 1299 bytes.
 pub fn topic_value(topic: &str, offset: u64) -> Vec<u8> {
@@ -307,32 +672,29 @@ pub fn real_bytes<'a>(paths: impl IntoIterator<Item = &'a PathBuf>) -> u64 {
 
 /// Waits until every file of `gone` has left the disk.
 pub fn wait_gone(gone: &std::collections::BTreeSet<PathBuf>) {
-    let deadline = std::time::Instant::now() + DELETE_DEADLINE;
+    let deadline = Instant::now() + DELETE_DEADLINE;
     while gone.iter().any(|p| p.exists()) {
         assert!(
-            std::time::Instant::now() < deadline,
+            Instant::now() < deadline,
             "files still on disk after {DELETE_DEADLINE:?}: {:?}",
             gone.iter().filter(|p| p.exists()).collect::<Vec<_>>()
         );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 
 /// Waits until the housekeeping thread has made the spare file it wants (the current file is
 /// half used), so file counts do not change under a test.
 pub fn settle_spare(wal: &Wal, blocks_per_file: u32) {
-    let deadline = std::time::Instant::now() + DELETE_DEADLINE;
+    let deadline = Instant::now() + DELETE_DEADLINE;
     loop {
         let states = wal.file_states();
         let open: Vec<_> = states.iter().filter(|s| !s.fully_allocated).collect();
         if !(open.len() == 1 && open[0].total_blocks * 2 >= blocks_per_file) {
             return;
         }
-        assert!(
-            std::time::Instant::now() < deadline,
-            "no spare file appeared"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(10));
+        assert!(Instant::now() < deadline, "no spare file appeared");
+        std::thread::sleep(Duration::from_millis(10));
     }
 }
 

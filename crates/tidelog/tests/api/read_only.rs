@@ -1,0 +1,301 @@
+//! Goal: a read-only handle, in another process or in this one, sees exactly the records the
+//! writer has made durable, picks up more with `refresh`, and refuses every write.
+//!
+//! Method: the parent writes and flushes, then re-executes this test binary as a child that
+//! opens the directory read-only and answers commands on stdin with the record count and a
+//! checksum of everything it reads (`child_process_entry`; a no-op in a normal run, without
+//! `TIDELOG_CHILD_DIR`). The parent then appends without flushing (the child must not see
+//! those records), flushes (the child must see them after refresh, including new topics,
+//! extents and files, through a reader it kept from before), and compares each answer with
+//! its own model. In-process tests cover the same rules and the refused writes.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{
+    ChildSession, Fnv, child_command, child_commands, child_env, reply, small, stream_payload,
+    tempdir,
+};
+use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Wal};
+
+const WAIT: Duration = Duration::from_secs(30);
+
+fn value(topic: &str, i: u64) -> Vec<u8> {
+    let salt = topic.bytes().map(u64::from).sum::<u64>();
+    stream_payload(salt, i, 20 + (i * 31 % 900) as usize)
+}
+
+fn earliest(wal: &Wal, topic: &str) -> Reader {
+    wal.reader_with(
+        topic,
+        ReaderOptions::default().start(StartPosition::Earliest),
+    )
+    .expect("reader")
+}
+
+/// Count and checksum of every record of every topic, read from the start.
+fn summary(wal: &Wal) -> (u64, u64) {
+    let mut count = 0;
+    let mut sum = Fnv::default();
+    for topic in wal.topics() {
+        let mut r = earliest(wal, &topic);
+        while let Some(rec) = r.next().expect("next") {
+            sum.record(&topic, rec.offset, rec.value);
+            count += 1;
+        }
+    }
+    (count, sum.0)
+}
+
+/// Count and checksum of the model (topics sorted, as `Wal::topics` lists them).
+fn model_summary(model: &BTreeMap<String, u64>) -> (u64, u64) {
+    let mut sum = Fnv::default();
+    let mut count = 0;
+    for (topic, &n) in model {
+        for i in 0..n {
+            sum.record(topic, i, &value(topic, i));
+            count += 1;
+        }
+    }
+    (count, sum.0)
+}
+
+fn append(wal: &Wal, model: &mut BTreeMap<String, u64>, topic: &str, n: u64) {
+    let next = model.entry(topic.to_owned()).or_insert(0);
+    for _ in 0..n {
+        assert_eq!(
+            wal.append(topic, &value(topic, *next)).expect("append"),
+            *next
+        );
+        *next += 1;
+    }
+}
+
+/// Child: opens read-only and answers `peek` (refresh once), `wait <count>` (refresh until at
+/// least that many records are visible, bounded in time) and `kept` (records seen by a reader
+/// of topic "a" created at the first command and kept across refreshes).
+#[test]
+fn child_process_entry() {
+    let Some((dir, _mode)) = child_env() else {
+        return;
+    };
+    let wal = Wal::open_read_only_with(&dir, small()).expect("child: read-only open");
+    assert!(wal.is_read_only());
+    let mut kept: Option<Reader> = None;
+    let mut kept_seen = 0u64;
+    for command in child_commands() {
+        let mut words = command.split_whitespace();
+        match words.next() {
+            Some("peek") => wal.refresh().expect("child: refresh"),
+            Some("wait") => {
+                let want: u64 = words.next().and_then(|w| w.parse().ok()).expect("count");
+                let deadline = Instant::now() + WAIT;
+                while summary(&wal).0 < want && Instant::now() < deadline {
+                    std::thread::sleep(Duration::from_millis(5));
+                    wal.refresh().expect("child: refresh");
+                }
+            }
+            Some("kept") => {
+                let r = kept.as_mut().expect("a kept reader");
+                while let Some(rec) = r.next().expect("child: kept next") {
+                    assert_eq!(rec.offset, kept_seen, "kept reader reads densely");
+                    assert_eq!(rec.value, value("a", kept_seen), "kept reader value");
+                    kept_seen += 1;
+                }
+                reply(&format!("kept={kept_seen}"));
+                continue;
+            }
+            _ => panic!("child: unknown command {command:?}"),
+        }
+        if kept.is_none() {
+            kept = Some(earliest(&wal, "a"));
+        }
+        let (count, sum) = summary(&wal);
+        reply(&format!("count={count} sum={sum:x}"));
+    }
+}
+
+fn expect_summary(child: &mut ChildSession, model: &BTreeMap<String, u64>) {
+    let (count, sum) = model_summary(model);
+    assert_eq!(
+        child.recv(WAIT),
+        format!("count={count} sum={sum:x}"),
+        "model {model:?}"
+    );
+}
+
+#[test]
+fn read_only_child_process_follows_the_writer() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    let mut model = BTreeMap::new();
+    append(&wal, &mut model, "a", 300);
+    append(&wal, &mut model, "b", 50);
+    wal.flush().expect("flush");
+
+    let mut child = ChildSession::spawn(&mut child_command(module_path!(), dir.path(), ""));
+    child.send("peek");
+    expect_summary(&mut child, &model);
+
+    // Appended but not flushed: the child must not see these, though the bytes are in the
+    // page cache it maps.
+    let durable = model.clone();
+    append(&wal, &mut model, "a", 100);
+    append(&wal, &mut model, "c", 10);
+    child.send("peek");
+    expect_summary(&mut child, &durable);
+
+    // Flushed, plus enough more to fill new extents and files.
+    wal.flush().expect("flush");
+    child.send(&format!("wait {}", model_summary(&model).0));
+    expect_summary(&mut child, &model);
+    append(&wal, &mut model, "a", 3_000);
+    append(&wal, &mut model, "d", 700);
+    wal.flush().expect("flush");
+    child.send(&format!("wait {}", model_summary(&model).0));
+    expect_summary(&mut child, &model);
+    child.send("kept");
+    assert_eq!(child.recv(WAIT), format!("kept={}", model["a"]));
+
+    // After the writer closes (extents marked clean), the child still sees everything.
+    wal.close().expect("close");
+    child.send("peek");
+    expect_summary(&mut child, &model);
+    child.finish(WAIT);
+    let files = std::fs::read_dir(dir.path())
+        .expect("list")
+        .filter(|e| {
+            e.as_ref()
+                .is_ok_and(|e| e.path().extension().is_some_and(|x| x == "tdl"))
+        })
+        .count();
+    assert!(files > 1, "the records spread over several files");
+}
+
+#[test]
+fn read_only_sees_only_flushed_records() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    let mut model = BTreeMap::new();
+    append(&wal, &mut model, "a", 10);
+
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("read-only open");
+    assert!(ro.is_read_only());
+    // Never flushed: the topic is unknown or empty, and offset 0 is not readable.
+    match ro.topic_info("a") {
+        Ok(info) => assert_eq!(info.next_offset, 0, "{info:?}"),
+        Err(Error::UnknownTopic { .. }) => {}
+        Err(e) => panic!("unexpected {e:?}"),
+    }
+    assert!(matches!(
+        ro.read("a", 0),
+        Err(Error::UnknownTopic { .. } | Error::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(summary(&ro).0, 0);
+
+    wal.flush().expect("flush");
+    assert_eq!(summary(&ro).0, 0, "nothing new before refresh");
+    ro.refresh().expect("refresh");
+    assert_eq!(summary(&ro), model_summary(&model));
+    let mut kept = earliest(&ro, "a");
+    for i in 0..10 {
+        assert_eq!(
+            kept.next().expect("next").expect("record").value,
+            value("a", i)
+        );
+    }
+    assert!(kept.next().expect("next").is_none());
+
+    // More records, not flushed: still invisible after refresh.
+    let durable = model.clone();
+    append(&wal, &mut model, "a", 2_000);
+    ro.refresh().expect("refresh");
+    assert_eq!(summary(&ro), model_summary(&durable));
+    assert!(matches!(
+        ro.read("a", 10),
+        Err(Error::OffsetOutOfRange { next: 10, .. })
+    ));
+
+    // Flushed: visible after refresh, through the kept reader too, across new extents.
+    wal.flush().expect("flush");
+    ro.refresh().expect("refresh");
+    assert_eq!(summary(&ro), model_summary(&model));
+    assert!(ro.topic_info("a").expect("info").extents > 1);
+    let mut n = 10;
+    while let Some(rec) = kept.next().expect("next") {
+        assert_eq!((rec.offset, rec.value), (n, value("a", n).as_slice()));
+        n += 1;
+    }
+    assert_eq!(n, model["a"]);
+    assert_eq!(
+        ro.read("a", 1_234).expect("read").value(),
+        value("a", 1_234)
+    );
+}
+
+#[test]
+fn read_only_refuses_writes() {
+    let dir = tempdir();
+    {
+        let wal = Wal::open_with(dir.path(), small()).expect("open");
+        wal.append("a", b"x").expect("append");
+    }
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("read-only open");
+    assert!(matches!(ro.writer("a"), Err(Error::ReadOnly)));
+    assert!(matches!(ro.writer("new-topic"), Err(Error::ReadOnly)));
+    assert!(matches!(ro.append("a", b"y"), Err(Error::ReadOnly)));
+    assert!(matches!(
+        ro.append_batch("a", &[b"y"]),
+        Err(Error::ReadOnly)
+    ));
+    assert!(matches!(
+        ro.append_record("a", tidelog::Append::value(b"y")),
+        Err(Error::ReadOnly)
+    ));
+    assert!(
+        ro.topic_info("new-topic").is_err(),
+        "a refused write creates no topic"
+    );
+    ro.flush().expect("flush is a no-op on a read-only handle");
+
+    // Readers work; a group reader can read but not commit.
+    let mut g = ro.reader("a", "g").expect("group reader");
+    assert_eq!(g.next().expect("next").expect("record").value, b"x");
+    assert!(matches!(g.commit(), Err(Error::ReadOnly)));
+    assert!(matches!(
+        ro.reader_with("a", ReaderOptions::group("s").commit(CommitMode::Strict))
+            .and_then(|mut r| r.next().map(|rec| rec.is_some())),
+        Err(Error::ReadOnly)
+    ));
+    let cursors = dir.path().join("cursors");
+    let cursor_files = std::fs::read_dir(&cursors).map_or(0, |d| d.count());
+    assert_eq!(cursor_files, 0, "a read-only handle writes no cursor");
+
+    // The writer can open while a read-only handle is open.
+    let wal = Wal::open_with(dir.path(), small()).expect("writable open beside a reader");
+    assert_eq!(wal.append("a", b"z").expect("append"), 1);
+}
+
+#[test]
+fn read_only_open_of_a_missing_directory_fails() {
+    let parent = tempdir();
+    let missing = parent.path().join("missing");
+    assert!(Wal::open_read_only(&missing).is_err());
+    assert!(Wal::open_read_only_with(&missing, small()).is_err());
+    assert!(!missing.exists(), "a read-only open creates nothing");
+    // A file in place of the directory is refused too.
+    let file = parent.path().join("file");
+    std::fs::write(&file, b"not a log").expect("write");
+    assert!(Wal::open_read_only_with(&file, small()).is_err());
+    assert!(exists_only(parent.path(), &["file"]));
+}
+
+fn exists_only(dir: &Path, names: &[&str]) -> bool {
+    let mut found: Vec<String> = std::fs::read_dir(dir)
+        .expect("list")
+        .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+        .collect();
+    found.sort();
+    found == names
+}

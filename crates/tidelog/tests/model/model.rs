@@ -1,0 +1,1256 @@
+//! Model-based test: random operation sequences run against the engine and against a simple
+//! in-memory model of what it must hold, with crashes that lose every write not made durable.
+//!
+//! The engine runs on [`CrashStorage`], a `Storage` that keeps, per file, the image a power
+//! loss would leave (its "durable image"): `msync` and `fdatasync` copy bytes into it, and
+//! created, renamed or removed names become durable only at the next `fsync` of their
+//! directory. A crash writes that image into a new directory (optionally with a random
+//! subset of the pages written since their last sync, as a kernel's writeback may have
+//! flushed them) and opens a fresh `Wal` there. See `docs/TESTING.md`.
+//!
+//! `TIDELOG_MODEL_CASES=N` runs N cases instead of the default.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::ffi::OsString;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+
+use crate::common;
+use proptest::prelude::*;
+use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
+use tidelog::io::{DirEntry, Fault, FaultStorage, Mapping, Storage, points};
+use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
+
+const PAGE: usize = 4096;
+
+// ---------------------------------------------------------------------------------------------
+// The crash-modelling storage
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Default)]
+struct Inode {
+    /// What a power loss leaves of the file (its durable length is `durable.len()`).
+    durable: Vec<u8>,
+    /// Ranges written with `write_at` since the last `sync_file`.
+    pending: Vec<(u64, usize)>,
+}
+
+#[derive(Debug, Default)]
+struct State {
+    next_id: u64,
+    inodes: HashMap<u64, Inode>,
+    /// The live namespace: path of every file this storage knows, and its inode.
+    names: HashMap<PathBuf, u64>,
+    /// The durable namespace: per directory, the entries as of its last `sync_dir`.
+    durable_dirs: HashMap<PathBuf, BTreeMap<OsString, u64>>,
+}
+
+/// A `Storage` that models the page cache (see the module docs). Faults go through the
+/// wrapped [`FaultStorage`].
+#[derive(Debug, Clone)]
+struct CrashStorage {
+    root: PathBuf,
+    faults: FaultStorage,
+    state: Arc<Mutex<State>>,
+}
+
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    state.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+impl CrashStorage {
+    /// A storage for `root`, whose present content (files and listings) counts as durable.
+    fn new(root: &Path) -> CrashStorage {
+        let mut state = State::default();
+        fn scan(state: &mut State, dir: &Path) {
+            let mut listing = BTreeMap::new();
+            for entry in std::fs::read_dir(dir).unwrap() {
+                let entry = entry.unwrap();
+                let path = entry.path();
+                if entry.file_type().unwrap().is_dir() {
+                    scan(state, &path);
+                } else {
+                    let id = state.next_id;
+                    state.next_id += 1;
+                    let bytes = std::fs::read(&path).unwrap();
+                    state.inodes.insert(
+                        id,
+                        Inode {
+                            durable: bytes,
+                            pending: Vec::new(),
+                        },
+                    );
+                    state.names.insert(path, id);
+                    listing.insert(entry.file_name(), id);
+                }
+            }
+            state.durable_dirs.insert(dir.to_owned(), listing);
+        }
+        std::fs::create_dir_all(root).unwrap();
+        scan(&mut state, root);
+        CrashStorage {
+            root: root.to_owned(),
+            faults: FaultStorage::new(),
+            state: Arc::new(Mutex::new(state)),
+        }
+    }
+
+    fn id_of(&self, path: &Path) -> Option<u64> {
+        lock(&self.state).names.get(path).copied()
+    }
+
+    /// Copies `[offset, offset + len)` of the live bytes (`read` reads them) into the durable
+    /// image of `path`, whose durable length becomes `live_len`.
+    fn make_durable(
+        &self,
+        path: &Path,
+        live_len: u64,
+        ranges: &[(u64, usize)],
+        read: &dyn Fn(u64, &mut [u8]),
+    ) {
+        let mut st = lock(&self.state);
+        let Some(id) = st.names.get(path).copied() else {
+            return;
+        };
+        let inode = st.inodes.entry(id).or_default();
+        inode.durable.resize(live_len as usize, 0);
+        for &(offset, len) in ranges {
+            let end = (offset as usize + len).min(live_len as usize);
+            if end <= offset as usize {
+                continue;
+            }
+            let mut buf = vec![0u8; end - offset as usize];
+            read(offset, &mut buf);
+            inode.durable[offset as usize..end].copy_from_slice(&buf);
+        }
+    }
+
+    /// Writes the durable state into `dst` (a new directory). With `torn`, each page whose
+    /// live bytes differ from the durable ones takes the live bytes with probability 1/2
+    /// (decided by `seed`): writeback may have flushed it before the crash.
+    fn crash_image(&self, dst: &Path, torn: Option<u64>) {
+        let st = lock(&self.state);
+        let mut rng = torn.unwrap_or(0) | 1;
+        let mut coin = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng & 1 == 1
+        };
+        std::fs::create_dir_all(dst).unwrap();
+        let mut dirs: Vec<_> = st.durable_dirs.iter().collect();
+        dirs.sort_by(|a, b| a.0.cmp(b.0));
+        for (dir, listing) in dirs {
+            let rel = dir.strip_prefix(&self.root).unwrap();
+            let to_dir = dst.join(rel);
+            std::fs::create_dir_all(&to_dir).unwrap();
+            for (name, id) in listing {
+                let mut bytes = st
+                    .inodes
+                    .get(id)
+                    .map(|i| i.durable.clone())
+                    .unwrap_or_default();
+                if torn.is_some() {
+                    // The live content of this inode, if it still has a live name.
+                    let live = st
+                        .names
+                        .iter()
+                        .find(|(_, i)| *i == id)
+                        .and_then(|(p, _)| std::fs::read(p).ok());
+                    if let Some(live) = live {
+                        for start in (0..bytes.len()).step_by(PAGE) {
+                            let end = (start + PAGE).min(bytes.len()).min(live.len());
+                            if end > start && bytes[start..end] != live[start..end] && coin() {
+                                bytes[start..end].copy_from_slice(&live[start..end]);
+                            }
+                        }
+                    }
+                }
+                std::fs::write(to_dir.join(name), &bytes).unwrap();
+            }
+        }
+    }
+}
+
+impl Storage for CrashStorage {
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        let f = self.faults.create_new(path)?;
+        let mut st = lock(&self.state);
+        let id = st.next_id;
+        st.next_id += 1;
+        st.inodes.insert(id, Inode::default());
+        st.names.insert(path.to_owned(), id);
+        Ok(f)
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
+        self.faults.open(path, writable)
+    }
+    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
+        // O_DSYNC writes: not used by the data files this test runs.
+        self.faults.open_device(path, direct)
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<File> {
+        self.faults.open_direct(path)
+    }
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        // The length becomes durable with the next sync of the file.
+        self.faults.set_len(file, path, len)
+    }
+    fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.faults.allocate(file, path, offset, len)
+    }
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], offset: u64) -> io::Result<()> {
+        // Remembered whether it fails or not: a short write leaves some bytes behind.
+        let result = self.faults.write_at(file, path, buf, offset);
+        if let Some(id) = self.id_of(path) {
+            let mut st = lock(&self.state);
+            st.inodes
+                .entry(id)
+                .or_default()
+                .pending
+                .push((offset, buf.len()));
+        }
+        result
+    }
+    fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        self.faults.read_at(file, path, buf, offset)
+    }
+    fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.faults.sync_file(file, path)?;
+        let live_len = file.metadata()?.len();
+        let pending = {
+            let mut st = lock(&self.state);
+            match st.names.get(path).copied() {
+                Some(id) => std::mem::take(&mut st.inodes.entry(id).or_default().pending),
+                None => Vec::new(),
+            }
+        };
+        self.make_durable(path, live_len, &pending, &|at, buf| {
+            file.read_exact_at(buf, at).unwrap();
+        });
+        Ok(())
+    }
+    fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
+        self.faults.sync_map(map, path, offset, len)?;
+        // msync works on whole pages.
+        let start = offset / PAGE * PAGE;
+        let end = (offset + len).div_ceil(PAGE) * PAGE;
+        let end = end.min(map.len());
+        let live_len = std::fs::metadata(path).map(|m| m.len()).unwrap_or(0);
+        self.make_durable(
+            path,
+            live_len,
+            &[(start as u64, end - start)],
+            &|at, buf| map.copy_out(at as usize, buf),
+        );
+        Ok(())
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        self.faults.sync_dir(dir)?;
+        let mut st = lock(&self.state);
+        let listing: BTreeMap<OsString, u64> = st
+            .names
+            .iter()
+            .filter(|(p, _)| p.parent() == Some(dir))
+            .map(|(p, id)| (p.file_name().unwrap().to_owned(), *id))
+            .collect();
+        st.durable_dirs.insert(dir.to_owned(), listing);
+        Ok(())
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        self.faults.rename(from, to)?;
+        let mut st = lock(&self.state);
+        if let Some(id) = st.names.remove(from) {
+            st.names.insert(to.to_owned(), id);
+        }
+        Ok(())
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        self.faults.remove_file(path)?;
+        lock(&self.state).names.remove(path);
+        Ok(())
+    }
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.faults.create_dir_all(dir)?;
+        // Directories count as durable at once (the engine syncs their parent right after).
+        let mut st = lock(&self.state);
+        st.durable_dirs.entry(dir.to_owned()).or_default();
+        Ok(())
+    }
+    fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
+        self.faults.read_dir(dir)
+    }
+    fn read_file(&self, path: &Path) -> io::Result<Vec<u8>> {
+        self.faults.read_file(path)
+    }
+    fn file_metadata(&self, file: &File, path: &Path) -> io::Result<std::fs::Metadata> {
+        self.faults.file_metadata(file, path)
+    }
+    fn metadata(&self, path: &Path) -> io::Result<std::fs::Metadata> {
+        self.faults.metadata(path)
+    }
+    fn canonicalize(&self, path: &Path) -> io::Result<PathBuf> {
+        self.faults.canonicalize(path)
+    }
+    fn try_lock(&self, file: &File, path: &Path) -> io::Result<()> {
+        self.faults.try_lock(file, path)
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Operations
+// ---------------------------------------------------------------------------------------------
+
+const TOPICS: [&str; 3] = ["t0", "t1", "t2"];
+const GROUPS: [&str; 2] = ["g0", "g1"];
+const FAULT_POINTS: [&str; 9] = [
+    points::SYNC_MAP,
+    points::SYNC_FILE,
+    points::SYNC_DIR,
+    points::CREATE,
+    points::SET_LEN,
+    points::ALLOCATE,
+    points::WRITE,
+    points::REMOVE,
+    points::RENAME,
+];
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// One record; `len` bytes of value, maybe a key; `always`: a writer with `Always`.
+    Append {
+        topic: usize,
+        len: usize,
+        key: bool,
+        always: bool,
+        ts_step: u64,
+    },
+    /// A batch of `n` records.
+    Batch {
+        topic: usize,
+        n: usize,
+        len: usize,
+        always: bool,
+    },
+    /// Reads the record at `pick` mod (records + 1) and checks it (or the error past the end).
+    Read {
+        topic: usize,
+        pick: usize,
+    },
+    /// A grouped reader reads up to `n` records from its committed offset, then commits.
+    GroupRead {
+        topic: usize,
+        group: usize,
+        n: usize,
+    },
+    /// An anonymous reader seeks to an offset and reads the record there.
+    Seek {
+        topic: usize,
+        pick: usize,
+    },
+    /// An anonymous reader seeks by time.
+    SeekTime {
+        topic: usize,
+        pick: usize,
+    },
+    DeleteTopic {
+        topic: usize,
+    },
+    Flush,
+    /// Clean close, then open again.
+    Reopen,
+    /// Power loss: only the durable image survives (`torn`: plus random unsynced pages).
+    Crash {
+        torn: Option<u64>,
+    },
+    /// The next operation's `skip`-th call of `point` fails with `errno` (or a short write).
+    Fault {
+        point: usize,
+        errno: i32,
+        skip: u64,
+        short: bool,
+    },
+}
+
+fn op_strategy() -> impl Strategy<Value = Op> {
+    let topic = 0..TOPICS.len();
+    prop_oneof![
+        8 => (topic.clone(), prop_oneof![4 => 0usize..200, 1 => 200usize..30_000], any::<bool>(), prop::bool::weighted(0.3), 0u64..3)
+            .prop_map(|(topic, len, key, always, ts_step)| Op::Append { topic, len, key, always, ts_step }),
+        3 => (topic.clone(), 1usize..6, 0usize..3000, prop::bool::weighted(0.3))
+            .prop_map(|(topic, n, len, always)| Op::Batch { topic, n, len, always }),
+        3 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::Read { topic, pick }),
+        2 => (topic.clone(), 0..GROUPS.len(), 0usize..6)
+            .prop_map(|(topic, group, n)| Op::GroupRead { topic, group, n }),
+        1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::Seek { topic, pick }),
+        1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::SeekTime { topic, pick }),
+        1 => topic.clone().prop_map(|topic| Op::DeleteTopic { topic }),
+        2 => Just(Op::Flush),
+        1 => Just(Op::Reopen),
+        2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
+        1 => (0..FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..4, prop::bool::weighted(0.2))
+            .prop_map(|(point, errno, skip, short)| Op::Fault { point, errno, skip, short }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+// ---------------------------------------------------------------------------------------------
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Rec {
+    key: Option<Vec<u8>>,
+    value: Vec<u8>,
+    ts: u64,
+    /// Records of one batch share an id: recovery keeps all of them or none.
+    batch: u64,
+}
+
+#[derive(Debug, Default, Clone)]
+struct TopicModel {
+    /// Records from offset 0 (offsets are dense from 0).
+    recs: Vec<Rec>,
+    /// Records `[0, durable)` were acknowledged durable.
+    durable: usize,
+    /// Records appended by an operation that failed: they may or may not be there.
+    maybe: Vec<Rec>,
+    /// Durably committed offset per group.
+    groups: BTreeMap<String, u64>,
+    /// Commits that failed: the group may hold this offset instead.
+    maybe_groups: BTreeMap<String, u64>,
+    /// A deletion of the topic failed: it may be gone.
+    maybe_deleted: bool,
+    /// Timestamp of the newest record (timestamps never decrease).
+    last_ts: u64,
+}
+
+impl TopicModel {
+    /// Offsets below this may have been reclaimed (every group committed past them).
+    fn reclaimable_below(&self) -> u64 {
+        // A group whose only commit failed may not exist after a reopen (a cursor file with
+        // no commit registers nothing), so it bounds reclaim only when no other group does.
+        let maybe = |g: &String| self.maybe_groups.get(g).copied().unwrap_or(0);
+        match self.groups.iter().map(|(g, &c)| c.max(maybe(g))).min() {
+            Some(min) => min,
+            None => self.maybe_groups.values().copied().max().unwrap_or(0),
+        }
+    }
+}
+
+struct Harness {
+    base: PathBuf,
+    generation: u32,
+    dir: PathBuf,
+    storage: Arc<CrashStorage>,
+    wal: Option<Wal>,
+    topics: BTreeMap<String, TopicModel>,
+    /// Topic names deleted since their last append (must not come back with records).
+    deleted: BTreeSet<String>,
+    next_batch: u64,
+    value_seq: u64,
+    /// A fault to arm for the next operation.
+    pending_fault: Option<(usize, i32, u64, bool)>,
+    /// A fault was armed since the last open: errors are expected until the next reopen.
+    faulted: bool,
+    /// The last open followed a clean close.
+    clean_open: bool,
+    log: Vec<String>,
+}
+
+fn config() -> Config {
+    common::small()
+}
+
+fn fail(msg: String) -> TestCaseError {
+    TestCaseError::fail(msg)
+}
+
+macro_rules! check {
+    ($cond:expr, $($arg:tt)*) => {
+        if !$cond {
+            return Err(fail(format!($($arg)*)));
+        }
+    };
+}
+
+impl Harness {
+    fn new(base: &Path) -> Harness {
+        let dir = base.join("gen0");
+        let storage = Arc::new(CrashStorage::new(&dir));
+        let wal =
+            Wal::open_with_storage(&dir, config(), storage.clone() as Arc<dyn Storage>).unwrap();
+        Harness {
+            base: base.to_owned(),
+            generation: 0,
+            dir,
+            storage,
+            wal: Some(wal),
+            topics: BTreeMap::new(),
+            deleted: BTreeSet::new(),
+            next_batch: 0,
+            value_seq: 0,
+            pending_fault: None,
+            faulted: false,
+            clean_open: true,
+            log: Vec::new(),
+        }
+    }
+
+    fn wal(&self) -> &Wal {
+        self.wal.as_ref().unwrap()
+    }
+
+    fn value(&mut self, topic: usize, len: usize) -> Vec<u8> {
+        self.value_seq += 1;
+        let seed = format!("{}:{}|", TOPICS[topic], self.value_seq);
+        seed.bytes().cycle().take(len).collect()
+    }
+
+    fn run(&mut self, op: &Op) -> Result<(), TestCaseError> {
+        self.log.push(format!("{op:?}"));
+        let fault = match op {
+            Op::Fault {
+                point,
+                errno,
+                skip,
+                short,
+            } => {
+                self.pending_fault = Some((*point, *errno, *skip, *short));
+                return Ok(());
+            }
+            Op::Reopen | Op::Crash { .. } => None,
+            _ => self.pending_fault.take(),
+        };
+        if let Some((point, errno, skip, short)) = fault {
+            let point = FAULT_POINTS[point];
+            let f = if short && point == points::WRITE {
+                Fault::ShortWrite(7)
+            } else {
+                Fault::After { skip, errno }
+            };
+            self.storage.faults.arm(point, f);
+        }
+        let hits_before: u64 = FAULT_POINTS
+            .iter()
+            .map(|p| self.storage.faults.hits(p))
+            .sum();
+        let result = self.apply(op);
+        self.storage.faults.disarm_all();
+        let hits_after: u64 = FAULT_POINTS
+            .iter()
+            .map(|p| self.storage.faults.hits(p))
+            .sum();
+        if hits_after > hits_before {
+            self.log.push("  (fault fired)".to_owned());
+            self.faulted = true;
+        }
+        match result {
+            Ok(()) => Ok(()),
+            Err(Outcome::Fail(e)) => Err(e),
+            Err(Outcome::Engine(e)) => {
+                check!(self.faulted, "{op:?} failed with no fault injected: {e}");
+                // An error must never corrupt: reopen (a crash when the close fails too) and
+                // check the invariant.
+                self.log.push(format!("  -> failed: {e}; reopening"));
+                self.reopen(None, true)
+            }
+        }
+    }
+
+    fn apply(&mut self, op: &Op) -> Result<(), Outcome> {
+        match *op {
+            Op::Append {
+                topic,
+                len,
+                key,
+                always,
+                ts_step,
+            } => {
+                let name = TOPICS[topic];
+                let value = self.value(topic, len);
+                let key = key.then(|| format!("k{}", self.value_seq).into_bytes());
+                let ts = self.next_ts(name, ts_step);
+                let batch = self.next_batch;
+                self.next_batch += 1;
+                let rec = Rec {
+                    key: key.clone(),
+                    value: value.clone(),
+                    ts,
+                    batch,
+                };
+                let append = Append {
+                    key: key.as_deref(),
+                    value: &value,
+                    timestamp_us: Some(ts),
+                };
+                let result = if always {
+                    self.wal()
+                        .writer(name)
+                        .and_then(|w| w.with_durability(Durability::Always).append_record(append))
+                } else {
+                    self.wal().append_record(name, append)
+                };
+                self.after_append(name, vec![rec], always, result.map(|o| o..o + 1))
+            }
+            Op::Batch {
+                topic,
+                n,
+                len,
+                always,
+            } => {
+                let name = TOPICS[topic];
+                let batch = self.next_batch;
+                self.next_batch += 1;
+                let mut recs = Vec::new();
+                for i in 0..n {
+                    let value = self.value(topic, len + i);
+                    let ts = self.next_ts(name, 1);
+                    recs.push(Rec {
+                        key: (i % 2 == 0).then(|| vec![b'k', i as u8]),
+                        value,
+                        ts,
+                        batch,
+                    });
+                }
+                let appends: Vec<Append<'_>> = recs
+                    .iter()
+                    .map(|r| Append {
+                        key: r.key.as_deref(),
+                        value: &r.value,
+                        timestamp_us: Some(r.ts),
+                    })
+                    .collect();
+                let result = if always {
+                    self.wal().writer(name).and_then(|w| {
+                        w.with_durability(Durability::Always)
+                            .append_batch_records(&appends)
+                    })
+                } else {
+                    self.wal().append_batch_records(name, &appends)
+                };
+                drop(appends);
+                self.after_append(name, recs, always, result)
+            }
+            Op::Read { topic, pick } => {
+                let name = TOPICS[topic];
+                let len = self.len(name);
+                let offset = (pick % (len + 1)) as u64;
+                self.check_read(name, offset)
+            }
+            Op::GroupRead { topic, group, n } => {
+                let name = TOPICS[topic];
+                let Some(t) = self.topics.get(name) else {
+                    return Ok(());
+                };
+                if t.recs.is_empty() {
+                    return Ok(());
+                }
+                let committed = t.groups.get(GROUPS[group]).copied();
+                let durable = t.durable as u64;
+                let mut reader = self
+                    .wal()
+                    .reader(name, GROUPS[group])
+                    .map_err(Outcome::Engine)?;
+                let start = reader.position();
+                if let Some(c) = committed {
+                    ours(reader.committed() == Some(c), || {
+                        format!(
+                            "{name}/{}: committed {:?}, model {c}",
+                            GROUPS[group],
+                            reader.committed()
+                        )
+                    })?;
+                    ours(start == c, || {
+                        format!("{name}: reader starts at {start}, committed {c}")
+                    })?;
+                }
+                for _ in 0..n {
+                    let pos = reader.position();
+                    match reader.next_record().map_err(Outcome::Engine)? {
+                        Some(r) => self.compare(name, pos, &r)?,
+                        None => {
+                            ours(pos as usize == self.len(name), || {
+                                format!("{name}: reader ended at {pos} of {}", self.len(name))
+                            })?;
+                            break;
+                        }
+                    }
+                }
+                // Commit no further than the durable records: a commit past records a crash
+                // may lose is outside what the model checks.
+                let at = reader.position().min(durable.max(start));
+                let t = self.topics.get_mut(name).unwrap();
+                if let Err(e) = reader.commit_offset(at) {
+                    t.maybe_groups.insert(GROUPS[group].to_owned(), at);
+                    return Err(Outcome::Engine(e));
+                }
+                t.groups.insert(GROUPS[group].to_owned(), at);
+                Ok(())
+            }
+            Op::Seek { topic, pick } => {
+                let name = TOPICS[topic];
+                let len = self.len(name);
+                if len == 0 {
+                    return Ok(());
+                }
+                let first = self.first(name)?;
+                let offset = first + (pick as u64 % (len as u64 - first + 1));
+                let mut reader = match self.wal().reader_with(
+                    name,
+                    ReaderOptions::default().start(StartPosition::Earliest),
+                ) {
+                    Ok(r) => r,
+                    Err(e) => return Err(Outcome::Engine(e)),
+                };
+                match reader.seek(offset) {
+                    Ok(()) => {}
+                    Err(Error::OffsetOutOfRange { .. }) if self.reclaimable(name, offset) => {
+                        return Ok(());
+                    }
+                    Err(e) => return Err(Outcome::Engine(e)),
+                }
+                match reader.next_record().map_err(Outcome::Engine)? {
+                    Some(r) => self.compare(name, offset, &r),
+                    None => ours(offset as usize == len, || {
+                        format!("{name}: nothing at {offset} of {len}")
+                    }),
+                }
+            }
+            Op::SeekTime { topic, pick } => {
+                let name = TOPICS[topic];
+                let len = self.len(name);
+                if len == 0 {
+                    return Ok(());
+                }
+                let first = self.first(name)?;
+                let t = &self.topics[name];
+                let lo = t.recs[first as usize..].first().map_or(0, |r| r.ts);
+                let target = lo.saturating_sub(1) + (pick as u64 % (t.last_ts - lo + 3));
+                let expected = (first as usize..len)
+                    .find(|&i| t.recs[i].ts >= target)
+                    .unwrap_or(len) as u64;
+                let mut reader = self
+                    .wal()
+                    .reader_with(
+                        name,
+                        ReaderOptions::default().start(StartPosition::Earliest),
+                    )
+                    .map_err(Outcome::Engine)?;
+                let got = reader.seek_time(target).map_err(Outcome::Engine)?;
+                if got != expected && self.reclaimable(name, expected) {
+                    return Ok(());
+                }
+                ours(got == expected, || {
+                    format!("{name}: seek_time({target}) gave {got}, model {expected}")
+                })
+            }
+            Op::DeleteTopic { topic } => {
+                let name = TOPICS[topic];
+                match self.wal().delete_topic(name) {
+                    Ok(()) => {}
+                    Err(Error::UnknownTopic { .. }) => {
+                        // A topic whose records were all lost is unknown; its cursors stay.
+                        ours(self.len(name) == 0, || {
+                            format!("{name}: unknown to the engine, model has it")
+                        })?;
+                        return Ok(());
+                    }
+                    Err(e) => {
+                        // Whether the deletion happened is unknown: the reopen decides.
+                        self.topics
+                            .entry(name.to_owned())
+                            .or_default()
+                            .maybe_deleted = true;
+                        return Err(Outcome::Engine(e));
+                    }
+                }
+                self.topics.remove(name);
+                self.deleted.insert(name.to_owned());
+                Ok(())
+            }
+            Op::Flush => {
+                self.wal().flush().map_err(Outcome::Engine)?;
+                for t in self.topics.values_mut() {
+                    t.durable = t.recs.len();
+                }
+                Ok(())
+            }
+            Op::Reopen => self.reopen(None, false).map_err(Outcome::Fail),
+            Op::Crash { torn } => self.crash(torn).map_err(Outcome::Fail),
+            Op::Fault { .. } => Ok(()),
+        }
+    }
+
+    fn next_ts(&mut self, name: &str, step: u64) -> u64 {
+        let t = self.topics.entry(name.to_owned()).or_default();
+        t.last_ts = t.last_ts.max(1_000_000) + step;
+        t.last_ts
+    }
+
+    fn after_append(
+        &mut self,
+        name: &str,
+        recs: Vec<Rec>,
+        always: bool,
+        result: tidelog::Result<std::ops::Range<u64>>,
+    ) -> Result<(), Outcome> {
+        let t = self.topics.entry(name.to_owned()).or_default();
+        match result {
+            Ok(range) => {
+                self.deleted.remove(name);
+                let expect = t.recs.len() as u64..(t.recs.len() + recs.len()) as u64;
+                ours(range == expect, || {
+                    format!("{name}: append got offsets {range:?}, model {expect:?}")
+                })?;
+                t.recs.extend(recs);
+                if always {
+                    t.durable = t.recs.len();
+                }
+                Ok(())
+            }
+            Err(e @ (Error::LimitExceeded { .. } | Error::InvalidArgument { .. })) => {
+                Err(Outcome::Fail(fail(format!("{name}: append refused: {e}"))))
+            }
+            Err(e) => {
+                t.maybe.extend(recs);
+                Err(Outcome::Engine(e))
+            }
+        }
+    }
+
+    fn len(&self, name: &str) -> usize {
+        self.topics.get(name).map_or(0, |t| t.recs.len())
+    }
+
+    fn reclaimable(&self, name: &str, offset: u64) -> bool {
+        self.topics
+            .get(name)
+            .is_some_and(|t| offset < t.reclaimable_below())
+    }
+
+    /// The engine's first offset of `name`, checked against the model.
+    fn first(&self, name: &str) -> Result<u64, Outcome> {
+        let info = self.wal().topic_info(name).map_err(Outcome::Engine)?;
+        let t = &self.topics[name];
+        ours(info.first_offset <= t.reclaimable_below(), || {
+            format!(
+                "{name}: first offset {} but groups {:?}",
+                info.first_offset, t.groups
+            )
+        })?;
+        ours(info.next_offset as usize == t.recs.len(), || {
+            format!(
+                "{name}: next offset {} but model has {}",
+                info.next_offset,
+                t.recs.len()
+            )
+        })?;
+        Ok(info.first_offset)
+    }
+
+    fn compare(&self, name: &str, offset: u64, r: &tidelog::Record) -> Result<(), Outcome> {
+        let t = &self.topics[name];
+        let Some(m) = t.recs.get(offset as usize) else {
+            return Err(Outcome::Fail(fail(format!(
+                "{name}: engine returned offset {offset}, model has {}",
+                t.recs.len()
+            ))));
+        };
+        ours(r.offset() == offset, || {
+            format!("{name}: asked {offset}, got {}", r.offset())
+        })?;
+        ours(
+            r.value() == m.value.as_slice()
+                && r.key() == m.key.as_deref()
+                && r.timestamp_us() == m.ts,
+            || {
+                format!(
+                    "{name}@{offset}: engine ({:?}, {} bytes, ts {}) differs from model ({:?}, {} bytes, ts {})",
+                    r.key(),
+                    r.value().len(),
+                    r.timestamp_us(),
+                    m.key,
+                    m.value.len(),
+                    m.ts
+                )
+            },
+        )
+    }
+
+    fn check_read(&self, name: &str, offset: u64) -> Result<(), Outcome> {
+        let len = self.len(name) as u64;
+        match self.wal().read(name, offset) {
+            Ok(r) => {
+                ours(offset < len, || {
+                    format!("{name}: read {offset} past the end {len}")
+                })?;
+                self.compare(name, offset, &r)
+            }
+            Err(Error::UnknownTopic { .. }) => ours(len == 0, || {
+                format!("{name}: unknown topic, model has {len} records")
+            }),
+            Err(Error::OffsetOutOfRange { .. }) => {
+                ours(offset >= len || self.reclaimable(name, offset), || {
+                    format!("{name}: {offset} out of range, model has {len}")
+                })
+            }
+            Err(e) => Err(Outcome::Engine(e)),
+        }
+    }
+
+    /// Power loss: the durable image goes to a new directory, a fresh `Wal` opens there.
+    fn crash(&mut self, torn: Option<u64>) -> Result<(), TestCaseError> {
+        self.generation += 1;
+        let dst = self.base.join(format!("gen{}", self.generation));
+        self.storage.crash_image(&dst, torn);
+        // The old handle flushes when dropped: only its own (abandoned) directory sees that.
+        drop(self.wal.take());
+        self.dir = dst;
+        self.storage = Arc::new(CrashStorage::new(&self.dir));
+        self.clean_open = false;
+        self.open_and_check()
+    }
+
+    /// Clean close and open; `after_error`: a close that fails becomes a crash.
+    fn reopen(&mut self, torn: Option<u64>, after_error: bool) -> Result<(), TestCaseError> {
+        let closed = self.wal().close();
+        match closed {
+            Ok(()) => {
+                for t in self.topics.values_mut() {
+                    t.durable = t.recs.len();
+                }
+            }
+            Err(e) => {
+                check!(
+                    after_error || self.faulted,
+                    "close failed with no fault injected: {e}"
+                );
+                self.log.push(format!("  -> close failed: {e}; crashing"));
+                return self.crash(torn);
+            }
+        }
+        drop(self.wal.take());
+        self.storage = Arc::new(CrashStorage::new(&self.dir));
+        self.clean_open = !after_error && !self.faulted;
+        self.open_and_check()
+    }
+
+    fn open_and_check(&mut self) -> Result<(), TestCaseError> {
+        self.faulted = false;
+        self.pending_fault = None;
+        let wal = Wal::open_with_storage(
+            &self.dir,
+            config(),
+            self.storage.clone() as Arc<dyn Storage>,
+        )
+        .map_err(|e| fail(format!("reopen failed: {e}")))?;
+        self.wal = Some(wal);
+        self.check_recovered()
+    }
+
+    /// The invariant after an open: each topic holds a prefix of its appended records (maybe
+    /// records included) with every acknowledged one, ending on a batch boundary; reads
+    /// return them; deleted topics stay gone; cursors hold their durable commits.
+    fn check_recovered(&mut self) -> Result<(), TestCaseError> {
+        let report = self.wal().recovery_report();
+        self.log.push(format!("  recovered: {report:?}"));
+        check!(
+            report.ring_records_replayed == 0 && report.ring_records_held == 0,
+            "ring counters without a ring: {report:?}"
+        );
+        check!(
+            report.sealed_extents <= report.extents + report.deleted_remnants
+                && (report.extents == 0 || report.files > 0)
+                && report.torn_tails <= report.scanned_extents,
+            "report counts do not add up: {report:?}"
+        );
+        if self.clean_open {
+            check!(
+                report.torn_tails == 0
+                    && report.torn_records == 0
+                    && report.records_past_tear == 0
+                    && report.damaged_progress_slots == 0
+                    && report.dropped_extents == 0,
+                "a clean close left damage: {report:?}"
+            );
+        }
+        let engine_topics: BTreeSet<String> = self.wal().topics().into_iter().collect();
+        let with_records = engine_topics
+            .iter()
+            .filter(|n| {
+                self.wal()
+                    .topic_info(n)
+                    .is_ok_and(|i| i.next_offset > i.first_offset)
+            })
+            .count() as u64;
+        check!(
+            report.extents >= with_records,
+            "{with_records} topics with records from {} extents: {report:?}",
+            report.extents
+        );
+        for name in &engine_topics {
+            let known = self
+                .topics
+                .get(name)
+                .is_some_and(|t| !t.recs.is_empty() || !t.maybe.is_empty());
+            if !known {
+                let info = self
+                    .wal()
+                    .topic_info(name)
+                    .map_err(|e| fail(e.to_string()))?;
+                check!(
+                    info.next_offset == 0,
+                    "topic {name} recovered with {} records, model has none (deleted: {})",
+                    info.next_offset,
+                    self.deleted.contains(name)
+                );
+            }
+        }
+        let names: Vec<String> = self.topics.keys().cloned().collect();
+        for name in names {
+            let (first, next) = if engine_topics.contains(&name) {
+                let info = self
+                    .wal()
+                    .topic_info(&name)
+                    .map_err(|e| fail(e.to_string()))?;
+                (info.first_offset, info.next_offset)
+            } else {
+                (0, 0)
+            };
+            let t = self.topics.get_mut(&name).unwrap();
+            if t.maybe_deleted && next == 0 {
+                // The failed deletion happened.
+                self.topics.remove(&name);
+                continue;
+            }
+            // A deletion cut short may have removed cursors before any record.
+            let partly_deleted = std::mem::take(&mut t.maybe_deleted);
+            let all: Vec<Rec> = t.recs.iter().chain(t.maybe.iter()).cloned().collect();
+            let n = next as usize;
+            check!(
+                n >= t.durable && n <= all.len(),
+                "{name}: recovered {n} records, model appended {} (+{} maybe), {} acknowledged durable",
+                t.recs.len(),
+                t.maybe.len(),
+                t.durable
+            );
+            check!(
+                n == 0 || n == all.len() || all[n - 1].batch != all[n].batch,
+                "{name}: recovery cut batch {} at offset {n}",
+                all[n].batch
+            );
+            check!(
+                first <= n as u64 && (first == 0 || first <= t.reclaimable_below()),
+                "{name}: first offset {first} but groups {:?}",
+                t.groups
+            );
+            t.recs = all[..n].to_vec();
+            t.maybe.clear();
+            // What a writable open recovered is on disk: it survives the next crash.
+            t.durable = n;
+            let t = t.clone();
+            for offset in first..next {
+                let r = self
+                    .wal()
+                    .read(&name, offset)
+                    .map_err(|e| fail(format!("{name}: read {offset} after reopen: {e}")))?;
+                self.compare(&name, offset, &r)
+                    .map_err(Outcome::into_fail)?;
+            }
+            if n > 0 || engine_topics.contains(&name) {
+                match self.wal().read(&name, next) {
+                    Err(Error::OffsetOutOfRange { .. }) => {}
+                    other => {
+                        return Err(fail(format!(
+                            "{name}: read at the end {next} gave {:?}",
+                            other.map(|r| r.offset())
+                        )));
+                    }
+                }
+            }
+            let groups: BTreeSet<&String> = t.groups.keys().chain(t.maybe_groups.keys()).collect();
+            // A topic left with no records is not recovered: its cursors wait for it.
+            let groups = if engine_topics.contains(&name) {
+                groups
+            } else {
+                BTreeSet::new()
+            };
+            for group in groups {
+                let c = t.groups.get(group).copied().unwrap_or(0);
+                let reader = self
+                    .wal()
+                    .reader(&name, group)
+                    .map_err(|e| fail(format!("{name}/{group}: reader after reopen: {e}")))?;
+                let maybe = t.maybe_groups.get(group).copied();
+                check!(
+                    reader.committed() == t.groups.get(group).copied()
+                        || (maybe.is_some() && reader.committed() == maybe)
+                        || (partly_deleted && reader.committed().is_none()),
+                    "{name}/{group}: committed {:?} after reopen, model {c} (maybe {maybe:?})",
+                    reader.committed()
+                );
+                let t = self.topics.get_mut(&name).unwrap();
+                match reader.committed() {
+                    Some(now) => t.groups.insert(group.clone(), now),
+                    None => t.groups.remove(group),
+                };
+            }
+            if let Some(t) = self.topics.get_mut(&name) {
+                t.maybe_groups.clear();
+            }
+            if n == 0 && t.groups.is_empty() {
+                self.topics.remove(&name);
+            }
+        }
+        Ok(())
+    }
+}
+
+enum Outcome {
+    /// The model found a violation.
+    Fail(TestCaseError),
+    /// The engine returned an error (allowed only after an injected fault).
+    Engine(Error),
+}
+
+impl Outcome {
+    fn into_fail(self) -> TestCaseError {
+        match self {
+            Outcome::Fail(e) => e,
+            Outcome::Engine(e) => fail(format!("engine error: {e}")),
+        }
+    }
+}
+
+fn ours(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Outcome> {
+    if cond {
+        Ok(())
+    } else {
+        Err(Outcome::Fail(fail(msg())))
+    }
+}
+
+fn run_ops(ops: &[Op]) -> Result<(), TestCaseError> {
+    let tmp = common::tempdir();
+    let mut h = Harness::new(tmp.path());
+    let mut result = Ok(());
+    for op in ops {
+        result = h.run(op);
+        if result.is_err() {
+            break;
+        }
+    }
+    // A final crash checks what the last operations left durable.
+    if result.is_ok() {
+        h.log.push("final Crash".to_owned());
+        result = h.crash(None);
+    }
+    if let Err(e) = &result {
+        eprintln!("model failure: {e}\noperations:\n  {}", h.log.join("\n  "));
+    }
+    result
+}
+
+fn cases() -> u32 {
+    std::env::var("TIDELOG_MODEL_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(96)
+}
+
+#[test]
+fn random_operations_keep_the_model() {
+    let mut runner = TestRunner::new(PtConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..PtConfig::default()
+    });
+    let result = runner.run(&prop::collection::vec(op_strategy(), 1..40), |ops| {
+        run_ops(&ops)
+    });
+    if let Err(e) = result {
+        panic!("{e}");
+    }
+}
+
+fn replay(ops: Vec<Op>) {
+    if let Err(e) = run_ops(&ops) {
+        panic!("{e}");
+    }
+}
+
+#[test]
+fn regression_commit_of_every_durable_record_then_crash() {
+    replay(vec![
+        Op::Append {
+            topic: 1,
+            len: 0,
+            key: false,
+            always: false,
+            ts_step: 0,
+        },
+        Op::Flush,
+        Op::Append {
+            topic: 1,
+            len: 0,
+            key: false,
+            always: false,
+            ts_step: 0,
+        },
+        Op::GroupRead {
+            topic: 1,
+            group: 0,
+            n: 2,
+        },
+    ]);
+}
+
+#[test]
+fn regression_torn_record_recovered_then_lost() {
+    let append = Op::Append {
+        topic: 1,
+        len: 0,
+        key: false,
+        always: false,
+        ts_step: 0,
+    };
+    replay(vec![
+        append.clone(),
+        Op::Crash {
+            torn: Some(14226084071161983822),
+        },
+        append,
+        Op::GroupRead {
+            topic: 1,
+            group: 0,
+            n: 1,
+        },
+    ]);
+}
+
+#[test]
+fn regression_reclaim_of_the_newest_durable_extent() {
+    let append = Op::Append {
+        topic: 1,
+        len: 0,
+        key: false,
+        always: false,
+        ts_step: 0,
+    };
+    replay(vec![
+        append.clone(),
+        Op::Flush,
+        Op::Crash { torn: None },
+        append,
+        Op::GroupRead {
+            topic: 1,
+            group: 0,
+            n: 1,
+        },
+    ]);
+}
