@@ -12,6 +12,7 @@ mod decoders;
 mod fault_injection;
 mod full_disk;
 mod large_records;
+mod panics;
 mod recover_corruption;
 mod recover_torn_tail;
 mod sweep;

@@ -3,12 +3,11 @@
 //! every later write fails, and a reopen recovers every record acknowledged before it.
 //! Method: a fault-injecting storage panics in a chosen call.
 
-mod common;
-
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use crate::common;
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::{Config, Durability, Error, Wal};
 
