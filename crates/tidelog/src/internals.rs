@@ -1,5 +1,5 @@
 //! Crate-private decoders of on-disk bytes, reachable from the property tests in
-//! `tests/decoders.rs`. Not part of the API: hidden from the docs, no stability promise.
+//! `tests/recovery/decoders.rs`. Not part of the API: hidden from the docs, no stability promise.
 //!
 //! The public decoders (`format`, `ring::format`, `stage::sink_batch`) are used directly; this
 //! module adds the ones behind private modules, with thin wrappers where a decoder needs an
