@@ -394,7 +394,8 @@ def open(
     direct_io: Literal["required", "auto", "off"] = "auto",
     format: bool = False,  # noqa: A002 (the documented option name)
     staged_ttl_ms: int | None = 86400000,
-    staged_adopt_bytes: int = 4194304,
+    staged_adopt_bytes_min: int | None = 4194304,
+    staged_adopt_bytes: int | None = None,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -404,9 +405,10 @@ def open(
     new ring over a device or file that holds none) are its options, and are refused with
     the default backend. `staged_ttl_ms`: a staged job (`StagedWriter`) nobody committed or
     aborted is removed once its files have been idle this long (default a day; `None` keeps
-    such jobs). `staged_adopt_bytes`: a staged segment holding at least this many bytes of
-    records becomes a data file of its own when its job is published (no record is copied);
-    smaller ones are copied into their topics.
+    such jobs). `staged_adopt_bytes_min`: a staged segment holding at least this many bytes
+    of records becomes a data file of its own when its job is published (no record is
+    copied); smaller ones are copied into their topics. `staged_adopt_bytes` is its earlier
+    name, deprecated (a `DeprecationWarning`).
     """
 
 @final

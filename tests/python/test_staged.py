@@ -163,16 +163,27 @@ def test_staged_adopt_bytes_sets_what_is_copied(tmp_path: Path) -> None:
     w.append_arrow("t", pa.array([b"v" * 100] * 1000, pa.binary()))
     w.finish()
     # Above every segment: copied, no adopted file.
-    tidelog.commit_staged(tmp_path, "job", ["p0"], staged_adopt_bytes=1 << 40)
+    tidelog.commit_staged(tmp_path, "job", ["p0"], staged_adopt_bytes_min=1 << 40)
     assert _adopted_files(tmp_path) == []
     w = tidelog.StagedWriter(tmp_path, "job2", "p0")
     w.append_arrow("t", pa.array([b"w" * 100] * 1000, pa.binary()))
     w.finish()
-    tidelog.commit_staged(tmp_path, "job2", ["p0"], staged_adopt_bytes=0)
+    tidelog.commit_staged(tmp_path, "job2", ["p0"], staged_adopt_bytes_min=0)
     assert len(_adopted_files(tmp_path)) == 1
     with tidelog.open(tmp_path) as wal:
         assert wal.topic_info("t").next_offset == 2000
         assert bytes(wal.read("t", 999).value) == b"v" * 100
         assert bytes(wal.read("t", 1000).value) == b"w" * 100
     with pytest.raises(OverflowError):
-        tidelog.open(tmp_path, staged_adopt_bytes=-1)
+        tidelog.open(tmp_path, staged_adopt_bytes_min=-1)
+
+
+def test_staged_adopt_bytes_is_the_deprecated_name_of_staged_adopt_bytes_min(
+    tmp_path: Path,
+) -> None:
+    with pytest.warns(DeprecationWarning, match="staged_adopt_bytes_min"):
+        wal = tidelog.open(tmp_path / "old", staged_adopt_bytes=0)
+    wal.close()
+    with pytest.raises(tidelog.InvalidArgumentError, match="staged_adopt_bytes_min only"):
+        tidelog.open(tmp_path / "both", staged_adopt_bytes=0, staged_adopt_bytes_min=0)
+    assert not (tmp_path / "both").exists()

@@ -49,14 +49,15 @@ use crate::options::OpenOptions;
     direct_io = None,
     format = false,
     staged_ttl_ms = Some(tidelog::STAGED_TTL_DEFAULT_MS),
-    staged_adopt_bytes = tidelog::STAGED_ADOPT_BYTES_DEFAULT,
+    staged_adopt_bytes_min = None,
+    staged_adopt_bytes = None,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
     max_batch_bytes=None, max_topics=None, retention_ms=None, retention_bytes=None, \
     topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
-    format=False, staged_ttl_ms=86400000, staged_adopt_bytes=4194304)")]
+    format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -83,8 +84,11 @@ fn open(
     direct_io: Option<&Bound<'_, PyAny>>,
     format: bool,
     staged_ttl_ms: Option<u64>,
-    staged_adopt_bytes: u64,
+    staged_adopt_bytes_min: Option<u64>,
+    staged_adopt_bytes: Option<u64>,
 ) -> PyResult<wal::PyWal> {
+    let staged_adopt_bytes_min =
+        options::staged_adopt_bytes_min(py, staged_adopt_bytes_min, staged_adopt_bytes)?;
     let config = OpenOptions {
         fsync,
         fsync_interval_ms,
@@ -105,7 +109,7 @@ fn open(
     }
     .config()?
     .staged_ttl_ms(staged_ttl_ms)
-    .staged_adopt_bytes_min(staged_adopt_bytes);
+    .staged_adopt_bytes_min(staged_adopt_bytes_min);
     let shown = path.display().to_string();
     let wal = detached(py, || {
         if readonly {

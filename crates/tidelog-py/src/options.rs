@@ -24,6 +24,32 @@ pub fn durability(value: &str) -> PyResult<Durability> {
     }
 }
 
+/// `staged_adopt_bytes_min=` (the engine's name), or its deprecated earlier name
+/// `staged_adopt_bytes=` with a `DeprecationWarning`; both at once is an error.
+pub fn staged_adopt_bytes_min(
+    py: Python<'_>,
+    staged_adopt_bytes_min: Option<u64>,
+    staged_adopt_bytes: Option<u64>,
+) -> PyResult<u64> {
+    match (staged_adopt_bytes_min, staged_adopt_bytes) {
+        (Some(_), Some(_)) => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "staged_adopt_bytes",
+            reason: "give staged_adopt_bytes_min only (staged_adopt_bytes is its old name)"
+                .to_owned(),
+        })),
+        (None, Some(bytes)) => {
+            PyErr::warn(
+                py,
+                &py.get_type::<pyo3::exceptions::PyDeprecationWarning>(),
+                c"staged_adopt_bytes is deprecated: use staged_adopt_bytes_min",
+                1,
+            )?;
+            Ok(bytes)
+        }
+        (bytes, None) => Ok(bytes.unwrap_or(tidelog::STAGED_ADOPT_BYTES_DEFAULT)),
+    }
+}
+
 /// The Python name of a durability mode.
 pub fn durability_name(durability: Durability) -> &'static str {
     match durability {
