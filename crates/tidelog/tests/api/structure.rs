@@ -1,7 +1,9 @@
-//! The engine's modules form layers: no module reaches, directly or through others, back
-//! into one that reaches it (no import circles), and the sibling files of `wal/`, `ring/`
-//! and `stage/` do the same among themselves. Method: read every source file, collect the
-//! `crate::x` and `super::x` paths it names (comments stripped), and look for a cycle.
+//! The structure the docs promise holds in the code. The engine's modules form layers: no
+//! module reaches, directly or through others, back into one that reaches it (no import
+//! circles), and the sibling files of `wal/`, `ring/` and `stage/` do the same among
+//! themselves. Method: read every source file, collect the `crate::x` and `super::x` paths
+//! it names (comments stripped), and look for a cycle. And every `unsafe` block of the
+//! workspace is in a file docs/SAFETY.md lists.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
@@ -156,4 +158,77 @@ fn the_cycle_finder_finds_a_cycle() {
         names_after("use crate::{alpha, beta::x};", "crate::").len(),
         2
     );
+}
+
+/// The workspace root (two levels above this crate).
+fn workspace() -> std::path::PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../..")
+        .canonicalize()
+        .expect("workspace root")
+}
+
+/// Rust files under `dir`, recursively, skipping build output.
+fn rust_files(dir: &Path, out: &mut Vec<std::path::PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for entry in entries {
+        let path = entry.expect("entry").path();
+        let name = path.file_name().and_then(|n| n.to_str()).unwrap_or("");
+        if path.is_dir() && name != "target" && !name.starts_with('.') {
+            rust_files(&path, out);
+        } else if name.ends_with(".rs") {
+            out.push(path);
+        }
+    }
+}
+
+/// Lines of `src` that open an `unsafe` block, function or impl (comments stripped).
+fn unsafe_sites(src: &str) -> usize {
+    strip_comments(src)
+        .lines()
+        .filter(|l| {
+            let l = l.trim_end();
+            // A string literal that names the keyword (this file) is no unsafe code.
+            if l.contains("\"unsafe") {
+                return false;
+            }
+            l.contains("unsafe {")
+                || l.contains("unsafe fn ")
+                || l.contains("unsafe impl")
+                || l.ends_with("= unsafe")
+        })
+        .count()
+}
+
+#[test]
+fn every_unsafe_block_is_in_the_safety_inventory() {
+    let root = workspace();
+    let inventory = std::fs::read_to_string(root.join("docs/SAFETY.md")).expect("docs/SAFETY.md");
+    let mut files = Vec::new();
+    for dir in ["crates", "benches", "examples"] {
+        rust_files(&root.join(dir), &mut files);
+    }
+    let mut missing = Vec::new();
+    for file in files {
+        let src = std::fs::read_to_string(&file).expect("source");
+        let sites = unsafe_sites(&src);
+        if sites == 0 {
+            continue;
+        }
+        let rel = file
+            .strip_prefix(&root)
+            .expect("inside the workspace")
+            .to_string_lossy()
+            .into_owned();
+        let rows = inventory
+            .lines()
+            .filter(|l| l.starts_with('|') && l.contains(&format!("`{rel}`")))
+            .count();
+        if rows == 0 {
+            missing.push(format!("{rel}: {sites} unsafe sites, not listed"));
+        }
+    }
+    assert!(missing.is_empty(), "docs/SAFETY.md misses: {missing:#?}");
 }
