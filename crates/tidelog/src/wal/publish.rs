@@ -217,7 +217,7 @@ impl State {
         Ok(Plan { segments, names })
     }
 
-    /// Publishes committed job `job`: it is checked ([`Shared::plan`]; one that fails is set
+    /// Publishes committed job `job`: it is checked ([`State::plan`]; one that fails is set
     /// aside, nothing of it published), each of its topics is made exclusive, the offset
     /// where the job starts in each is recorded (once), its segments are adopted or copied
     /// after whatever of them the data files already hold, the data files are made durable
