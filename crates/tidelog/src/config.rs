@@ -335,8 +335,25 @@ impl Config {
             .saturating_sub(format::footer_bytes_max(extent, self.index_interval_bytes))
     }
 
-    /// Checks every field; called by `Wal::open`.
+    /// Checks every field; called by `Wal::open`. The checks run in a fixed order (the
+    /// first failure is the one reported): geometry, limits, the background flush,
+    /// retention, disk space, the ring.
     pub fn validate(&self) -> Result<()> {
+        self.validate_geometry()?;
+        self.validate_limits()?;
+        self.validate_flush()?;
+        for (topic, r) in &self.topic_retention {
+            validate_name(topic)?;
+            r.validate()?;
+        }
+        self.retention.validate()?;
+        self.validate_space()?;
+        self.validate_ring()
+    }
+
+    /// Checks the file and block sizes and the index interval: every later check and the
+    /// limits derived from them rely on these.
+    fn validate_geometry(&self) -> Result<()> {
         let page = format::PAGE_BYTES;
         if self.block_size_bytes < 2 * page || !self.block_size_bytes.is_multiple_of(page) {
             return Err(Error::invalid(
@@ -371,6 +388,12 @@ impl Config {
         if self.index_interval_bytes == 0 {
             return Err(Error::invalid("index_interval_bytes", "must be positive"));
         }
+        Ok(())
+    }
+
+    /// Checks the record, batch and topic limits: a record within one frame and one file of
+    /// this geometry, a batch within one file, counts within 32 bits.
+    fn validate_limits(&self) -> Result<()> {
         let payload_max = self.extent_payload_max().min(format::FRAME_PAYLOAD_MAX);
         let record_max = self.record_bytes_max();
         if record_max == 0 || record_max > payload_max {
@@ -400,6 +423,11 @@ impl Config {
         if self.max_topics == 0 || self.max_topics > u64::from(u32::MAX) {
             return Err(Error::invalid("max_topics", "must be between 1 and 2^32-1"));
         }
+        Ok(())
+    }
+
+    /// Checks the background flush's period and the group commit's wait and size.
+    fn validate_flush(&self) -> Result<()> {
         if self.sync_interval_ms == 0 || self.sync_interval_ms > SYNC_INTERVAL_MAX_MS {
             return Err(Error::invalid(
                 "sync_interval_ms",
@@ -417,11 +445,12 @@ impl Config {
         if self.group_bytes_max == 0 {
             return Err(Error::invalid("group_bytes_max", "must be positive"));
         }
-        for (topic, r) in &self.topic_retention {
-            validate_name(topic)?;
-            r.validate()?;
-        }
-        self.retention.validate()?;
+        Ok(())
+    }
+
+    /// Checks the disk cap (room for at least one file header and one block) and how long
+    /// an append waits for space.
+    fn validate_space(&self) -> Result<()> {
         if let Some(max) = self.disk_bytes_max {
             let floor = format::FILE_HEADER_BYTES + self.block_size_bytes;
             if max < floor {
@@ -437,18 +466,26 @@ impl Config {
                 format!("must be at most {SPACE_WAIT_MAX_MS}"),
             ));
         }
-        if self.ring.is_some() {
-            let entry = crate::ring::entry::entry_bytes_max(record_max, batch_max);
-            if entry > crate::ring::RECORD_BYTES_MAX {
-                return Err(Error::invalid(
-                    "max_batch_bytes",
-                    format!(
-                        "with the ring backend, records and batches are at most {} bytes \
-                         (every batch is one ring entry)",
-                        crate::ring::RECORD_BYTES_MAX - (entry - record_max.max(batch_max))
-                    ),
-                ));
-            }
+        Ok(())
+    }
+
+    /// With the ring backend, checks that the largest record or batch fits in one ring
+    /// entry (every batch is one).
+    fn validate_ring(&self) -> Result<()> {
+        if self.ring.is_none() {
+            return Ok(());
+        }
+        let (record_max, batch_max) = (self.record_bytes_max(), self.batch_bytes_max());
+        let entry = crate::ring::entry::entry_bytes_max(record_max, batch_max);
+        if entry > crate::ring::RECORD_BYTES_MAX {
+            return Err(Error::invalid(
+                "max_batch_bytes",
+                format!(
+                    "with the ring backend, records and batches are at most {} bytes \
+                     (every batch is one ring entry)",
+                    crate::ring::RECORD_BYTES_MAX - (entry - record_max.max(batch_max))
+                ),
+            ));
         }
         Ok(())
     }

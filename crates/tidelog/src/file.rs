@@ -249,45 +249,7 @@ impl DataFile {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound && !writable => return Ok(None),
             Err(e) => return Err(Error::io("open data file", path, e)),
         };
-        let mut buf = [0u8; format::FH_LEN];
-        let n = storage
-            .read_at(&file, path, &mut buf, 0)
-            .map_err(|e| Error::io("read data file header", path, e))?;
-        let header = match FileHeader::decode(&buf[..n]) {
-            Ok(header) => header,
-            Err(why) => {
-                let holds = match first_nonzero(storage, &file, path, 0)? {
-                    Some(_) => "the file holds data",
-                    None => "the file holds only zeros",
-                };
-                return Err(damaged(
-                    path,
-                    0,
-                    format!("data file header is damaged ({why}); {holds}"),
-                ));
-            }
-        };
-        if header.version > FORMAT_VERSION || header.version == 0 {
-            return Err(Error::UnsupportedVersion {
-                path: path.to_owned(),
-                found: header.version,
-                supported: FORMAT_VERSION,
-            });
-        }
-        let geometry_ok = header.block_size_bytes >= 2 * format::PAGE_BYTES
-            && header.block_size_bytes.is_multiple_of(format::PAGE_BYTES)
-            && header.file_size_bytes >= format::FILE_HEADER_BYTES + header.block_size_bytes
-            && header.file_size_bytes <= u64::from(u32::MAX) + 1;
-        if !geometry_ok {
-            return Err(damaged(
-                path,
-                0,
-                format!(
-                    "file header has impossible geometry (file {} bytes, block {} bytes)",
-                    header.file_size_bytes, header.block_size_bytes
-                ),
-            ));
-        }
+        let header = read_header(storage, &file, path)?;
         let meta = storage
             .file_metadata(&file, path)
             .map_err(|e| Error::io("stat data file", path, e))?;
@@ -322,6 +284,52 @@ impl DataFile {
             },
         })))
     }
+}
+
+/// Reads and checks the header of the data file `file` at `path`: one that does not decode
+/// is damaged (the error says whether the file holds data at all), a version this build
+/// does not know is unsupported, and impossible geometry is damage.
+fn read_header(storage: &dyn Storage, file: &File, path: &Path) -> Result<FileHeader> {
+    let mut buf = [0u8; format::FH_LEN];
+    let n = storage
+        .read_at(file, path, &mut buf, 0)
+        .map_err(|e| Error::io("read data file header", path, e))?;
+    let header = match FileHeader::decode(&buf[..n]) {
+        Ok(header) => header,
+        Err(why) => {
+            let holds = match first_nonzero(storage, file, path, 0)? {
+                Some(_) => "the file holds data",
+                None => "the file holds only zeros",
+            };
+            return Err(damaged(
+                path,
+                0,
+                format!("data file header is damaged ({why}); {holds}"),
+            ));
+        }
+    };
+    if header.version > FORMAT_VERSION || header.version == 0 {
+        return Err(Error::UnsupportedVersion {
+            path: path.to_owned(),
+            found: header.version,
+            supported: FORMAT_VERSION,
+        });
+    }
+    let geometry_ok = header.block_size_bytes >= 2 * format::PAGE_BYTES
+        && header.block_size_bytes.is_multiple_of(format::PAGE_BYTES)
+        && header.file_size_bytes >= format::FILE_HEADER_BYTES + header.block_size_bytes
+        && header.file_size_bytes <= u64::from(u32::MAX) + 1;
+    if !geometry_ok {
+        return Err(damaged(
+            path,
+            0,
+            format!(
+                "file header has impossible geometry (file {} bytes, block {} bytes)",
+                header.file_size_bytes, header.block_size_bytes
+            ),
+        ));
+    }
+    Ok(header)
 }
 
 /// A `Corruption` error about a data file as a whole (no topic known).

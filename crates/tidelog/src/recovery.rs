@@ -5,7 +5,7 @@
 //! not sealed on disk. Sealed extents are trusted from their progress slot (it is written only
 //! after their data is durable) and their index is loaded from the footer on first seek.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -13,7 +13,9 @@ use crate::block::Block;
 use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::file::{self, DataFile};
-use crate::format::{self, BlockIdentity, FrameError, IndexEntry, Progress, ProgressState};
+use crate::format::{
+    self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState,
+};
 use crate::io::Storage;
 use crate::topic::Tail;
 
@@ -93,90 +95,147 @@ struct Scan {
     cut_records: u64,
 }
 
-/// Scans records of `block` from `(pos, offset)` up to `limit` (relative).
-#[expect(clippy::too_many_arguments, reason = "scan resume state")]
-fn scan(
-    block: &Block,
-    limit: u64,
-    mut pos: u64,
-    mut count: u64,
-    mut max_ts: u64,
-    mut index: Vec<IndexEntry>,
-    mut last_index_pos: Option<u64>,
-    interval: u64,
-) -> Scan {
-    let extent = block.recovery_bytes(limit);
-    let mut batch_left = 0u64;
-    // (position, count, max_ts, index length, last index position) at the open batch's head.
-    let mut batch_start: Option<(u64, u64, u64, usize, Option<u64>)> = None;
-    let stop;
-    loop {
-        let offset = block.first_offset + count;
-        match block.decode_frame(extent, pos, offset, true) {
-            Ok(view) => {
-                if batch_left == 0 {
-                    if view.batch_count == 0 {
-                        stop = FrameError::WrongOffset;
-                        break;
-                    }
-                    if view.batch_count > 1 {
-                        batch_start = Some((pos, count, max_ts, index.len(), last_index_pos));
-                    }
-                    batch_left = u64::from(view.batch_count);
-                } else if view.batch_count != 0 {
-                    stop = FrameError::WrongOffset;
-                    break;
-                }
-                batch_left -= 1;
-                if batch_left == 0 {
-                    batch_start = None;
-                }
-                max_ts = max_ts.max(view.timestamp_us);
-                if last_index_pos.is_none_or(|last| pos - last >= interval) {
-                    index.push(IndexEntry {
-                        offset,
-                        position: pos,
-                        max_timestamp_us: max_ts,
-                    });
-                    last_index_pos = Some(pos);
-                }
-                pos = view.next_position as u64;
-                count += 1;
-            }
-            Err(FrameError::Truncated) if pos + format::FRAME_HEADER_BYTES > limit => {
-                // Not even a header fits before the limit: the clean end of the extent.
-                stop = if extent
-                    .get(pos as usize..)
-                    .is_some_and(|r| r.iter().all(|&b| b == 0))
-                {
-                    FrameError::End
-                } else {
-                    FrameError::Truncated
-                };
-                break;
-            }
-            Err(e) => {
-                stop = e;
-                break;
-            }
+/// Where a scan of an extent stands: the next record's position and offset (as a count of
+/// records before it), the running maximum timestamp, and the sparse index built so far.
+#[derive(Debug)]
+struct ScanPoint {
+    pos: u64,
+    count: u64,
+    max_ts: u64,
+    index: Vec<IndexEntry>,
+    last_index_pos: Option<u64>,
+}
+
+/// A copy of a [`ScanPoint`] taken at a batch's head, with the index as a length, so an
+/// incomplete batch can be cut back to it.
+#[derive(Debug, Clone, Copy)]
+struct BatchMark {
+    pos: u64,
+    count: u64,
+    max_ts: u64,
+    index_len: usize,
+    last_index_pos: Option<u64>,
+}
+
+impl ScanPoint {
+    /// The mark to cut back to if the batch starting here turns out incomplete.
+    fn mark(&self) -> BatchMark {
+        BatchMark {
+            pos: self.pos,
+            count: self.count,
+            max_ts: self.max_ts,
+            index_len: self.index.len(),
+            last_index_pos: self.last_index_pos,
         }
     }
+
+    /// Returns to `mark`, dropping every record read since.
+    fn cut_to(&mut self, mark: BatchMark) {
+        self.pos = mark.pos;
+        self.count = mark.count;
+        self.max_ts = mark.max_ts;
+        self.index.truncate(mark.index_len);
+        self.last_index_pos = mark.last_index_pos;
+    }
+
+    /// Takes the record `view` at offset `offset`: its timestamp joins the running maximum,
+    /// an index entry is added once `interval` bytes passed since the last, and the scan
+    /// moves past it.
+    fn take(&mut self, view: &FrameView, offset: u64, interval: u64) {
+        self.max_ts = self.max_ts.max(view.timestamp_us);
+        if self
+            .last_index_pos
+            .is_none_or(|last| self.pos - last >= interval)
+        {
+            self.index.push(IndexEntry {
+                offset,
+                position: self.pos,
+                max_timestamp_us: self.max_ts,
+            });
+            self.last_index_pos = Some(self.pos);
+        }
+        debug_assert!(view.next_position as u64 > self.pos, "a frame has length");
+        self.pos = view.next_position as u64;
+        self.count += 1;
+    }
+}
+
+/// The batch a scan is inside: records left in it, and where it started if it holds more
+/// than one record (a batch is all or nothing).
+#[derive(Debug, Default)]
+struct OpenBatch {
+    left: u64,
+    start: Option<BatchMark>,
+}
+
+impl OpenBatch {
+    /// Accounts for a record whose frame says `batch_count` (the batch's size on its first
+    /// record, 0 on the others), read at `at`. False when the frame breaks the batch
+    /// structure: a first record that claims no batch, or a batch head inside a batch.
+    fn enter(&mut self, batch_count: u32, at: &ScanPoint) -> bool {
+        if self.left == 0 {
+            if batch_count == 0 {
+                return false;
+            }
+            if batch_count > 1 {
+                self.start = Some(at.mark());
+            }
+            self.left = u64::from(batch_count);
+        } else if batch_count != 0 {
+            return false;
+        }
+        self.left -= 1;
+        if self.left == 0 {
+            self.start = None;
+        }
+        true
+    }
+}
+
+/// Why a scan that found no room for another frame header at `pos` stopped: the clean end of
+/// the extent (`End`) when only zeros follow, else a truncated frame.
+fn stop_at_limit(extent: &[u8], pos: u64) -> FrameError {
+    if extent
+        .get(pos as usize..)
+        .is_some_and(|r| r.iter().all(|&b| b == 0))
+    {
+        FrameError::End
+    } else {
+        FrameError::Truncated
+    }
+}
+
+/// Scans records of `block` from `at` up to `limit` (relative).
+fn scan(block: &Block, limit: u64, mut at: ScanPoint, interval: u64) -> Scan {
+    let extent = block.recovery_bytes(limit);
+    let mut batch = OpenBatch::default();
+    let stop = loop {
+        let offset = block.first_offset + at.count;
+        let view = match block.decode_frame(extent, at.pos, offset, true) {
+            Ok(view) => view,
+            // Not even a header fits before the limit: the clean end of the extent.
+            Err(FrameError::Truncated) if at.pos + format::FRAME_HEADER_BYTES > limit => {
+                break stop_at_limit(extent, at.pos);
+            }
+            Err(e) => break e,
+        };
+        if !batch.enter(view.batch_count, &at) {
+            break FrameError::WrongOffset;
+        }
+        at.take(&view, offset, interval);
+    };
     let mut cut_records = 0;
-    if let Some((bpos, bcount, bmax, blen, blast)) = batch_start {
+    if let Some(mark) = batch.start {
         // An incomplete batch: none of it survives.
-        cut_records = count - bcount;
-        pos = bpos;
-        count = bcount;
-        max_ts = bmax;
-        index.truncate(blen);
-        last_index_pos = blast;
+        cut_records = at.count - mark.count;
+        at.cut_to(mark);
     }
     Scan {
-        count,
-        end: pos,
-        max_ts,
-        index,
-        last_index_pos,
+        count: at.count,
+        end: at.pos,
+        max_ts: at.max_ts,
+        index: at.index,
+        last_index_pos: at.last_index_pos,
         stop,
         cut_records,
     }
@@ -409,6 +468,10 @@ pub type Known = HashMap<(u64, u32), Arc<Block>>;
 
 /// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
 /// half-created files); read-only never writes and shows only durable records.
+///
+/// The steps: list the files, read each one's identity and progress slots, group the
+/// extents by topic, build and check each topic's chain (repairing as it goes when
+/// `writable`), then place the allocator.
 pub fn recover(
     dir: &Path,
     config: &Config,
@@ -418,77 +481,154 @@ pub fn recover(
     known: &Known,
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
-    let interval = config.index_interval_bytes;
     let (listed, unfinished) = list_files(storage, dir)?;
     if writable {
-        for path in &unfinished {
-            storage
-                .remove_file(path)
-                .map_err(|e| Error::io("remove unfinished data file", path, e))?;
-        }
+        remove_unfinished(storage, &unfinished)?;
     }
-    let mut found: Vec<Found> = Vec::new();
-    // Highest used block end per file.
-    let mut used_end: BTreeMap<u64, u32> = BTreeMap::new();
-    for (seq, path) in &listed {
+    let listing = open_files(storage, &listed, writable, known_files, &mut out)?;
+    let grouped = group_by_topic(listing.found, writable, &mut out.next_topic_id)?;
+    let recovery = Recovery {
+        storage,
+        writable,
+        known,
+        interval: config.index_interval_bytes,
+    };
+    for (name, extents) in grouped.by_topic {
+        let topic = recovery.recover_topic(name, extents, &grouped.deleting, &mut out.report)?;
+        out.topics.extend(topic);
+    }
+    place_allocation(storage, writable, &listing.used_end, &mut out)?;
+    Ok(out)
+}
+
+/// Removes the `.tmp` leftovers of data file creations a crash cut short.
+fn remove_unfinished(storage: &dyn Storage, unfinished: &[PathBuf]) -> Result<()> {
+    for path in unfinished {
+        storage
+            .remove_file(path)
+            .map_err(|e| Error::io("remove unfinished data file", path, e))?;
+    }
+    Ok(())
+}
+
+/// The extents found in the data files, in file and block order, and per file (by
+/// sequence) the end of its last used block.
+#[derive(Debug, Default)]
+struct Listing {
+    found: Vec<Found>,
+    used_end: BTreeMap<u64, u32>,
+}
+
+/// Opens every listed data file (a read-only refresh reuses those it knows) and finds its
+/// extents. `out` takes the files, the next file sequence, and the report's counts of files
+/// and damaged progress slots.
+fn open_files(
+    storage: &dyn Storage,
+    listed: &Listed,
+    writable: bool,
+    known_files: &BTreeMap<u64, Arc<DataFile>>,
+    out: &mut Recovered,
+) -> Result<Listing> {
+    let mut listing = Listing::default();
+    for (seq, path) in listed {
         out.next_seq = out.next_seq.max(seq + 1);
-        let file = match known_files.get(seq) {
-            Some(f) => Arc::clone(f),
-            None => match DataFile::open(storage, path, writable)? {
-                Some(f) => f,
-                // Deleted since it was listed (a read-only handle racing the writer).
-                None => continue,
-            },
+        let Some(file) = open_listed(storage, *seq, path, writable, known_files)? else {
+            continue;
         };
-        if file.seq != *seq {
-            return Err(Error::Corruption {
-                topic: String::new(),
-                offset: 0,
-                path: path.clone(),
-                position: 0,
-                reason: format!(
-                    "file header says sequence {} but the name says {seq}",
-                    file.seq
-                ),
-            });
-        }
         out.report.files += 1;
-        let mut slot = 0u32;
-        while slot < file.block_count {
-            let SlotKind::Extent(id, progress, damaged) = classify_slot(storage, &file, slot)?
-            else {
-                slot += 1;
-                continue;
-            };
-            out.report.damaged_progress_slots += u64::from(damaged);
-            let next_slot = slot + id.block_count;
-            used_end.insert(file.seq, next_slot);
-            found.push(Found {
-                file: Arc::clone(&file),
-                id,
-                progress,
-                progress_damaged: damaged,
-            });
-            slot = next_slot;
-        }
+        find_extents(storage, &file, &mut listing, &mut out.report)?;
         out.files.insert(file.seq, file);
     }
+    Ok(listing)
+}
 
-    // Group by topic, checking that names and ids agree. Extents of deleted topics only
-    // count in their files' counters, as consumed.
-    let mut by_topic: BTreeMap<String, Vec<Found>> = BTreeMap::new();
+/// The data file `seq` at `path`: the one a read-only handle knows, or opened now. `None`
+/// when it was deleted since it was listed (a read-only handle racing the writer). A file
+/// whose header names another sequence than its name is corruption.
+fn open_listed(
+    storage: &dyn Storage,
+    seq: u64,
+    path: &Path,
+    writable: bool,
+    known_files: &BTreeMap<u64, Arc<DataFile>>,
+) -> Result<Option<Arc<DataFile>>> {
+    let file = match known_files.get(&seq) {
+        Some(f) => Arc::clone(f),
+        None => match DataFile::open(storage, path, writable)? {
+            Some(f) => f,
+            None => return Ok(None),
+        },
+    };
+    if file.seq != seq {
+        return Err(Error::Corruption {
+            topic: String::new(),
+            offset: 0,
+            path: path.to_owned(),
+            position: 0,
+            reason: format!(
+                "file header says sequence {} but the name says {seq}",
+                file.seq
+            ),
+        });
+    }
+    Ok(Some(file))
+}
+
+/// Walks the block slots of `file`, adding each extent that starts in one to `listing`
+/// (skipping the blocks it spans) and noting where the last one ends.
+fn find_extents(
+    storage: &dyn Storage,
+    file: &Arc<DataFile>,
+    listing: &mut Listing,
+    report: &mut RecoveryReport,
+) -> Result<()> {
+    let mut slot = 0u32;
+    while slot < file.block_count {
+        let SlotKind::Extent(id, progress, damaged) = classify_slot(storage, file, slot)? else {
+            slot += 1;
+            continue;
+        };
+        report.damaged_progress_slots += u64::from(damaged);
+        let next_slot = slot + id.block_count;
+        debug_assert!(
+            next_slot <= file.block_count,
+            "classify_slot checks the fit"
+        );
+        listing.used_end.insert(file.seq, next_slot);
+        listing.found.push(Found {
+            file: Arc::clone(file),
+            id,
+            progress,
+            progress_damaged: damaged,
+        });
+        slot = next_slot;
+    }
+    Ok(())
+}
+
+/// The extents of live topics grouped by name, and the `(name, id)` of topics whose
+/// deletion began (one extent marked `Deleted` is enough).
+#[derive(Debug, Default)]
+struct Grouped {
+    by_topic: BTreeMap<String, Vec<Found>>,
+    deleting: HashSet<(String, u32)>,
+}
+
+/// Groups the extents by topic, checking that names and ids agree. Extents marked deleted
+/// or consumed only count in their files' counters (a writable open), as consumed; every
+/// extent's topic id raises `next_topic_id`.
+fn group_by_topic(found: Vec<Found>, writable: bool, next_topic_id: &mut u32) -> Result<Grouped> {
+    let mut grouped = Grouped::default();
     let mut id_names: HashMap<u32, String> = HashMap::new();
-    // (name, id) of topics whose deletion began: one extent marked `Deleted` is enough.
-    let mut deleting: std::collections::HashSet<(String, u32)> = Default::default();
     for f in found {
-        out.next_topic_id = out.next_topic_id.max(f.id.topic_id.saturating_add(1));
+        *next_topic_id = (*next_topic_id).max(f.id.topic_id.saturating_add(1));
         if f.progress
             .is_some_and(|p| matches!(p.state, ProgressState::Deleted | ProgressState::Consumed))
         {
             if f.progress
                 .is_some_and(|p| p.state == ProgressState::Deleted)
             {
-                deleting.insert((f.id.topic.clone(), f.id.topic_id));
+                grouped.deleting.insert((f.id.topic.clone(), f.id.topic_id));
             }
             if writable {
                 count_unused(&f.file, f.id.block_count);
@@ -507,256 +647,405 @@ pub fn recover(
             });
         }
         id_names.insert(f.id.topic_id, f.id.topic.clone());
-        by_topic.entry(f.id.topic.clone()).or_default().push(f);
+        grouped
+            .by_topic
+            .entry(f.id.topic.clone())
+            .or_default()
+            .push(f);
     }
+    Ok(grouped)
+}
 
-    for (name, mut extents) in by_topic {
-        // A deletion a crash cut short is finished here: its topic's extents not yet marked
-        // are remnants (a deletion is all or nothing, never a topic that lost its head). And
-        // several ids under one name: the topic was deleted and appends created it again
-        // before every extent of the old one was marked; ids only grow, so the highest is
-        // the live topic and the rest are remnants too.
-        let live = extents
-            .iter()
-            .map(|f| f.id.topic_id)
-            .filter(|id| !deleting.contains(&(name.clone(), *id)))
-            .max();
+/// The id of the live topic among `extents` (all named `name`): the highest not being
+/// deleted. A deletion a crash cut short is finished by recovery: its topic's extents not
+/// yet marked are remnants (a deletion is all or nothing, never a topic that lost its
+/// head). And several ids under one name: the topic was deleted and appends created it
+/// again before every extent of the old one was marked; ids only grow, so the highest is
+/// the live topic and the rest are remnants too.
+fn live_topic_id(name: &str, extents: &[Found], deleting: &HashSet<(String, u32)>) -> Option<u32> {
+    extents
+        .iter()
+        .map(|f| f.id.topic_id)
+        .filter(|id| !deleting.contains(&(name.to_owned(), *id)))
+        .max()
+}
+
+/// What every step of one recovery works with.
+struct Recovery<'a> {
+    storage: &'a dyn Storage,
+    /// Repair what is found (a writable open), or only read.
+    writable: bool,
+    /// Blocks a read-only handle already holds.
+    known: &'a Known,
+    /// This open's `index_interval_bytes`.
+    interval: u64,
+}
+
+/// A topic's chain as recovery builds it, one extent at a time in offset order.
+#[derive(Debug)]
+struct TopicChain {
+    name: String,
+    chain: Vec<Arc<Block>>,
+    unsynced: Vec<Arc<Block>>,
+    tail: Tail,
+    /// The offset the next extent must start at, once an extent was placed.
+    expected: Option<u64>,
+    /// An extent followed a gap: it and every later one are dropped.
+    dropping: bool,
+}
+
+impl Recovery<'_> {
+    /// Recovers topic `name` from its extents: the remnants of deleted topics of that name
+    /// are forgotten (a writable open), then the live topic's extents are chained in offset
+    /// order. `None` when no live topic remains.
+    fn recover_topic(
+        &self,
+        name: String,
+        mut extents: Vec<Found>,
+        deleting: &HashSet<(String, u32)>,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<RecoveredTopic>> {
+        let live = live_topic_id(&name, &extents, deleting);
         for f in extents.iter().filter(|f| Some(f.id.topic_id) != live) {
-            out.report.deleted_remnants += 1;
-            if writable {
-                forget_extent(storage, f, ProgressState::Deleted)?;
+            report.deleted_remnants += 1;
+            if self.writable {
+                forget_extent(self.storage, f, ProgressState::Deleted)?;
             }
         }
         let Some(topic_id) = live else {
-            continue;
+            return Ok(None);
         };
         extents.retain(|f| f.id.topic_id == topic_id);
         extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
-        let mut chain: Vec<Arc<Block>> = Vec::new();
-        let mut unsynced = Vec::new();
-        let mut tail = Tail::default();
-        let mut expected: Option<u64> = None;
-        let mut dropping = false;
+        let mut topic = TopicChain {
+            name,
+            chain: Vec::new(),
+            unsynced: Vec::new(),
+            tail: Tail::default(),
+            expected: None,
+            dropping: false,
+        };
         let last = extents.len() - 1;
         for (i, f) in extents.into_iter().enumerate() {
-            let key = (f.file.seq, f.id.block_index);
-            let block = match known.get(&key) {
-                Some(b) => Arc::clone(b),
-                None => Arc::new(Block::new(
-                    Arc::clone(&f.file),
-                    f.id.block_index,
-                    f.id.block_count,
-                    f.id.topic_id,
-                    f.id.salt,
-                    f.id.first_offset,
-                    interval,
-                    None,
-                )),
-            };
-            let durable_claim = f.progress.map_or(0, |p| p.record_count);
-            if dropping || expected.is_some_and(|e| e != f.id.first_offset) {
-                if durable_claim > 0
-                    && f.progress
-                        .is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES)
-                {
-                    return Err(block.corruption(
-                        &name,
-                        expected.unwrap_or(f.id.first_offset),
-                        format::BLOCK_HEADER_BYTES,
-                        FrameError::WrongOffset,
-                    ));
-                }
-                dropping = true;
-                out.report.dropped_extents += 1;
-                if writable {
-                    forget_extent(storage, &f, ProgressState::Consumed)?;
-                }
-                continue;
-            }
-            match f.progress {
-                Some(p) if p.state == ProgressState::Sealed => {
-                    // Against the extent itself, not this open's footer reserve: the extent
-                    // may have been written with another index interval.
-                    let footer_bytes = p.footer_count.saturating_mul(format::IX_LEN as u64);
-                    if p.durable_end < format::BLOCK_HEADER_BYTES
-                        || p.durable_end.saturating_add(footer_bytes) > block.len
-                    {
-                        return Err(block.corruption(
-                            &name,
-                            f.id.first_offset,
-                            0,
-                            FrameError::BadLength,
-                        ));
-                    }
-                    block.restore(
-                        p.record_count,
-                        p.durable_end,
-                        p.max_timestamp_us,
-                        p.durable_end,
-                        ProgressState::Sealed,
-                    );
-                    block.set_final(p.record_count, p.durable_end);
-                    out.report.sealed_extents += 1;
-                    if p.record_count == 0 {
-                        if writable {
-                            count_unused(&f.file, f.id.block_count);
-                        }
-                        continue;
-                    }
-                    if writable {
-                        f.file.counters.recovered(f.id.block_count, false);
-                    }
-                    tail.max_ts = tail.max_ts.max(p.max_timestamp_us);
-                    expected = Some(f.id.first_offset + p.record_count);
-                }
-                progress => {
-                    let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
-                    // Records may reach past this open's footer reserve (an extent written
-                    // with a coarser index interval), never past the extent.
-                    // A damaged progress slot says nothing of what is durable: the extent is
-                    // read as far as its records check, read-only too.
-                    let limit = if writable || f.progress_damaged {
-                        block.len
-                    } else {
-                        watermark.min(block.len)
-                    };
-                    // Resume a read-only scan where the last refresh stopped.
-                    let (count0, end0) = block.published();
-                    let index0 = if known.contains_key(&key) {
-                        block.index_snapshot()
-                    } else {
-                        Vec::new()
-                    };
-                    let last0 = index0.last().map(|e| e.position);
-                    let s = scan(
-                        &block,
-                        limit,
-                        end0,
-                        count0,
-                        // Index entries and extent maxima are running maxima of the topic.
-                        tail.max_ts.max(block.max_timestamp_us()),
-                        index0,
-                        last0,
-                        interval,
-                    );
-                    out.report.scanned_extents += 1;
-                    out.report.scanned_bytes += s.end - end0;
-                    if s.end < watermark.min(block.len) {
-                        return Err(block.corruption(
-                            &name,
-                            f.id.first_offset + s.count,
-                            s.end,
-                            if s.stop == FrameError::End {
-                                FrameError::BadMagic
-                            } else {
-                                s.stop
-                            },
-                        ));
-                    }
-                    // After a clean close nothing was written past `durable_end`: bytes there are
-                    // stale (reused blocks), not a torn write.
-                    let clean_end = progress
-                        .is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
-                    let torn = !clean_end && (s.stop != FrameError::End || s.cut_records > 0);
-                    if torn && writable {
-                        out.report.torn_tails += 1;
-                        out.report.torn_records += s.cut_records;
-                        if s.stop != FrameError::End {
-                            out.report.records_past_tear +=
-                                records_past(&block, limit, s.end, f.id.first_offset + s.count);
-                        }
-                    }
-                    block.set_index(s.index);
-                    let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
-                    block.restore(
-                        s.count,
-                        s.end,
-                        s.max_ts,
-                        synced,
-                        progress.map_or(ProgressState::Open, |p| p.state),
-                    );
-                    if s.count == 0
-                        && !(writable
-                            && i == last
-                            && !torn
-                            && progress.is_some_and(|p| p.state == ProgressState::Clean))
-                    {
-                        if writable {
-                            // Nothing to keep: forget the extent, so a torn first record is
-                            // cut (and counted) once, not at every later open.
-                            forget_extent(storage, &f, ProgressState::Consumed)?;
-                        }
-                        // A later extent of the topic must continue from here: one that
-                        // claims durable records after this empty one means records were
-                        // lost, which is corruption, not a topic that starts later.
-                        expected = Some(f.id.first_offset);
-                        continue;
-                    }
-                    tail.max_ts = tail.max_ts.max(s.max_ts);
-                    expected = Some(f.id.first_offset + s.count);
-                    let resumable = writable
-                        && i == last
-                        && !torn
-                        && progress.is_some_and(|p| {
-                            p.state == ProgressState::Clean && p.durable_end == s.end
-                        });
-                    if writable {
-                        f.file.counters.recovered(f.id.block_count, resumable);
-                    }
-                    if resumable {
-                        block.hold();
-                        tail.block = Some(Arc::clone(&block));
-                        tail.pos = s.end;
-                        tail.count = s.count;
-                        tail.last_index_pos = s.last_index_pos;
-                    } else if writable || i != last {
-                        // Never append after a recovered tail: stale bytes may follow it. In a
-                        // read-only handle an extent followed by another is complete: the
-                        // writer moved on, so readers move on too.
-                        block.set_final(s.count, s.end);
-                    }
-                    if writable {
-                        unsynced.push(Arc::clone(&block));
-                    }
-                }
-            }
-            out.report.extents += 1;
-            chain.push(block);
+            self.add_extent(&mut topic, f, i == last, report)?;
         }
-        tail.next_offset = expected.unwrap_or(0);
-        out.topics.push(RecoveredTopic {
-            name,
+        topic.tail.next_offset = topic.expected.unwrap_or(0);
+        Ok(Some(RecoveredTopic {
+            name: topic.name,
             id: topic_id,
-            chain,
-            unsynced,
-            tail,
-        });
+            chain: topic.chain,
+            unsynced: topic.unsynced,
+            tail: topic.tail,
+        }))
     }
 
-    // New extents continue after the last used block of the newest file holding any; later
-    // empty files become the spare (one) or are removed.
+    /// The block of extent `f`: the one a read-only handle holds, or a new one.
+    fn block_of(&self, f: &Found) -> Arc<Block> {
+        match self.known.get(&(f.file.seq, f.id.block_index)) {
+            Some(b) => Arc::clone(b),
+            None => Arc::new(Block::new(
+                Arc::clone(&f.file),
+                f.id.block_index,
+                f.id.block_count,
+                f.id.topic_id,
+                f.id.salt,
+                f.id.first_offset,
+                self.interval,
+                None,
+            )),
+        }
+    }
+
+    /// Adds extent `f` (the topic's last when `is_last`) to `topic`: dropped after a gap,
+    /// trusted from its seal, or scanned.
+    fn add_extent(
+        &self,
+        topic: &mut TopicChain,
+        f: Found,
+        is_last: bool,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let block = self.block_of(&f);
+        if topic.dropping || topic.expected.is_some_and(|e| e != f.id.first_offset) {
+            return self.drop_after_gap(topic, &f, &block, report);
+        }
+        let kept = match f.progress {
+            Some(p) if p.state == ProgressState::Sealed => {
+                self.restore_sealed(topic, &f, &block, p, report)?
+            }
+            _ => self.restore_scanned(topic, &f, &block, is_last, report)?,
+        };
+        if kept {
+            report.extents += 1;
+            topic.chain.push(block);
+        }
+        Ok(())
+    }
+
+    /// Drops extent `f`, which follows a gap in its topic's offsets (a writable open marks
+    /// it consumed). An extent whose progress slot claims durable records cannot follow a
+    /// gap: that is lost records, corruption.
+    fn drop_after_gap(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Block,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let durable_claim = f.progress.map_or(0, |p| p.record_count);
+        if durable_claim > 0
+            && f.progress
+                .is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES)
+        {
+            return Err(block.corruption(
+                &topic.name,
+                topic.expected.unwrap_or(f.id.first_offset),
+                format::BLOCK_HEADER_BYTES,
+                FrameError::WrongOffset,
+            ));
+        }
+        topic.dropping = true;
+        report.dropped_extents += 1;
+        if self.writable {
+            forget_extent(self.storage, f, ProgressState::Consumed)?;
+        }
+        Ok(())
+    }
+
+    /// Restores a sealed extent from its progress slot `p`, without a scan. True when it
+    /// joins the chain (an extent sealed empty does not).
+    fn restore_sealed(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Block,
+        p: Progress,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        // Against the extent itself, not this open's footer reserve: the extent may have
+        // been written with another index interval.
+        let footer_bytes = p.footer_count.saturating_mul(format::IX_LEN as u64);
+        if p.durable_end < format::BLOCK_HEADER_BYTES
+            || p.durable_end.saturating_add(footer_bytes) > block.len
+        {
+            return Err(block.corruption(&topic.name, f.id.first_offset, 0, FrameError::BadLength));
+        }
+        block.restore(
+            p.record_count,
+            p.durable_end,
+            p.max_timestamp_us,
+            p.durable_end,
+            ProgressState::Sealed,
+        );
+        block.set_final(p.record_count, p.durable_end);
+        report.sealed_extents += 1;
+        if p.record_count == 0 {
+            if self.writable {
+                count_unused(&f.file, f.id.block_count);
+            }
+            return Ok(false);
+        }
+        if self.writable {
+            f.file.counters.recovered(f.id.block_count, false);
+        }
+        topic.tail.max_ts = topic.tail.max_ts.max(p.max_timestamp_us);
+        topic.expected = Some(f.id.first_offset + p.record_count);
+        Ok(true)
+    }
+
+    /// Restores an extent that is not sealed by scanning its records: torn tails are cut
+    /// (and counted, a writable open), an extent left empty is forgotten. True when it joins
+    /// the chain.
+    fn restore_scanned(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Arc<Block>,
+        is_last: bool,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        let progress = f.progress;
+        let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+        // Records may reach past this open's footer reserve (an extent written with a
+        // coarser index interval), never past the extent. A damaged progress slot says
+        // nothing of what is durable: the extent is read as far as its records check,
+        // read-only too.
+        let limit = if self.writable || f.progress_damaged {
+            block.len
+        } else {
+            watermark.min(block.len)
+        };
+        let mut s = self.scan_extent(f, block, limit, topic.tail.max_ts, report);
+        check_durable_reached(&topic.name, f, block, &s, watermark)?;
+        // After a clean close nothing was written past `durable_end`: bytes there are
+        // stale (reused blocks), not a torn write.
+        let clean_end =
+            progress.is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
+        let torn = !clean_end && (s.stop != FrameError::End || s.cut_records > 0);
+        if torn && self.writable {
+            count_tear(f, block, limit, &s, report);
+        }
+        block.set_index(std::mem::take(&mut s.index));
+        let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
+        block.restore(
+            s.count,
+            s.end,
+            s.max_ts,
+            synced,
+            progress.map_or(ProgressState::Open, |p| p.state),
+        );
+        let clean = progress.is_some_and(|p| p.state == ProgressState::Clean);
+        if s.count == 0 && !(self.writable && is_last && !torn && clean) {
+            if self.writable {
+                // Nothing to keep: forget the extent, so a torn first record is cut (and
+                // counted) once, not at every later open.
+                forget_extent(self.storage, f, ProgressState::Consumed)?;
+            }
+            // A later extent of the topic must continue from here: one that claims durable
+            // records after this empty one means records were lost, which is corruption,
+            // not a topic that starts later.
+            topic.expected = Some(f.id.first_offset);
+            return Ok(false);
+        }
+        topic.tail.max_ts = topic.tail.max_ts.max(s.max_ts);
+        topic.expected = Some(f.id.first_offset + s.count);
+        let resumable = self.writable && is_last && !torn && clean_end;
+        self.place_scanned(topic, f, block, &s, is_last, resumable);
+        Ok(true)
+    }
+
+    /// Scans extent `f` up to `limit`, resuming where a read-only handle's last refresh
+    /// stopped, with `max_ts` the topic's running maximum so far. The report counts it.
+    fn scan_extent(
+        &self,
+        f: &Found,
+        block: &Block,
+        limit: u64,
+        max_ts: u64,
+        report: &mut RecoveryReport,
+    ) -> Scan {
+        let (count, pos) = block.published();
+        let index = if self.known.contains_key(&(f.file.seq, f.id.block_index)) {
+            block.index_snapshot()
+        } else {
+            Vec::new()
+        };
+        let last_index_pos = index.last().map(|e| e.position);
+        let from = ScanPoint {
+            pos,
+            count,
+            // Index entries and extent maxima are running maxima of the topic.
+            max_ts: max_ts.max(block.max_timestamp_us()),
+            index,
+            last_index_pos,
+        };
+        let s = scan(block, limit, from, self.interval);
+        report.scanned_extents += 1;
+        report.scanned_bytes += s.end - pos;
+        s
+    }
+
+    /// Settles a scanned extent that joins the chain: the topic's tail continues in it when
+    /// `resumable` (the writable open's last extent, closed cleanly where its records
+    /// end); otherwise it is final, unless it is a read-only handle's last extent, which
+    /// the writer may still be filling.
+    fn place_scanned(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Arc<Block>,
+        s: &Scan,
+        is_last: bool,
+        resumable: bool,
+    ) {
+        if self.writable {
+            f.file.counters.recovered(f.id.block_count, resumable);
+        }
+        if resumable {
+            block.hold();
+            topic.tail.block = Some(Arc::clone(block));
+            topic.tail.pos = s.end;
+            topic.tail.count = s.count;
+            topic.tail.last_index_pos = s.last_index_pos;
+        } else if self.writable || !is_last {
+            // Never append after a recovered tail: stale bytes may follow it. In a
+            // read-only handle an extent followed by another is complete: the writer moved
+            // on, so readers move on too.
+            block.set_final(s.count, s.end);
+        }
+        if self.writable {
+            topic.unsynced.push(Arc::clone(block));
+        }
+    }
+}
+
+/// Fails when the scan `s` of extent `f` stopped short of `watermark`, what its progress
+/// slot says is durable: acknowledged records are damaged, which is corruption, never a
+/// torn tail.
+fn check_durable_reached(
+    topic: &str,
+    f: &Found,
+    block: &Block,
+    s: &Scan,
+    watermark: u64,
+) -> Result<()> {
+    if s.end < watermark.min(block.len) {
+        return Err(block.corruption(
+            topic,
+            f.id.first_offset + s.count,
+            s.end,
+            if s.stop == FrameError::End {
+                FrameError::BadMagic
+            } else {
+                s.stop
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Counts the torn tail that the scan `s` of extent `f` (up to `limit`) ended on: the
+/// records of an incomplete batch it cut, and the valid records past a bad frame.
+fn count_tear(f: &Found, block: &Block, limit: u64, s: &Scan, report: &mut RecoveryReport) {
+    report.torn_tails += 1;
+    report.torn_records += s.cut_records;
+    if s.stop != FrameError::End {
+        report.records_past_tear += records_past(block, limit, s.end, f.id.first_offset + s.count);
+    }
+}
+
+/// Places the allocator: new extents continue after the last used block of the newest file
+/// holding any. A writable open keeps the first later (empty) file as the spare and removes
+/// the others.
+fn place_allocation(
+    storage: &dyn Storage,
+    writable: bool,
+    used_end: &BTreeMap<u64, u32>,
+    out: &mut Recovered,
+) -> Result<()> {
     let newest_used = used_end.keys().next_back().copied();
     for (seq, f) in &out.files {
         if Some(*seq) == newest_used {
             out.alloc_current = Some((Arc::clone(f), used_end[seq]));
         }
     }
-    if writable {
-        let empties: Vec<u64> = out
-            .files
-            .keys()
-            .copied()
-            .filter(|s| newest_used.is_none_or(|n| *s > n))
-            .collect();
-        for (i, seq) in empties.into_iter().enumerate() {
-            if i == 0 {
-                out.spare = out.files.get(&seq).cloned();
-            } else if let Some(f) = out.files.remove(&seq) {
-                storage
-                    .remove_file(&f.path)
-                    .map_err(|e| Error::io("remove empty data file", &f.path, e))?;
-            }
+    if !writable {
+        return Ok(());
+    }
+    let empties: Vec<u64> = out
+        .files
+        .keys()
+        .copied()
+        .filter(|s| newest_used.is_none_or(|n| *s > n))
+        .collect();
+    for (i, seq) in empties.into_iter().enumerate() {
+        if i == 0 {
+            out.spare = out.files.get(&seq).cloned();
+        } else if let Some(f) = out.files.remove(&seq) {
+            storage
+                .remove_file(&f.path)
+                .map_err(|e| Error::io("remove empty data file", &f.path, e))?;
         }
     }
-    Ok(out)
+    Ok(())
 }

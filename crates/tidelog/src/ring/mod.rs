@@ -25,6 +25,7 @@ mod writer;
 
 use std::collections::VecDeque;
 use std::hash::{BuildHasher, Hasher};
+use std::os::fd::RawFd;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
@@ -277,6 +278,9 @@ impl RingWal {
     }
 
     /// As [`RingWal::open`], doing all I/O through `storage`.
+    ///
+    /// The steps: read (or format) the header, find where the valid log ends, start a
+    /// session (a header with a new epoch), then set up the writer and start its workers.
     pub fn open_with_storage(
         path: impl AsRef<Path>,
         config: RingConfig,
@@ -298,104 +302,10 @@ impl RingWal {
         let capacity_bytes = header.capacity_bytes;
         let ring_bytes = capacity_bytes - RING_START;
         let window_max_bytes = window_max_bytes.min(ring_bytes);
-
-        // Find where the valid log ends.
         let clean_before = header.shutdown == Shutdown::Clean && !formatted;
-        let mut report = RingRecovery {
-            records: 0,
-            record_bytes: 0,
-            blocks: 0,
-            start_offset: header.trim_block_offset,
-            end_offset: header.trim_block_offset,
-            stop_reason: String::new(),
-            blocks_past_end: 0,
-            clean_shutdown: clean_before,
-            clean_end_offset: clean_before.then_some(header.clean_end_offset),
-        };
-        let mut block_starts = VecDeque::new();
-        let limit = header.trim_block_offset + ring_bytes;
-        let mut scanner = Scanner::new(
-            dev.clone(),
-            ring_bytes,
-            header.ring_id,
-            epoch_max,
-            header.trim_block_offset,
-            limit,
-        )?;
-        loop {
-            match scanner.next_block()? {
-                Step::Data { start, records, .. } => {
-                    block_starts.push_back(start);
-                    report.blocks += 1;
-                    for r in records {
-                        if r.offset >= header.trim_offset {
-                            report.records += 1;
-                            report.record_bytes += r.body.len() as u64;
-                        }
-                    }
-                }
-                Step::Pad { start } => {
-                    block_starts.push_back(start);
-                    report.blocks += 1;
-                }
-                Step::End { at, reason } => {
-                    report.end_offset = at;
-                    report.stop_reason = reason;
-                    break;
-                }
-            }
-        }
-        let room = limit - report.end_offset;
-        report.blocks_past_end =
-            scanner.count_blocks_past(report.end_offset, header.window_max_bytes.min(room))?;
-        // A block that failed is the end of the log only if it was never acknowledged: a
-        // clean close past it, or a later block, proving otherwise means damage, reported,
-        // never a log cut short.
-        let proof = if clean_before {
-            (report.end_offset < header.clean_end_offset)
-                .then(|| format!("the ring was closed cleanly at {}", header.clean_end_offset))
-        } else {
-            scanner
-                .acknowledged_past(report.end_offset, header.window_max_bytes)?
-                .map(|at| format!("the block at {at}, written after it, shows it was acknowledged"))
-        };
-        if let Some(proof) = proof {
-            return Err(Error::Corruption {
-                topic: String::new(),
-                offset: report.end_offset,
-                path: path.to_owned(),
-                position: RING_START + report.end_offset % ring_bytes,
-                reason: format!(
-                    "ring block at logical offset {} is damaged ({}); {proof}",
-                    report.end_offset, report.stop_reason
-                ),
-            });
-        }
-        drop(scanner);
-
-        // A new session: blocks it writes carry an epoch above any the scan accepted.
-        let epoch = epoch_max
-            .checked_add(1)
-            .ok_or_else(|| Error::invalid("epoch", "the ring was opened 2^32 times"))?;
-        write_header(
-            &dev,
-            &mut hs,
-            RingHeader {
-                epoch,
-                shutdown: Shutdown::Unclean,
-                window_max_bytes: header.window_max_bytes.max(window_max_bytes),
-                clean_end_offset: 0,
-                ..header
-            },
-        )?;
-
-        let mut bufs = Vec::with_capacity(buffers);
-        for _ in 0..buffers {
-            bufs.push(
-                AlignedBuf::zeroed(buffer_bytes as usize)
-                    .map_err(|e| Error::io("allocate block buffers", path, e))?,
-            );
-        }
+        let (report, block_starts) = find_log_end(&dev, path, &header, clean_before, epoch_max)?;
+        let epoch = start_session(&dev, &mut hs, epoch_max, window_max_bytes)?;
+        let bufs = block_buffers(buffers, buffer_bytes, path)?;
         let state = State::new(
             report.end_offset,
             header.trim_offset,
@@ -403,23 +313,7 @@ impl RingWal {
             block_starts,
             bufs,
         );
-        let uring = match (config.io_engine, dev.raw_fd()) {
-            (IoEngine::Threads, _) => None,
-            (IoEngine::Auto, None) => None,
-            (IoEngine::IoUring, None) => {
-                return Err(Error::invalid(
-                    "io_engine",
-                    "io_uring needs the real file system storage layer",
-                ));
-            }
-            (engine, Some(fd)) => match Uring::new(config.inflight_blocks as u32) {
-                Ok(u) => Some((u, fd)),
-                Err(e) if engine == IoEngine::IoUring => {
-                    return Err(Error::io("set up io_uring", path, e));
-                }
-                Err(_) => None,
-            },
-        };
+        let uring = set_up_uring(&config, &dev, path)?;
         let shared = Arc::new(Shared::new(
             dev,
             ring_bytes,
@@ -437,41 +331,7 @@ impl RingWal {
         } else {
             "threads"
         };
-        let mut workers = Vec::with_capacity(config.inflight_blocks);
-        let spawn = |name: String, f: Box<dyn FnOnce() + Send>| {
-            std::thread::Builder::new().name(name).spawn(f)
-        };
-        let mut spawned = Vec::new();
-        match uring {
-            Some((u, fd)) => {
-                let (s, depth) = (shared.clone(), config.inflight_blocks);
-                spawned.push(spawn(
-                    "tidelog-ring-uring".into(),
-                    Box::new(move || writer::uring_worker(s, u, fd, depth)),
-                ));
-            }
-            None => {
-                for i in 0..config.inflight_blocks {
-                    let s = shared.clone();
-                    spawned.push(spawn(
-                        format!("tidelog-ring-io-{i}"),
-                        Box::new(move || writer::worker(s)),
-                    ));
-                }
-            }
-        }
-        for r in spawned {
-            match r {
-                Ok(h) => workers.push(h),
-                Err(e) => {
-                    shared.begin_close();
-                    for h in workers {
-                        let _ = h.join();
-                    }
-                    return Err(Error::io("spawn ring I/O thread", path, e));
-                }
-            }
-        }
+        let workers = start_workers(&shared, uring, config.inflight_blocks, path)?;
         Ok(RingWal {
             shared,
             header: Mutex::new(hs),
@@ -690,6 +550,216 @@ impl Drop for RingWal {
     }
 }
 
+/// Finds where the valid log ends: scans the blocks from the trim point, counts the
+/// well-formed blocks past the end, and fails when the block the scan stopped on was
+/// acknowledged. Returns the report and the start of every block before the end.
+/// `clean_before`: the ring was closed cleanly (and not formatted by this open).
+fn find_log_end(
+    dev: &Arc<Device>,
+    path: &Path,
+    header: &RingHeader,
+    clean_before: bool,
+    epoch_max: u32,
+) -> Result<(RingRecovery, VecDeque<u64>)> {
+    let ring_bytes = header.capacity_bytes - RING_START;
+    let mut report = RingRecovery {
+        records: 0,
+        record_bytes: 0,
+        blocks: 0,
+        start_offset: header.trim_block_offset,
+        end_offset: header.trim_block_offset,
+        stop_reason: String::new(),
+        blocks_past_end: 0,
+        clean_shutdown: clean_before,
+        clean_end_offset: clean_before.then_some(header.clean_end_offset),
+    };
+    let limit = header.trim_block_offset + ring_bytes;
+    let mut scanner = Scanner::new(
+        Arc::clone(dev),
+        ring_bytes,
+        header.ring_id,
+        epoch_max,
+        header.trim_block_offset,
+        limit,
+    )?;
+    let block_starts = scan_blocks(&mut scanner, header.trim_offset, &mut report)?;
+    debug_assert!(report.end_offset <= limit, "the scan stops at its limit");
+    let room = limit - report.end_offset;
+    report.blocks_past_end =
+        scanner.count_blocks_past(report.end_offset, header.window_max_bytes.min(room))?;
+    check_end_unacknowledged(&mut scanner, header, &report, path)?;
+    Ok((report, block_starts))
+}
+
+/// Reads blocks until the scan ends, counting into `report` the blocks and the records at
+/// or past `trim_offset`, and setting where and why it ended. Returns each block's start.
+fn scan_blocks(
+    scanner: &mut Scanner,
+    trim_offset: u64,
+    report: &mut RingRecovery,
+) -> Result<VecDeque<u64>> {
+    let mut block_starts = VecDeque::new();
+    loop {
+        match scanner.next_block()? {
+            Step::Data { start, records, .. } => {
+                block_starts.push_back(start);
+                report.blocks += 1;
+                for r in records {
+                    if r.offset >= trim_offset {
+                        report.records += 1;
+                        report.record_bytes += r.body.len() as u64;
+                    }
+                }
+            }
+            Step::Pad { start } => {
+                block_starts.push_back(start);
+                report.blocks += 1;
+            }
+            Step::End { at, reason } => {
+                report.end_offset = at;
+                report.stop_reason = reason;
+                return Ok(block_starts);
+            }
+        }
+    }
+}
+
+/// Fails when the block the scan stopped on (`report.end_offset`) was acknowledged. A block
+/// that failed is the end of the log only if it was never acknowledged: a clean close past
+/// it, or a later block, proving otherwise means damage, reported, never a log cut short.
+fn check_end_unacknowledged(
+    scanner: &mut Scanner,
+    header: &RingHeader,
+    report: &RingRecovery,
+    path: &Path,
+) -> Result<()> {
+    let proof = if report.clean_shutdown {
+        (report.end_offset < header.clean_end_offset)
+            .then(|| format!("the ring was closed cleanly at {}", header.clean_end_offset))
+    } else {
+        scanner
+            .acknowledged_past(report.end_offset, header.window_max_bytes)?
+            .map(|at| format!("the block at {at}, written after it, shows it was acknowledged"))
+    };
+    let Some(proof) = proof else {
+        return Ok(());
+    };
+    let ring_bytes = header.capacity_bytes - RING_START;
+    Err(Error::Corruption {
+        topic: String::new(),
+        offset: report.end_offset,
+        path: path.to_owned(),
+        position: RING_START + report.end_offset % ring_bytes,
+        reason: format!(
+            "ring block at logical offset {} is damaged ({}); {proof}",
+            report.end_offset, report.stop_reason
+        ),
+    })
+}
+
+/// Starts a new session: writes a header whose epoch is above any block the scan accepted
+/// (`epoch_max`), marked unclean, its window at least `window_max_bytes`. Returns the
+/// epoch the session's blocks carry.
+fn start_session(
+    dev: &Device,
+    hs: &mut HeaderState,
+    epoch_max: u32,
+    window_max_bytes: u64,
+) -> Result<u32> {
+    let header = hs.current;
+    let epoch = epoch_max
+        .checked_add(1)
+        .ok_or_else(|| Error::invalid("epoch", "the ring was opened 2^32 times"))?;
+    write_header(
+        dev,
+        hs,
+        RingHeader {
+            epoch,
+            shutdown: Shutdown::Unclean,
+            window_max_bytes: header.window_max_bytes.max(window_max_bytes),
+            clean_end_offset: 0,
+            ..header
+        },
+    )?;
+    Ok(epoch)
+}
+
+/// Allocates the writer's `count` block buffers of `bytes` each.
+fn block_buffers(count: usize, bytes: u64, path: &Path) -> Result<Vec<AlignedBuf>> {
+    let mut bufs = Vec::with_capacity(count);
+    for _ in 0..count {
+        bufs.push(
+            AlignedBuf::zeroed(bytes as usize)
+                .map_err(|e| Error::io("allocate block buffers", path, e))?,
+        );
+    }
+    Ok(bufs)
+}
+
+/// The io_uring instance and the device's descriptor when `config.io_engine` asks for
+/// io_uring and it can be set up; `None` for threads. `IoUring` fails where io_uring
+/// cannot be used; `Auto` falls back to threads.
+fn set_up_uring(config: &RingConfig, dev: &Device, path: &Path) -> Result<Option<(Uring, RawFd)>> {
+    match (config.io_engine, dev.raw_fd()) {
+        (IoEngine::Threads, _) => Ok(None),
+        (IoEngine::Auto, None) => Ok(None),
+        (IoEngine::IoUring, None) => Err(Error::invalid(
+            "io_engine",
+            "io_uring needs the real file system storage layer",
+        )),
+        (engine, Some(fd)) => match Uring::new(config.inflight_blocks as u32) {
+            Ok(u) => Ok(Some((u, fd))),
+            Err(e) if engine == IoEngine::IoUring => Err(Error::io("set up io_uring", path, e)),
+            Err(_) => Ok(None),
+        },
+    }
+}
+
+/// Starts the I/O workers: one io_uring thread, or `inflight_blocks` threads. If a thread
+/// fails to start, the ones started are closed and joined.
+fn start_workers(
+    shared: &Arc<Shared>,
+    uring: Option<(Uring, RawFd)>,
+    inflight_blocks: usize,
+    path: &Path,
+) -> Result<Vec<JoinHandle<()>>> {
+    let spawn =
+        |name: String, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name).spawn(f);
+    let mut spawned = Vec::new();
+    match uring {
+        Some((u, fd)) => {
+            let (s, depth) = (shared.clone(), inflight_blocks);
+            spawned.push(spawn(
+                "tidelog-ring-uring".into(),
+                Box::new(move || writer::uring_worker(s, u, fd, depth)),
+            ));
+        }
+        None => {
+            for i in 0..inflight_blocks {
+                let s = shared.clone();
+                spawned.push(spawn(
+                    format!("tidelog-ring-io-{i}"),
+                    Box::new(move || writer::worker(s)),
+                ));
+            }
+        }
+    }
+    let mut workers = Vec::with_capacity(inflight_blocks);
+    for r in spawned {
+        match r {
+            Ok(h) => workers.push(h),
+            Err(e) => {
+                shared.begin_close();
+                for h in workers {
+                    let _ = h.join();
+                }
+                return Err(Error::io("spawn ring I/O thread", path, e));
+            }
+        }
+    }
+    Ok(workers)
+}
+
 /// A random ring id, never 0 and never `avoid`.
 fn new_ring_id(avoid: &[u32]) -> u32 {
     loop {
@@ -824,23 +894,50 @@ fn current_header(
         }
     }
     let Some((slot, header)) = newest_slot(decoded) else {
-        let reason = match *decoded {
-            [Err(HeaderProblem::Zero), Err(HeaderProblem::Zero)] => {
-                "both header slots are empty".to_owned()
-            }
-            [a, b] => {
-                let why = |h: &std::result::Result<RingHeader, HeaderProblem>| match h {
-                    Ok(_) => "valid".to_owned(),
-                    Err(p) => p.to_string(),
-                };
-                format!("no valid header (slot 0: {}, slot 1: {})", why(&a), why(&b))
-            }
-        };
-        return Err(Error::NotFormatted {
-            path: dev.path.clone(),
-            reason,
-        });
+        return Err(not_formatted(dev, decoded));
     };
+    check_capacity(dev, &header, capacity_bytes)?;
+    let sane = u64::from(header.align_bytes) == ALIGN_BYTES
+        && header.capacity_bytes >= format::CAPACITY_MIN
+        && header.capacity_bytes % ALIGN_BYTES == 0
+        && header.trim_block_offset % ALIGN_BYTES == 0
+        && header.trim_block_offset <= header.trim_offset;
+    if !sane {
+        return Err(Error::Corruption {
+            topic: String::new(),
+            offset: header.trim_offset,
+            path: dev.path.clone(),
+            position: slot * HEADER_SLOT_BYTES,
+            reason: "ring header fields are inconsistent".into(),
+        });
+    }
+    Ok((slot, header))
+}
+
+/// The error for a target whose header slots hold no valid header: both empty, or why each
+/// fails.
+fn not_formatted(dev: &Device, decoded: &Slots) -> Error {
+    let reason = match *decoded {
+        [Err(HeaderProblem::Zero), Err(HeaderProblem::Zero)] => {
+            "both header slots are empty".to_owned()
+        }
+        [a, b] => {
+            let why = |h: &std::result::Result<RingHeader, HeaderProblem>| match h {
+                Ok(_) => "valid".to_owned(),
+                Err(p) => p.to_string(),
+            };
+            format!("no valid header (slot 0: {}, slot 1: {})", why(&a), why(&b))
+        }
+    };
+    Error::NotFormatted {
+        path: dev.path.clone(),
+        reason,
+    }
+}
+
+/// Checks the header's capacity against `capacity_bytes` if given, and against the
+/// target: a file's size must match it, a device must hold it.
+fn check_capacity(dev: &Device, header: &RingHeader, capacity_bytes: Option<u64>) -> Result<()> {
     let mismatch = |what, expected, found| {
         Err(Error::CapacityMismatch {
             path: dev.path.clone(),
@@ -872,21 +969,7 @@ fn current_header(
             dev.size_bytes,
         );
     }
-    let sane = u64::from(header.align_bytes) == ALIGN_BYTES
-        && header.capacity_bytes >= format::CAPACITY_MIN
-        && header.capacity_bytes % ALIGN_BYTES == 0
-        && header.trim_block_offset % ALIGN_BYTES == 0
-        && header.trim_block_offset <= header.trim_offset;
-    if !sane {
-        return Err(Error::Corruption {
-            topic: String::new(),
-            offset: header.trim_offset,
-            path: dev.path.clone(),
-            position: slot * HEADER_SLOT_BYTES,
-            reason: "ring header fields are inconsistent".into(),
-        });
-    }
-    Ok((slot, header))
+    Ok(())
 }
 
 /// Writes `next` (with the next generation) to the slot that does not hold the newest header,

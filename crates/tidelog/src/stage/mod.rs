@@ -488,7 +488,25 @@ pub(crate) fn write_commit(
     limits: Option<Limits>,
 ) -> Result<Committed> {
     let job_dir = job_dir(dir, job)?;
-    // The lines after the header: what a commit is compared by, whatever its version.
+    let text = commit_text(job, parts, sink)?;
+    if let Some(committed) = committed_before(storage, dir, &job_dir, job, &text, sink)? {
+        return Ok(committed);
+    }
+    check_parts(storage, &job_dir, job, parts, limits)?;
+    crate::io::replace_file(
+        storage,
+        &job_dir,
+        &job_dir.join(COMMIT_FILE),
+        seal(format!("{COMMIT_HEADER}{text}")).as_bytes(),
+        "write staged commit",
+    )?;
+    Ok(Committed::Recorded)
+}
+
+/// The lines of a commit after its header: the sink line if any, then each part. What a
+/// commit is compared by, whatever its version. Names are checked, and a part named twice
+/// is an error.
+fn commit_text(job: &str, parts: &[&str], sink: Option<(&str, u64)>) -> Result<String> {
     let mut text = String::new();
     if let Some((sink, batch)) = sink {
         validate_name(sink)?;
@@ -505,12 +523,26 @@ pub(crate) fn write_commit(
         text.push_str(part);
         text.push('\n');
     }
-    let commit = job_dir.join(COMMIT_FILE);
-    match read_commit(storage, &job_dir)?.map(|m| m.text) {
+    Ok(text)
+}
+
+/// What a commit of `job` with `text` answers when the job was committed or published
+/// before: the same commit again is answered as it was (or with the job's failure), a
+/// different one is an error. A sink's micro-batch whose job is gone and that its sink
+/// already published counts as published. `None` when the commit is new.
+fn committed_before(
+    storage: &dyn Storage,
+    dir: &Path,
+    job_dir: &Path,
+    job: &str,
+    text: &str,
+    sink: Option<(&str, u64)>,
+) -> Result<Option<Committed>> {
+    match read_commit(storage, job_dir)?.map(|m| m.text) {
         Some(existing) if existing == text => {
-            return match read_failed(storage, &job_dir)? {
+            return match read_failed(storage, job_dir)? {
                 Some(reason) => Err(failed_error(job, &reason)),
-                None => Ok(Committed::Recorded),
+                None => Ok(Some(Committed::Recorded)),
             };
         }
         Some(_) => {
@@ -525,7 +557,7 @@ pub(crate) fn write_commit(
     if let Some((committed, ranges)) = read_published(storage, dir, job)? {
         if committed == text {
             // A retried commit.
-            return Ok(Committed::Published(ranges));
+            return Ok(Some(Committed::Published(ranges)));
         }
         return Err(Error::invalid(
             "job",
@@ -533,11 +565,23 @@ pub(crate) fn write_commit(
         ));
     }
     if let Some((sink, batch)) = sink
-        && !io::exists(storage, &job_dir)
+        && !io::exists(storage, job_dir)
         && read_sink_batch(storage, dir, sink)?.is_some_and(|last| last >= batch)
     {
-        return Ok(Committed::Published(Vec::new()));
+        return Ok(Some(Committed::Published(Vec::new())));
     }
+    Ok(None)
+}
+
+/// Checks that each of `parts` was staged and finished, that its manifest reads, and that
+/// its records are within `limits` when given.
+fn check_parts(
+    storage: &dyn Storage,
+    job_dir: &Path,
+    job: &str,
+    parts: &[&str],
+    limits: Option<Limits>,
+) -> Result<()> {
     for part in parts {
         if !io::exists(storage, &job_dir.join(format!("{part}{PART_SUFFIX}"))) {
             return Err(Error::invalid(
@@ -545,21 +589,14 @@ pub(crate) fn write_commit(
                 format!("part {part:?} of job {job:?} was not staged (or not finished)"),
             ));
         }
-        let manifest = read_manifest(storage, &job_dir, part)?;
+        let manifest = read_manifest(storage, job_dir, part)?;
         if let Some(limits) = limits {
             for segment in &manifest.segments {
                 limits.check(segment.max_record_bytes)?;
             }
         }
     }
-    crate::io::replace_file(
-        storage,
-        &job_dir,
-        &commit,
-        seal(format!("{COMMIT_HEADER}{text}")).as_bytes(),
-        "write staged commit",
-    )?;
-    Ok(Committed::Recorded)
+    Ok(())
 }
 
 /// The error of a job set aside for `reason`.

@@ -2,7 +2,7 @@
 //! write protocol. Large segments are adopted whole as data files (their records are never
 //! copied: the publish rewrites a page per extent); small ones are copied into the topics.
 
-use std::ops::Range;
+use std::ops::{ControlFlow, Range};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +14,8 @@ use crate::file::{DataFile, data_file_name};
 use crate::format::ProgressState;
 use crate::io;
 use crate::poison::Recover;
-use crate::stage::{self, PartManifest, SegmentEntry, segment::Placement, segment::Segment};
+use crate::stage::segment::{Placement, Segment, StagedExtent};
+use crate::stage::{self, Manifest, PartManifest, SegmentEntry};
 use crate::topic::{Append, Ctx, Topic};
 
 /// The topics of a job being published, made exclusive, released however the publish ends.
@@ -216,7 +217,7 @@ impl State {
         Ok(Plan { segments, names })
     }
 
-    /// Publishes committed job `job`: it is checked ([`Shared::plan`]; one that fails is set
+    /// Publishes committed job `job`: it is checked ([`State::plan`]; one that fails is set
     /// aside, nothing of it published), each of its topics is made exclusive, the offset
     /// where the job starts in each is recorded (once), its segments are adopted or copied
     /// after whatever of them the data files already hold, the data files are made durable
@@ -227,23 +228,10 @@ impl State {
         let Some(_job_lock) = stage::try_lock_job(self.storage.as_ref(), &job_dir)? else {
             return Ok(Outcome::Published(Vec::new()));
         };
-        if let Some(reason) = stage::read_failed(self.storage.as_ref(), &job_dir)? {
-            return Ok(Outcome::SetAside(stage::failed_error(job, &reason)));
-        }
-        let manifest = match stage::read_commit(self.storage.as_ref(), &job_dir) {
-            Ok(Some(manifest)) => manifest,
-            // Published meanwhile (by this handle's housekeeping thread), or aborted.
-            Ok(None) => return Ok(Outcome::Published(Vec::new())),
-            Err(e) => return self.set_aside_or(&job_dir, e),
+        let manifest = match self.read_job(job, &job_dir)? {
+            ControlFlow::Continue(manifest) => manifest,
+            ControlFlow::Break(outcome) => return Ok(outcome),
         };
-        // A micro-batch its sink already published (a replay committed twice) adds nothing.
-        if let Some((sink, batch)) = &manifest.sink
-            && stage::read_sink_batch(self.storage.as_ref(), &self.dir, sink)?
-                .is_some_and(|last| last >= *batch)
-        {
-            self.remove_job(&job_dir)?;
-            return Ok(Outcome::Published(Vec::new()));
-        }
         let Plan { segments, names } = match self.plan(&job_dir, &manifest) {
             Ok(plan) => plan,
             Err(e) => return self.set_aside_or(&job_dir, e),
@@ -253,51 +241,8 @@ impl State {
             .map(|(name, _)| self.topic_or_create(name))
             .collect::<Result<Vec<_>>>()?;
         // Exclusive from here; released however this ends.
-        let mut exclusive = Exclusive(Vec::new());
-        let mut next = Vec::with_capacity(topics.len());
-        for t in &topics {
-            next.push(t.begin_ingest()?);
-            exclusive.0.push(Arc::clone(t));
-        }
-        let recorded = stage::read_ingest(self.storage.as_ref(), &job_dir)?;
-        let mut starts: Vec<(String, u64)> = match &recorded {
-            Some(ledger) => names
-                .iter()
-                .map(|(name, _)| {
-                    ledger
-                        .iter()
-                        .find(|(t, _)| t == name)
-                        .map(|(t, s)| (t.clone(), *s))
-                        .ok_or_else(|| {
-                            staged_corruption(&job_dir, "the ledger lacks one of its topics")
-                        })
-                })
-                .collect::<Result<_>>()?,
-            None => names
-                .iter()
-                .zip(&next)
-                .map(|((name, _), n)| (name.clone(), *n))
-                .collect(),
-        };
-        // A topic that lost records below the job's start (appends that were never durable)
-        // starts the job where it now ends: record that before appending.
-        let mut moved = false;
-        for ((_, start), n) in starts.iter_mut().zip(&next) {
-            if *n < *start {
-                *start = *n;
-                moved = true;
-            }
-        }
-        // From the ledger on, the job owns the offsets after its starts: a publish that stops
-        // part way poisons the handle, so no append takes them before a reopen resumes the job
-        // (jobs with a ledger are published first at open).
-        let owned = |e: Error| {
-            self.sync.poison(&e);
-            e
-        };
-        if recorded.is_none() || moved {
-            stage::write_ingest(self.storage.as_ref(), &job_dir, &starts).map_err(owned)?;
-        }
+        let (_exclusive, next) = make_exclusive(&topics)?;
+        let starts = self.job_starts(&job_dir, &names, &next)?;
         let skip = names
             .iter()
             .zip(starts.iter().zip(&next))
@@ -308,25 +253,106 @@ impl State {
             topics,
             skip,
         };
+        self.publish_segments(&job_dir, &segments, &mut held)?;
+        let ranges: Vec<(String, Range<u64>)> = held
+            .names
+            .iter()
+            .zip(&starts)
+            .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
+            .collect();
+        self.flusher.flush().map_err(|e| self.poisoning(e))?;
+        self.record_published(job, &job_dir, &manifest, &ranges)?;
+        Ok(Outcome::Published(ranges))
+    }
+
+    /// Reads job `job`'s commit. Breaks with the outcome when there is nothing to publish:
+    /// the job was set aside before, published or aborted meanwhile, or is a micro-batch
+    /// its sink already published (a replay committed twice, whose directory goes). A
+    /// commit that does not read is set aside.
+    fn read_job(&self, job: &str, job_dir: &Path) -> Result<ControlFlow<Outcome, Manifest>> {
+        let storage = self.storage.as_ref();
+        if let Some(reason) = stage::read_failed(storage, job_dir)? {
+            return Ok(ControlFlow::Break(Outcome::SetAside(stage::failed_error(
+                job, &reason,
+            ))));
+        }
+        let manifest = match stage::read_commit(storage, job_dir) {
+            Ok(Some(manifest)) => manifest,
+            // Published meanwhile (by this handle's housekeeping thread), or aborted.
+            Ok(None) => return Ok(ControlFlow::Break(Outcome::Published(Vec::new()))),
+            Err(e) => return self.set_aside_or(job_dir, e).map(ControlFlow::Break),
+        };
+        if let Some((sink, batch)) = &manifest.sink
+            && stage::read_sink_batch(storage, &self.dir, sink)?.is_some_and(|last| last >= *batch)
+        {
+            self.remove_job(job_dir)?;
+            return Ok(ControlFlow::Break(Outcome::Published(Vec::new())));
+        }
+        Ok(ControlFlow::Continue(manifest))
+    }
+
+    /// `e`, after poisoning the handle with it: for failures once the job owns the offsets
+    /// after its starts (see [`State::job_starts`]).
+    fn poisoning(&self, e: Error) -> Error {
+        self.sync.poison(&e);
+        e
+    }
+
+    /// The offset where the job starts in each of its topics (`names`, in order): the ones
+    /// its ledger recorded when an earlier publish began, else where each topic ends now
+    /// (`next`). A topic that lost records below the job's start (appends that were never
+    /// durable) starts the job where it now ends: that is recorded before appending.
+    ///
+    /// From the ledger on, the job owns the offsets after its starts: a publish that stops
+    /// part way poisons the handle, so no append takes them before a reopen resumes the job
+    /// (jobs with a ledger are published first at open).
+    fn job_starts(
+        &self,
+        job_dir: &Path,
+        names: &[(String, u64)],
+        next: &[u64],
+    ) -> Result<Vec<(String, u64)>> {
+        let recorded = stage::read_ingest(self.storage.as_ref(), job_dir)?;
+        let mut starts: Vec<(String, u64)> = match &recorded {
+            Some(ledger) => starts_from_ledger(job_dir, names, ledger)?,
+            None => names
+                .iter()
+                .zip(next)
+                .map(|((name, _), n)| (name.clone(), *n))
+                .collect(),
+        };
+        let mut moved = false;
+        for ((_, start), n) in starts.iter_mut().zip(next) {
+            if *n < *start {
+                *start = *n;
+                moved = true;
+            }
+        }
+        if recorded.is_none() || moved {
+            stage::write_ingest(self.storage.as_ref(), job_dir, &starts)
+                .map_err(|e| self.poisoning(e))?;
+        }
+        Ok(starts)
+    }
+
+    /// Adopts or copies each of the job's segments into its topics, in order. A segment an
+    /// earlier publish adopted only takes its records off those the data files hold. A
+    /// failure to write poisons the handle (see [`State::job_starts`]).
+    fn publish_segments(
+        &self,
+        job_dir: &Path,
+        segments: &[(SegmentEntry, Option<Segment>)],
+        held: &mut JobTopics,
+    ) -> Result<()> {
         let ctx = Ctx {
             write_through: false,
             reserved: None,
             ingest: true,
             ..self.ctx(self.default_opts())
         };
-        for (entry, segment) in &segments {
+        for (entry, segment) in segments {
             let Some(segment) = segment else {
-                for (topic, n) in &entry.counts {
-                    let i = held.index(topic).ok_or_else(|| {
-                        staged_corruption(&job_dir, "a segment names an unknown topic")
-                    })?;
-                    held.skip[i] = held.skip[i].checked_sub(*n).ok_or_else(|| {
-                        staged_corruption(
-                            &job_dir,
-                            "an adopted segment's records are missing from the data files",
-                        )
-                    })?;
-                }
+                skip_adopted(job_dir, entry, held)?;
                 continue;
             };
             let fresh = entry
@@ -334,20 +360,26 @@ impl State {
                 .iter()
                 .all(|(t, _)| held.index(t).is_some_and(|i| held.skip[i] == 0));
             if fresh && self.adoptable(segment) {
-                self.adopt(&ctx, &job_dir, segment, &held).map_err(owned)?;
+                self.adopt(&ctx, job_dir, segment, held)
+                    .map_err(|e| self.poisoning(e))?;
             } else {
-                self.copy(&ctx, segment, &mut held).map_err(owned)?;
+                self.copy(&ctx, segment, held)
+                    .map_err(|e| self.poisoning(e))?;
             }
         }
-        let ranges: Vec<(String, Range<u64>)> = held
-            .names
-            .iter()
-            .zip(&starts)
-            .map(|((_, count), (name, start))| (name.clone(), *start..*start + count))
-            .collect();
-        self.flusher.flush().map_err(owned)?;
-        // Durable records first, then the sink's ledger, then the job goes: a crash between
-        // two steps repeats only steps that append nothing.
+        Ok(())
+    }
+
+    /// Records that the job is published, once its records are durable: the sink's ledger
+    /// takes its batch, or the published record its offsets; then the job's directory goes.
+    /// A crash between two steps repeats only steps that append nothing.
+    fn record_published(
+        &self,
+        job: &str,
+        job_dir: &Path,
+        manifest: &Manifest,
+        ranges: &[(String, Range<u64>)],
+    ) -> Result<()> {
         match &manifest.sink {
             Some((sink, batch)) => {
                 stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
@@ -358,11 +390,10 @@ impl State {
                 &self.dir,
                 job,
                 &manifest.text,
-                &ranges,
+                ranges,
             )?,
         }
-        self.remove_job(&job_dir)?;
-        Ok(Outcome::Published(ranges))
+        self.remove_job(job_dir)
     }
 
     /// Whether `segment` is adopted rather than copied: it is large enough to be worth a
@@ -380,9 +411,6 @@ impl State {
         segment: &Segment,
         job: &JobTopics,
     ) -> Result<()> {
-        // Each topic's records before the segment's must be durable (their extent sealed)
-        // before the segment's extents follow them on disk: a gap after a crash would be
-        // corruption to recovery.
         let counts = segment.counts();
         // Each extent's topic, as a position in `counts`.
         let topic_of: Vec<usize> = segment
@@ -390,40 +418,51 @@ impl State {
             .iter()
             .map(|e| counts.iter().position(|(t, _)| *t == e.topic).unwrap_or(0))
             .collect();
-        let mut running = Vec::with_capacity(counts.len());
+        let mut ends = Vec::with_capacity(counts.len());
         for (topic, _) in &counts {
             let i = job
                 .index(topic)
                 .ok_or_else(|| staged_corruption(job_dir, "a segment names an unknown topic"))?;
-            let (next, max_ts) = job.topics[i].end_tail_for_adoption(ctx)?;
-            running.push((i, next, max_ts));
+            let (next_offset, max_ts) = job.topics[i].end_tail_for_adoption(ctx)?;
+            ends.push(TopicEnd {
+                topic: i,
+                next_offset,
+                max_ts,
+            });
         }
+        // Each topic's records before the segment's must be durable (their extent sealed)
+        // before the segment's extents follow them on disk: a gap after a crash would be
+        // corruption to recovery.
         self.flusher.flush()?;
-        let placements: Vec<Placement> = segment
-            .extents
-            .iter()
-            .zip(&topic_of)
-            .map(|(e, &at)| {
-                let (i, next, max_ts) = &mut running[at];
-                let placement = Placement {
-                    topic_id: job.topics[*i].id,
-                    first_offset: *next,
-                    max_timestamp_us: (*max_ts).max(e.max_timestamp_us),
-                };
-                *next += e.records;
-                *max_ts = placement.max_timestamp_us;
-                placement
-            })
-            .collect();
+        let placements = placements(segment, &topic_of, &mut ends, job);
+        let file = self.install_adopted(job_dir, segment, &placements)?;
+        let mut adopted: Vec<Vec<Arc<Block>>> = vec![Vec::new(); counts.len()];
+        for ((e, p), &at) in segment.extents.iter().zip(&placements).zip(&topic_of) {
+            adopted[at].push(self.adopted_block(&file, e, p));
+        }
+        for ((blocks, (_, records)), end) in adopted.into_iter().zip(&counts).zip(ends) {
+            job.topics[end.topic].push_adopted(blocks, *records, end.max_ts);
+        }
+        Ok(())
+    }
+
+    /// Rewrites `segment`'s extents for `placements` and renames it into the data directory
+    /// as the allocator's next file. Once renamed, the file may be in the directory or not,
+    /// as the next sync says: a failure from there poisons the handle, so nothing more is
+    /// acknowledged until a reopen has looked.
+    fn install_adopted(
+        &self,
+        job_dir: &Path,
+        segment: &Segment,
+        placements: &[Placement],
+    ) -> Result<Arc<DataFile>> {
         let storage = self.storage.as_ref();
-        let file = self.alloc.adopt_file(|seq| {
-            segment.prepare_adoption(storage, seq, &placements)?;
+        self.alloc.adopt_file(|seq| {
+            segment.prepare_adoption(storage, seq, placements)?;
             let to = self.dir.join(data_file_name(seq));
             storage
                 .rename(&segment.path, &to)
                 .map_err(|e| Error::io("rename staged segment into place", &to, e))?;
-            // The file may now be in the data directory or not, as the next sync says:
-            // nothing more may be acknowledged until a reopen has looked.
             let installed = (|| {
                 storage
                     .sync_dir(&self.dir)
@@ -435,36 +474,30 @@ impl State {
                     .ok_or_else(|| staged_corruption(&to, "the adopted file does not open"))
             })();
             installed.inspect_err(|e| self.sync.poison(e))
-        })?;
-        let interval = self.config.index_interval_bytes;
-        let mut adopted: Vec<Vec<Arc<Block>>> = vec![Vec::new(); counts.len()];
-        for ((e, p), &at) in segment.extents.iter().zip(&placements).zip(&topic_of) {
-            let block = Arc::new(Block::new(
-                Arc::clone(&file),
-                e.block_index,
-                e.block_count,
-                p.topic_id,
-                e.salt,
-                p.first_offset,
-                interval,
-                None,
-            ));
-            block.restore(
-                e.records,
-                e.durable_end,
-                p.max_timestamp_us,
-                e.durable_end,
-                ProgressState::Sealed,
-            );
-            block.set_final(e.records, e.durable_end);
-            adopted[at].push(block);
-        }
-        for ((blocks, (_, records)), (i, _, max_ts)) in
-            adopted.into_iter().zip(&counts).zip(running)
-        {
-            job.topics[i].push_adopted(blocks, *records, max_ts);
-        }
-        Ok(())
+        })
+    }
+
+    /// The block of extent `e` of the adopted `file`, sealed at its place `p`.
+    fn adopted_block(&self, file: &Arc<DataFile>, e: &StagedExtent, p: &Placement) -> Arc<Block> {
+        let block = Arc::new(Block::new(
+            Arc::clone(file),
+            e.block_index,
+            e.block_count,
+            p.topic_id,
+            e.salt,
+            p.first_offset,
+            self.config.index_interval_bytes,
+            None,
+        ));
+        block.restore(
+            e.records,
+            e.durable_end,
+            p.max_timestamp_us,
+            e.durable_end,
+            ProgressState::Sealed,
+        );
+        block.set_final(e.records, e.durable_end);
+        block
     }
 
     /// Copies `segment`'s records into their topics, skipping those the data files already
@@ -509,6 +542,91 @@ impl State {
         }
         out
     }
+}
+
+/// Where one topic of a segment being adopted continues: its position in the job, the
+/// next offset, and its running maximum timestamp.
+struct TopicEnd {
+    topic: usize,
+    next_offset: u64,
+    max_ts: u64,
+}
+
+/// Makes each of `topics` exclusive to the publish, in order, returning the guard that
+/// releases them and the offset where each ends now. Those taken before a failure are
+/// released.
+fn make_exclusive(topics: &[Arc<Topic>]) -> Result<(Exclusive, Vec<u64>)> {
+    let mut exclusive = Exclusive(Vec::new());
+    let mut next = Vec::with_capacity(topics.len());
+    for t in topics {
+        next.push(t.begin_ingest()?);
+        exclusive.0.push(Arc::clone(t));
+    }
+    Ok((exclusive, next))
+}
+
+/// The starts `ledger` recorded for the job's topics `names`, in their order. A ledger that
+/// lacks one of them is corruption.
+fn starts_from_ledger(
+    job_dir: &Path,
+    names: &[(String, u64)],
+    ledger: &[(String, u64)],
+) -> Result<Vec<(String, u64)>> {
+    names
+        .iter()
+        .map(|(name, _)| {
+            ledger
+                .iter()
+                .find(|(t, _)| t == name)
+                .map(|(t, s)| (t.clone(), *s))
+                .ok_or_else(|| staged_corruption(job_dir, "the ledger lacks one of its topics"))
+        })
+        .collect()
+}
+
+/// Takes the records of `entry`, a segment an earlier publish of the job adopted, off those
+/// the data files hold for its topics (`held.skip`). More than they hold means the adopted
+/// records are missing: corruption.
+fn skip_adopted(job_dir: &Path, entry: &SegmentEntry, held: &mut JobTopics) -> Result<()> {
+    for (topic, n) in &entry.counts {
+        let i = held
+            .index(topic)
+            .ok_or_else(|| staged_corruption(job_dir, "a segment names an unknown topic"))?;
+        held.skip[i] = held.skip[i].checked_sub(*n).ok_or_else(|| {
+            staged_corruption(
+                job_dir,
+                "an adopted segment's records are missing from the data files",
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Where each extent of `segment` goes: its topic's id, the next offsets after `ends`
+/// (extent `i` belongs to `ends[topic_of[i]]`), and the running maximum timestamp. `ends`
+/// moves past every extent.
+fn placements(
+    segment: &Segment,
+    topic_of: &[usize],
+    ends: &mut [TopicEnd],
+    job: &JobTopics,
+) -> Vec<Placement> {
+    segment
+        .extents
+        .iter()
+        .zip(topic_of)
+        .map(|(e, &at)| {
+            let end = &mut ends[at];
+            let placement = Placement {
+                topic_id: job.topics[end.topic].id,
+                first_offset: end.next_offset,
+                max_timestamp_us: end.max_ts.max(e.max_timestamp_us),
+            };
+            end.next_offset += e.records;
+            end.max_ts = placement.max_timestamp_us;
+            placement
+        })
+        .collect()
 }
 
 fn staged_corruption(path: &Path, reason: &str) -> Error {
