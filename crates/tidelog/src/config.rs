@@ -305,8 +305,8 @@ impl Config {
         }
     }
 
-    /// The record size limit in force.
-    pub fn record_bytes_max(&self) -> u64 {
+    /// The record size limit in force: [`Config::max_record_bytes`], or its default.
+    pub fn effective_max_record_bytes(&self) -> u64 {
         self.max_record_bytes.unwrap_or_else(|| {
             self.payload_default()
                 .min(self.extent_payload_max())
@@ -314,10 +314,22 @@ impl Config {
         })
     }
 
-    /// The batch size limit in force.
-    pub fn batch_bytes_max(&self) -> u64 {
+    /// The batch size limit in force: [`Config::max_batch_bytes`], or its default.
+    pub fn effective_max_batch_bytes(&self) -> u64 {
         self.max_batch_bytes
             .unwrap_or_else(|| self.payload_default().min(self.extent_payload_max()))
+    }
+
+    /// The record size limit in force (the setter is [`Config::max_record_bytes`]).
+    #[deprecated(note = "named like the setter now: use `effective_max_record_bytes`")]
+    pub fn record_bytes_max(&self) -> u64 {
+        self.effective_max_record_bytes()
+    }
+
+    /// The batch size limit in force (the setter is [`Config::max_batch_bytes`]).
+    #[deprecated(note = "named like the setter now: use `effective_max_batch_bytes`")]
+    pub fn batch_bytes_max(&self) -> u64 {
+        self.effective_max_batch_bytes()
     }
 
     /// Blocks in one data file.
@@ -395,7 +407,7 @@ impl Config {
     /// this geometry, a batch within one file, counts within 32 bits.
     fn validate_limits(&self) -> Result<()> {
         let payload_max = self.extent_payload_max().min(format::FRAME_PAYLOAD_MAX);
-        let record_max = self.record_bytes_max();
+        let record_max = self.effective_max_record_bytes();
         if record_max == 0 || record_max > payload_max {
             return Err(Error::invalid(
                 "max_record_bytes",
@@ -410,7 +422,7 @@ impl Config {
                 "must be between 1 and 2^32-1",
             ));
         }
-        let batch_max = self.batch_bytes_max();
+        let batch_max = self.effective_max_batch_bytes();
         if batch_max == 0 || batch_max > self.extent_payload_max() {
             return Err(Error::invalid(
                 "max_batch_bytes",
@@ -475,7 +487,10 @@ impl Config {
         if self.ring.is_none() {
             return Ok(());
         }
-        let (record_max, batch_max) = (self.record_bytes_max(), self.batch_bytes_max());
+        let (record_max, batch_max) = (
+            self.effective_max_record_bytes(),
+            self.effective_max_batch_bytes(),
+        );
         let entry = crate::ring::entry::entry_bytes_max(record_max, batch_max);
         if entry > crate::ring::RECORD_BYTES_MAX {
             return Err(Error::invalid(

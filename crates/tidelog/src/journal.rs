@@ -112,7 +112,10 @@ impl Journal {
                 ),
             ));
         }
-        let entry_bytes_max = entry_bytes_max(config.record_bytes_max(), config.batch_bytes_max());
+        let entry_bytes_max = entry_bytes_max(
+            config.effective_max_record_bytes(),
+            config.effective_max_batch_bytes(),
+        );
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);
         if ring_config.capacity_bytes.is_none() && !crate::io::exists(storage.as_ref(), &device) {
             ring_config = ring_config.capacity_bytes(RING_CAPACITY_DEFAULT);

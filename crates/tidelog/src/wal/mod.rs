@@ -419,8 +419,8 @@ pub fn commit_staged(
         return Ok(());
     }
     let limits = stage::Limits {
-        record_bytes_max: config.record_bytes_max(),
-        batch_bytes_max: config.batch_bytes_max(),
+        record_bytes_max: config.effective_max_record_bytes(),
+        batch_bytes_max: config.effective_max_batch_bytes(),
     };
     let committed = stage::write_commit(&StdStorage, dir, job, parts, None, Some(limits))?;
     if let stage::Committed::Published(_) = committed {

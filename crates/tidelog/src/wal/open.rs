@@ -97,8 +97,8 @@ fn assemble(
     ));
     let flusher = Flusher::new(Arc::clone(&topics), Arc::clone(&storage), Arc::clone(&sync));
     let limits = stage::Limits {
-        record_bytes_max: config.record_bytes_max(),
-        batch_bytes_max: config.batch_bytes_max(),
+        record_bytes_max: config.effective_max_record_bytes(),
+        batch_bytes_max: config.effective_max_batch_bytes(),
     };
     State {
         dir: dir.to_owned(),

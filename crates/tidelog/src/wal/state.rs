@@ -52,7 +52,7 @@ pub(crate) struct State {
     pub clock: Clock,
     /// Populates pages ahead of each topic's tail (its thread runs for writable handles).
     pub prefault: Prefaulter,
-    /// `config.record_bytes_max()` and `config.batch_bytes_max()`, computed once.
+    /// `config.effective_max_record_bytes()` and `config.effective_max_batch_bytes()`, computed once.
     pub limits: stage::Limits,
     pub recovered: Mutex<RecoveryState>,
     /// One staged job is published at a time.

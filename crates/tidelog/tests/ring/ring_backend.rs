@@ -262,7 +262,7 @@ fn entries_larger_than_the_ring_allows_are_refused() {
     // Files of 8 MiB, so the ring's 4 MiB default is the limit.
     let config = geometry(8, 1 << 20).ring(RingBackend::default());
     let wal = Wal::open_with(dir.path(), config).expect("open");
-    assert_eq!(wal.config().record_bytes_max(), 4 << 20);
+    assert_eq!(wal.config().effective_max_record_bytes(), 4 << 20);
     let stats = wal.ring_stats().expect("stats");
     assert_eq!(stats.capacity_bytes, RING_CAPACITY_DEFAULT);
     // 4 MiB of values in 8192 records: within max_batch_bytes, but not with their headers.
