@@ -51,6 +51,34 @@ pub struct Ctx<'a> {
     pub ingest: bool,
 }
 
+/// Offsets an append reserved and has not published yet; dropped unpublished (a panic
+/// between the reservation and the publish), it publishes them anyway.
+struct Reserved<'a> {
+    topic: &'a Topic,
+    block: &'a Block,
+    first: u64,
+    n: u64,
+    count_after: u64,
+    end: u64,
+}
+
+impl Reserved<'_> {
+    /// Publishes the records, in offset order.
+    #[inline]
+    fn publish(self) {
+        let this = std::mem::ManuallyDrop::new(self);
+        this.topic
+            .publish(this.block, this.first, this.n, this.count_after, this.end);
+    }
+}
+
+impl Drop for Reserved<'_> {
+    fn drop(&mut self) {
+        self.topic
+            .publish(self.block, self.first, self.n, self.count_after, self.end);
+    }
+}
+
 /// A write an append makes under its topic's reservation, before its frames are copied, so
 /// that a topic's writes there are in offset order (the ring backend's journal). The topic
 /// layer knows no backend beyond this.
@@ -422,10 +450,23 @@ impl Topic {
             prefaulter.request(&block.file, position, len);
         }
 
+        // From here to the publish, a panic (in the copy, or in a storage that panics) must
+        // not leave these offsets reserved for ever: every later appender of the topic and
+        // close wait for them. The guard publishes them as they stand; the panic poisons the
+        // handle, so nothing after them is acknowledged.
+        let reserved = Reserved {
+            topic: self,
+            block: &block,
+            first,
+            n,
+            count_after,
+            end: start_pos + total,
+        };
+
         // Checksum and copy, no lock held.
         if ctx.write_through {
             let result = self.write_through(ctx, &block, records, first, now, start_pos, total);
-            self.publish(&block, first, n, count_after, start_pos + total);
+            reserved.publish();
             return result.map(|()| (first..first + n, ring));
         }
         let mut pos = start_pos;
@@ -443,8 +484,8 @@ impl Topic {
             }
             pos += format::frame_padded_len(r.payload_len());
         }
-
-        self.publish(&block, first, n, count_after, pos);
+        debug_assert_eq!(pos, start_pos + total);
+        reserved.publish();
         Ok((first..first + n, ring))
     }
 

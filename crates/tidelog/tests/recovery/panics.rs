@@ -16,6 +16,28 @@ fn is_poisoned<T>(r: &tidelog::Result<T>) -> bool {
 }
 
 #[test]
+fn a_panic_in_an_appenders_write_poisons_the_handle() {
+    let dir = common::tempdir();
+    let storage = FaultStorage::new();
+    let config = common::small().durability(Durability::Always);
+    let wal = Wal::open_with_storage(dir.path(), config.clone(), Arc::new(storage.clone()))
+        .expect("open");
+    assert_eq!(wal.append("t", b"kept").expect("append"), 0);
+    storage.arm(points::WRITE, Fault::Panic);
+    let caught = catch_unwind(AssertUnwindSafe(|| wal.append("t", b"lost")));
+    assert!(caught.is_err(), "the injected panic unwinds to the caller");
+    storage.disarm_all();
+    assert!(is_poisoned(&wal.append("t", b"after")), "appends refused");
+    assert!(is_poisoned(&wal.flush()), "flush refused");
+    let e = wal.append("t", b"after").expect_err("poisoned");
+    assert!(e.to_string().contains("reopen"), "{e}");
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), config).expect("reopen");
+    let got = common::read_all(&wal, "t");
+    assert_eq!(got.first().map(|r| r.2.as_slice()), Some(&b"kept"[..]));
+}
+
+#[test]
 fn a_panicking_sync_thread_poisons_the_handle() {
     let dir = common::tempdir();
     let storage = FaultStorage::new();
