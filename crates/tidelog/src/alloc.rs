@@ -1,6 +1,6 @@
 //! The block allocator: hands out `(file, block index, block count)` behind a spin lock.
 //!
-//! The critical section only moves a cursor. Files are created outside the lock, by the
+//! The critical section only moves a cursor (no syscall, no wait, no lock taken under it). Files are created outside the lock, by the
 //! background thread ahead of need (the "spare") or, if none is ready, by the allocating
 //! thread before it retakes the lock. Disk space is reserved (fallocate) after the lock is
 //! released, before the extent is handed to a writer.
@@ -116,9 +116,12 @@ impl BlockAllocator {
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .clear();
-        let mut st = self.state.lock();
-        st.current = None;
-        st.spare = None;
+        // Dropped after the lock is released: a last reference unmaps and closes the file.
+        let files = {
+            let mut st = self.state.lock();
+            (st.current.take(), st.spare.take())
+        };
+        drop(files);
     }
 
     /// Counts a recovered file's bytes towards the disk account.
@@ -268,7 +271,9 @@ impl BlockAllocator {
         let count_for =
             |f: &DataFile| Block::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
         loop {
-            {
+            // Under the spin lock: move the cursor, or switch to the spare. The file that stops
+            // being current is sealed and queued (a mutex) after the lock is released.
+            let switched = {
                 let mut st = self.state.lock();
                 if let Some(cur) = st.current.clone() {
                     let count = count_for(&cur);
@@ -279,23 +284,30 @@ impl BlockAllocator {
                         return Ok((cur, index, count as u32));
                     }
                 }
-                if let Some(spare) = st.spare.take() {
-                    let count = count_for(&spare);
-                    if count > u64::from(spare.block_count) {
-                        let max = u64::from(spare.block_count);
+                match st.spare.take() {
+                    Some(spare) if count_for(&spare) > u64::from(spare.block_count) => {
+                        let (count, max) = (count_for(&spare), u64::from(spare.block_count));
                         st.spare = Some(spare);
+                        drop(st);
                         return Err(Error::limit("blocks per extent", count, max));
                     }
-                    if let Some(old) = st.current.replace(spare)
+                    Some(spare) => {
+                        st.next_block = 0;
+                        Some(st.current.replace(spare))
+                    }
+                    None => None,
+                }
+            };
+            match switched {
+                Some(old) => {
+                    if let Some(old) = old
                         && old.counters.seal_allocation()
                     {
                         self.doom(&old);
                     }
-                    st.next_block = 0;
-                    continue;
                 }
+                None => self.prepare_spare(storage)?,
             }
-            self.prepare_spare(storage)?;
         }
     }
 

@@ -115,7 +115,9 @@ pub enum Error {
         /// The process that opened the handle.
         opener_pid: u32,
     },
-    /// The ring has no room for the record until it is trimmed. Nothing was written.
+    /// The ring has no room for the record until it is trimmed, or no block buffer came free
+    /// within the ring's buffer wait (5 s: its device completed no write). Nothing was
+    /// written; a retry may succeed.
     RingFull {
         /// Ring bytes the record needs (its block share, aligned).
         requested_bytes: u64,

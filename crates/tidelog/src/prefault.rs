@@ -69,6 +69,7 @@ impl Prefaulter {
                     if let Some(r) = queue.pop_front() {
                         break r;
                     }
+                    // The thread's idle wait: a request or `stop` wakes it.
                     queue = self.ready.wait(queue).unwrap_or_else(|p| p.into_inner());
                 }
             };

@@ -1,5 +1,11 @@
-//! A minimal spin lock for the block allocator, whose critical section is a few loads and
-//! stores (no syscall, no allocation) and is taken once per block, not per record.
+//! A minimal spin lock, for the block allocator's cursor (`alloc`): its critical section is a
+//! few loads and stores, taken once per extent, not per record.
+//!
+//! The rule for every holder: no syscall, no wait (condition variable, sleep, another lock
+//! that can block) and no allocation or drop that can block while it is held, since a
+//! contender spins (then yields) for as long as the holder keeps it. Slow work goes before
+//! the lock or after its release. A lock that must be held across a wait is a
+//! `std::sync::Mutex`, which parks its waiters: the topics' tail locks are.
 
 #![expect(unsafe_code, reason = "a lock hands out &mut to the data it guards")]
 

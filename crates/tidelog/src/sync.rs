@@ -341,6 +341,8 @@ impl SyncQueue {
                 return done.map(|()| true);
             }
             st = match deadline {
+                // No deadline asked for (`AppendHandle::wait`): the pass that covers the
+                // ticket ends it, as do its failure, poison and close (all notify).
                 None => self.done_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
                 Some(d) => {
                     let now = Instant::now();

@@ -343,11 +343,14 @@ impl RingWal {
     }
 
     /// Appends one record. Fails at once with [`Error::RingFull`] when the ring has no room.
+    /// While every block buffer is out (writes in flight), waits for one up to 5 s, then
+    /// fails with [`Error::RingFull`] too.
     pub fn append(&self, data: &[u8]) -> Result<RingAppend> {
         self.append_inner(data, None)
     }
 
-    /// Appends one record, waiting up to `space_wait` for a trim to make room.
+    /// Appends one record, waiting up to `space_wait` for a trim to make room (and for a free
+    /// block buffer up to `space_wait` or 5 s, whichever is longer).
     pub fn append_wait(&self, data: &[u8], space_wait: Duration) -> Result<RingAppend> {
         self.append_inner(data, Some(space_wait))
     }

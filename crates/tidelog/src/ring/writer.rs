@@ -23,6 +23,13 @@ use crate::error::{Error, Result};
 use crate::uring::{Uring, Waker};
 use std::os::fd::RawFd;
 
+/// Longest an append waits for a free block buffer while every buffer is out (the window's
+/// back-pressure), unless its own space wait is longer. A completed block write frees one at
+/// once; a device that completes none for this long fails the append with
+/// [`Error::RingFull`] (nothing written), which callers retry like a full ring, instead of
+/// holding its caller, and the topic lock the journal writes under, without end.
+pub(crate) const BUFFER_WAIT: Duration = Duration::from_secs(5);
+
 /// Everything the appenders, workers and handles share.
 #[derive(Debug)]
 pub(crate) struct Shared {
@@ -323,6 +330,8 @@ impl Shared {
 
     /// Appends one record; returns its offset and end. With `space_wait`, waits up to that
     /// long for a trim to make room instead of failing with [`Error::RingFull`] at once.
+    /// Waits for a free block buffer up to [`BUFFER_WAIT`] (or `space_wait`, if longer), then
+    /// fails with [`Error::RingFull`] too.
     pub fn append(&self, data: &[u8], space_wait: Option<Duration>) -> Result<(u64, u64)> {
         if data.len() > self.max_record_bytes {
             return Err(Error::limit(
@@ -338,6 +347,8 @@ impl Shared {
         }
         let crc = crc32fast::hash(data);
         let deadline = space_wait.map(crate::clock::deadline_after);
+        let buffer_deadline =
+            crate::clock::deadline_after(BUFFER_WAIT.max(space_wait.unwrap_or(Duration::ZERO)));
         let mut st = self.lock();
         loop {
             self.check_open(&st)?;
@@ -395,7 +406,19 @@ impl Shared {
                 continue;
             }
             let Some(buf) = st.free_bufs.pop() else {
-                st = self.space_cv.wait(st).unwrap_or_else(|p| p.into_inner());
+                // Every buffer is out: a completion, a failure or close wakes this.
+                let now = Instant::now();
+                if now >= buffer_deadline {
+                    return Err(Error::RingFull {
+                        requested_bytes: end_needed - start,
+                        free_bytes: self.free_bytes(&st),
+                    });
+                }
+                st = self
+                    .space_cv
+                    .wait_timeout(st, buffer_deadline - now)
+                    .unwrap_or_else(|p| p.into_inner())
+                    .0;
                 continue;
             };
             if pad {
@@ -447,6 +470,8 @@ impl Shared {
                 continue;
             }
             match deadline {
+                // No deadline asked for (`flush`, `RingAppend::wait`): the block write's
+                // completion or failure ends it (both notify `done_cv`).
                 None => drop(self.done_cv.wait(g).unwrap_or_else(|p| p.into_inner())),
                 Some(dl) => {
                     let now = Instant::now();
@@ -532,6 +557,8 @@ impl Shared {
                         .unwrap_or_else(|p| p.into_inner())
                         .0
                 }
+                // A worker's idle wait: a sealed block, a new open block, a failure or close
+                // wakes it (`notify_work`).
                 None => self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
             };
         }
