@@ -14,9 +14,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
 use std::time::{Duration, Instant};
 
-use crate::block::Block;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::file::DataFile;
 use crate::format;
 use crate::io::Storage;
@@ -31,10 +31,10 @@ struct AllocState {
 
 /// A reserved extent, disk space included.
 #[derive(Debug)]
-pub struct Extent {
+pub struct Allocation {
     pub file: Arc<DataFile>,
     pub block_index: u32,
-    pub block_count: u32,
+    pub extent_count: u32,
 }
 
 /// Hands out extents of consecutive blocks, file after file.
@@ -218,13 +218,13 @@ impl BlockAllocator {
         frame_bytes: u64,
         index_interval_bytes: u64,
         space_wait: Duration,
-    ) -> Result<Extent> {
+    ) -> Result<Allocation> {
         // Checked against the configured geometry; the extent's own file decides the rest.
-        let want = Block::blocks_needed(frame_bytes, self.block_size_bytes, index_interval_bytes)
+        let want = Extent::blocks_needed(frame_bytes, self.block_size_bytes, index_interval_bytes)
             * self.block_size_bytes;
         self.reserve_space(want, space_wait)?;
         let taken = self.take(storage, frame_bytes, index_interval_bytes);
-        let (file, block_index, block_count) = match taken {
+        let (file, block_index, extent_count) = match taken {
             Ok(t) => t,
             Err(e) => {
                 self.disk_bytes.fetch_sub(want, Ordering::AcqRel);
@@ -232,7 +232,7 @@ impl BlockAllocator {
             }
         };
         let start = file.block_position(block_index);
-        let len = u64::from(block_count) * file.header.block_size_bytes;
+        let len = u64::from(extent_count) * file.header.block_size_bytes;
         // Settle the estimate against the real extent length.
         if len >= want {
             self.disk_bytes.fetch_add(len - want, Ordering::AcqRel);
@@ -243,7 +243,7 @@ impl BlockAllocator {
         if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
             // The blocks stay unused (never holding our identity slot, recovery skips them)
             // and count as consumed, so the file can still be deleted.
-            if file.counters.release(block_count) | file.counters.consume(block_count) {
+            if file.counters.release(extent_count) | file.counters.consume(extent_count) {
                 self.doom(&file);
             }
             if e.raw_os_error() == Some(libc::ENOSPC) {
@@ -254,10 +254,10 @@ impl BlockAllocator {
             }
             return Err(Error::io("fallocate", &file.path, e));
         }
-        Ok(Extent {
+        Ok(Allocation {
             file,
             block_index,
-            block_count,
+            extent_count,
         })
     }
 
@@ -269,7 +269,7 @@ impl BlockAllocator {
     ) -> Result<(Arc<DataFile>, u32, u32)> {
         // Each file carries its own geometry, so the block count is computed per file.
         let count_for =
-            |f: &DataFile| Block::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
+            |f: &DataFile| Extent::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
         loop {
             // Under the spin lock: move the cursor, or switch to the spare. The file that stops
             // being current is sealed and queued (a mutex) after the lock is released.
@@ -277,7 +277,7 @@ impl BlockAllocator {
                 let mut st = self.state.lock();
                 if let Some(cur) = st.current.clone() {
                     let count = count_for(&cur);
-                    if u64::from(st.next_block) + count <= u64::from(cur.block_count) {
+                    if u64::from(st.next_block) + count <= u64::from(cur.extent_count) {
                         let index = st.next_block;
                         st.next_block += count as u32;
                         cur.counters.allocate(count as u32);
@@ -285,8 +285,8 @@ impl BlockAllocator {
                     }
                 }
                 match st.spare.take() {
-                    Some(spare) if count_for(&spare) > u64::from(spare.block_count) => {
-                        let (count, max) = (count_for(&spare), u64::from(spare.block_count));
+                    Some(spare) if count_for(&spare) > u64::from(spare.extent_count) => {
+                        let (count, max) = (count_for(&spare), u64::from(spare.extent_count));
                         st.spare = Some(spare);
                         drop(st);
                         return Err(Error::limit("blocks per extent", count, max));
@@ -363,7 +363,7 @@ impl BlockAllocator {
             .unwrap_or_else(|p| p.into_inner())
             .insert(seq, Arc::clone(&file));
         self.account_file(&file);
-        file.counters.recovered(file.block_count, false);
+        file.counters.recovered(file.extent_count, false);
         // Not deletable: nothing of it is consumed yet.
         let deletable = file.counters.seal_allocation();
         debug_assert!(!deletable);
@@ -378,6 +378,6 @@ impl BlockAllocator {
             && st
                 .current
                 .as_ref()
-                .is_some_and(|cur| st.next_block * 2 >= cur.block_count)
+                .is_some_and(|cur| st.next_block * 2 >= cur.extent_count)
     }
 }

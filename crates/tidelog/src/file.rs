@@ -42,7 +42,7 @@ pub struct DataFile {
     pub map: Mapping,
     pub header: FileHeader,
     /// Blocks in this file (from its own header, so files of an older geometry still work).
-    pub block_count: u32,
+    pub extent_count: u32,
     /// When the file may be deleted.
     pub counters: FileCounters,
 }
@@ -218,7 +218,8 @@ impl DataFile {
         }
         let map =
             Mapping::map(&file, file_size_bytes, true).map_err(|e| Error::io("mmap", &path, e))?;
-        let block_count = ((file_size_bytes - format::FILE_HEADER_BYTES) / block_size_bytes) as u32;
+        let extent_count =
+            ((file_size_bytes - format::FILE_HEADER_BYTES) / block_size_bytes) as u32;
         let counters = FileCounters::default();
         counters
             .disk_bytes
@@ -229,7 +230,7 @@ impl DataFile {
             file,
             map,
             header,
-            block_count,
+            extent_count,
             counters,
         }))
     }
@@ -268,7 +269,7 @@ impl DataFile {
         }
         let map = Mapping::map(&file, header.file_size_bytes, writable)
             .map_err(|e| Error::io("mmap", path, e))?;
-        let block_count =
+        let extent_count =
             ((header.file_size_bytes - format::FILE_HEADER_BYTES) / header.block_size_bytes) as u32;
         Ok(Some(Arc::new(DataFile {
             seq: header.file_seq,
@@ -276,7 +277,7 @@ impl DataFile {
             file,
             map,
             header,
-            block_count,
+            extent_count,
             counters: FileCounters {
                 // st_blocks counts 512-byte units whatever the filesystem block size.
                 disk_bytes: AtomicU64::new(meta.blocks() * 512),

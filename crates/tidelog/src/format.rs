@@ -121,7 +121,7 @@ pub struct BlockIdentity {
     /// Index of the extent's first block inside its file.
     pub block_index: u32,
     /// Length of the extent in blocks (more than one for large records and batches).
-    pub block_count: u32,
+    pub extent_count: u32,
     /// Seeds every record checksum in the extent, so stale records of an earlier use of the
     /// same bytes never validate.
     pub salt: u32,
@@ -137,7 +137,7 @@ impl BlockIdentity {
         put_u32(&mut b, ID_VERSION, self.version);
         put_u32(&mut b, ID_TOPIC_ID, self.topic_id);
         put_u32(&mut b, ID_BLOCK_INDEX, self.block_index);
-        put_u32(&mut b, ID_BLOCK_COUNT, self.block_count);
+        put_u32(&mut b, ID_BLOCK_COUNT, self.extent_count);
         put_u32(&mut b, ID_SALT, self.salt);
         put_u64(&mut b, ID_FILE_SEQ, self.file_seq);
         put_u64(&mut b, ID_FIRST_OFFSET, self.first_offset);
@@ -169,7 +169,7 @@ impl BlockIdentity {
             version: get_u32(b, ID_VERSION),
             topic_id: get_u32(b, ID_TOPIC_ID),
             block_index: get_u32(b, ID_BLOCK_INDEX),
-            block_count: get_u32(b, ID_BLOCK_COUNT),
+            extent_count: get_u32(b, ID_BLOCK_COUNT),
             salt: get_u32(b, ID_SALT),
             file_seq: get_u64(b, ID_FILE_SEQ),
             first_offset: get_u64(b, ID_FIRST_OFFSET),
@@ -796,7 +796,7 @@ mod tests {
             version: 1,
             topic_id: 3,
             block_index: 2,
-            block_count: 1,
+            extent_count: 1,
             salt: 99,
             file_seq: 5,
             first_offset: 100,

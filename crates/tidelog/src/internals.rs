@@ -9,8 +9,8 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use crate::block::Block;
 use crate::error::Result;
+use crate::extent::Extent;
 use crate::file::DataFile;
 use crate::format::{FrameError, FrameView, IndexEntry, Progress};
 use crate::io::StdStorage;
@@ -95,10 +95,10 @@ pub fn read_ingest(job_dir: &Path) -> Result<Option<Vec<(String, u64)>>> {
     crate::stage::read_ingest(&crate::io::StdStorage, job_dir)
 }
 
-/// One extent of `block_count` blocks of 16 KiB at the start of a fresh data file in a
+/// One extent of `extent_count` blocks of 16 KiB at the start of a fresh data file in a
 /// caller's directory, for the decoders that need an extent around them.
 pub struct ExtentFixture {
-    block: Block,
+    block: Extent,
 }
 
 /// Block size of an [`ExtentFixture`]'s file.
@@ -108,17 +108,17 @@ pub const FIXTURE_BLOCKS: u32 = 4;
 
 impl ExtentFixture {
     /// Creates data file 1 in `dir` (a version-2 file, whose frames and footers carry offsets
-    /// relative to the extent, with `relative`) and an extent of `block_count` blocks at
+    /// relative to the extent, with `relative`) and an extent of `extent_count` blocks at
     /// block 0.
     pub fn create(
         dir: &Path,
         relative: bool,
-        block_count: u32,
+        extent_count: u32,
         topic_id: u32,
         salt: u32,
         first_offset: u64,
     ) -> Result<ExtentFixture> {
-        let block_count = block_count.clamp(1, FIXTURE_BLOCKS);
+        let extent_count = extent_count.clamp(1, FIXTURE_BLOCKS);
         let mut file = DataFile::create(
             &StdStorage,
             dir,
@@ -129,10 +129,10 @@ impl ExtentFixture {
         if relative && let Some(f) = Arc::get_mut(&mut file) {
             f.header.version = crate::format::VERSION_RELATIVE;
         }
-        let block = Block::new(
+        let block = Extent::new(
             file,
             0,
-            block_count,
+            extent_count,
             topic_id,
             salt,
             first_offset,
@@ -157,7 +157,7 @@ impl ExtentFixture {
             .write_header(self.block.abs(at as u64), &bytes[..n]);
     }
 
-    /// [`Block::decode_frame`] over `bytes`.
+    /// [`Extent::decode_frame`] over `bytes`.
     pub fn decode_frame(
         &self,
         bytes: &[u8],
@@ -168,7 +168,7 @@ impl ExtentFixture {
         self.block.decode_frame(bytes, position, offset, verify)
     }
 
-    /// [`Block::read_footer`] of the extent as written, as `progress` describes it.
+    /// [`Extent::read_footer`] of the extent as written, as `progress` describes it.
     pub fn read_footer(&self, progress: &Progress) -> Result<Vec<IndexEntry>> {
         self.block.read_footer("fixture", progress)
     }

@@ -32,12 +32,12 @@
 #![warn(missing_docs)]
 
 mod alloc;
-mod block;
 mod clock;
 mod config;
 mod cursor;
 mod dio;
 mod error;
+mod extent;
 mod file;
 /// Every byte on disk (docs/FORMAT.md is the description): for the tools and tests, not
 /// the API a user needs, so hidden from the docs.

@@ -3,9 +3,9 @@
 use std::ops::Range;
 use std::sync::Arc;
 
-use crate::block::Block;
 use crate::cursor::CursorFile;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::format::FrameView;
 use crate::reclaim::Reclaimer;
 use crate::status::Status;
@@ -84,7 +84,7 @@ pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
     /// The value, borrowed from the mapped file.
     pub value: &'a [u8],
-    block: &'a Arc<Block>,
+    block: &'a Arc<Extent>,
     key_range: Option<(usize, usize)>,
     value_range: (usize, usize),
 }
@@ -101,7 +101,7 @@ impl<'a> RecordRef<'a> {
 
     /// The record `view` decoded in `block`, with its key and value already borrowed.
     fn from_view(
-        block: &'a Arc<Block>,
+        block: &'a Arc<Extent>,
         view: &FrameView,
         key: Option<&'a [u8]>,
         value: &'a [u8],
@@ -132,7 +132,7 @@ impl<'a> RecordRef<'a> {
 /// An owned, zero-copy record: holds its file's mapping alive for as long as it lives.
 #[derive(Debug, Clone)]
 pub struct Record {
-    block: Arc<Block>,
+    block: Arc<Extent>,
     offset: u64,
     timestamp_us: u64,
     key: Option<Range<usize>>,
@@ -140,7 +140,7 @@ pub struct Record {
 }
 
 impl Record {
-    pub(crate) fn new(block: Arc<Block>, view: &FrameView) -> Record {
+    pub(crate) fn new(block: Arc<Extent>, view: &FrameView) -> Record {
         Record {
             offset: view.offset,
             timestamp_us: view.timestamp_us,
@@ -187,7 +187,7 @@ pub struct Reader {
     mode: CommitMode,
     verify: bool,
     /// Extent holding `next_offset`, once resolved.
-    block: Option<Arc<Block>>,
+    block: Option<Arc<Extent>>,
     /// Position of `next_offset` in `block`.
     pos: u64,
     next_offset: u64,
@@ -335,7 +335,7 @@ impl Reader {
         if self.next_offset >= self.topic.next_offset() {
             return Ok(false);
         }
-        let Some(block) = self.topic.block_for(self.next_offset) else {
+        let Some(block) = self.topic.extent_for(self.next_offset) else {
             return Err(Error::OffsetOutOfRange {
                 topic: self.topic.name.clone(),
                 offset: self.next_offset,
@@ -547,7 +547,7 @@ pub(crate) fn read_at(topic: &Topic, offset: u64) -> Result<Record> {
             next,
         });
     }
-    let Some(block) = topic.block_for(offset) else {
+    let Some(block) = topic.extent_for(offset) else {
         return Err(Error::OffsetOutOfRange {
             topic: topic.name.clone(),
             offset,

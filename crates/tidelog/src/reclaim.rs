@@ -9,10 +9,10 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
-use crate::block::Block;
 use crate::config::{Config, Retention};
 use crate::cursor::CursorTable;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::file::DataFile;
 use crate::format::{self, ProgressState};
 use crate::io::Storage;
@@ -195,13 +195,13 @@ impl Reclaimer {
 /// rules only ever grow the prefix: committed offsets only advance, ages only grow, and a
 /// topic's bytes only shrink by this prefix.
 pub fn consumable_prefix(
-    chain: &[Arc<Block>],
+    chain: &[Arc<Extent>],
     committed_min: Option<u64>,
     retention: Retention,
     now_us: u64,
 ) -> usize {
     let candidates = chain.len().saturating_sub(1);
-    let extent_bytes = |b: &Block| b.published().1 - format::BLOCK_HEADER_BYTES;
+    let extent_bytes = |b: &Extent| b.published().1 - format::BLOCK_HEADER_BYTES;
     let mut remaining: u64 = chain.iter().map(|b| extent_bytes(b)).sum();
     let mut n = 0;
     while n < candidates {

@@ -9,9 +9,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use crate::block::Block;
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::file::{self, DataFile};
 use crate::format::{
     self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState,
@@ -61,8 +61,8 @@ pub struct RecoveryReport {
 pub struct RecoveredTopic {
     pub name: String,
     pub id: u32,
-    pub chain: Vec<Arc<Block>>,
-    pub unsynced: Vec<Arc<Block>>,
+    pub chain: Vec<Arc<Extent>>,
+    pub unsynced: Vec<Arc<Extent>>,
     pub tail: Tail,
 }
 
@@ -206,7 +206,7 @@ fn stop_at_limit(extent: &[u8], pos: u64) -> FrameError {
 }
 
 /// Scans records of `block` from `at` up to `limit` (relative).
-fn scan(block: &Block, limit: u64, mut at: ScanPoint, interval: u64) -> Scan {
+fn scan(block: &Extent, limit: u64, mut at: ScanPoint, interval: u64) -> Scan {
     let extent = block.recovery_bytes(limit);
     let mut batch = OpenBatch::default();
     let stop = loop {
@@ -245,7 +245,7 @@ fn scan(block: &Block, limit: u64, mut at: ScanPoint, interval: u64) -> Scan {
 /// frame), up to `limit`: frames at any 8-byte position that pass every check, with an offset
 /// at or past `next_offset`. Stale bytes never pass (the salt), so a count above zero means
 /// records were written after the bad frame: appends in flight at a crash, or damage.
-fn records_past(block: &Block, limit: u64, from: u64, next_offset: u64) -> u64 {
+fn records_past(block: &Extent, limit: u64, from: u64, next_offset: u64) -> u64 {
     let extent = block.recovery_bytes(limit);
     let magic = format::FRAME_MAGIC.to_le_bytes();
     let base = if block.relative() {
@@ -362,8 +362,8 @@ fn classify_slot(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<S
     let position = file.block_position(index);
     if let Some(id) = slots.id {
         // A file holds extents of its own version only (see `format::VERSION_RELATIVE`).
-        let fits = id.block_count >= 1
-            && u64::from(index) + u64::from(id.block_count) <= u64::from(file.block_count);
+        let fits = id.extent_count >= 1
+            && u64::from(index) + u64::from(id.extent_count) <= u64::from(file.extent_count);
         if id.version == file.header.version
             && id.block_index == index
             && id.file_seq == file.seq
@@ -380,7 +380,7 @@ fn classify_slot(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<S
             reason: format!(
                 "identity slot of block {index} names another place (version {}, block {} \
                  of {}, file {})",
-                id.version, id.block_index, id.block_count, id.file_seq
+                id.version, id.block_index, id.extent_count, id.file_seq
             ),
         });
     }
@@ -414,7 +414,7 @@ fn count_unused(file: &DataFile, blocks: u32) {
 /// deleted topic (one such mark means its deletion began); `Consumed` for an extent dropped
 /// because it held nothing to keep.
 fn forget_extent(storage: &dyn Storage, f: &Found, state: ProgressState) -> Result<()> {
-    count_unused(&f.file, f.id.block_count);
+    count_unused(&f.file, f.id.extent_count);
     let progress = Progress {
         state,
         durable_end: format::BLOCK_HEADER_BYTES,
@@ -464,7 +464,7 @@ fn list_files(storage: &dyn Storage, dir: &Path) -> Result<(Listed, Vec<PathBuf>
 }
 
 /// Blocks already known to a read-only handle, reused so live readers see them grow.
-pub type Known = HashMap<(u64, u32), Arc<Block>>;
+pub type Known = HashMap<(u64, u32), Arc<Extent>>;
 
 /// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
 /// half-created files); read-only never writes and shows only durable records.
@@ -583,15 +583,15 @@ fn find_extents(
     report: &mut RecoveryReport,
 ) -> Result<()> {
     let mut slot = 0u32;
-    while slot < file.block_count {
+    while slot < file.extent_count {
         let SlotKind::Extent(id, progress, damaged) = classify_slot(storage, file, slot)? else {
             slot += 1;
             continue;
         };
         report.damaged_progress_slots += u64::from(damaged);
-        let next_slot = slot + id.block_count;
+        let next_slot = slot + id.extent_count;
         debug_assert!(
-            next_slot <= file.block_count,
+            next_slot <= file.extent_count,
             "classify_slot checks the fit"
         );
         listing.used_end.insert(file.seq, next_slot);
@@ -631,7 +631,7 @@ fn group_by_topic(found: Vec<Found>, writable: bool, next_topic_id: &mut u32) ->
                 grouped.deleting.insert((f.id.topic.clone(), f.id.topic_id));
             }
             if writable {
-                count_unused(&f.file, f.id.block_count);
+                count_unused(&f.file, f.id.extent_count);
             }
             continue;
         }
@@ -685,8 +685,8 @@ struct Recovery<'a> {
 #[derive(Debug)]
 struct TopicChain {
     name: String,
-    chain: Vec<Arc<Block>>,
-    unsynced: Vec<Arc<Block>>,
+    chain: Vec<Arc<Extent>>,
+    unsynced: Vec<Arc<Extent>>,
     tail: Tail,
     /// The offset the next extent must start at, once an extent was placed.
     expected: Option<u64>,
@@ -740,13 +740,13 @@ impl Recovery<'_> {
     }
 
     /// The block of extent `f`: the one a read-only handle holds, or a new one.
-    fn block_of(&self, f: &Found) -> Arc<Block> {
+    fn block_of(&self, f: &Found) -> Arc<Extent> {
         match self.known.get(&(f.file.seq, f.id.block_index)) {
             Some(b) => Arc::clone(b),
-            None => Arc::new(Block::new(
+            None => Arc::new(Extent::new(
                 Arc::clone(&f.file),
                 f.id.block_index,
-                f.id.block_count,
+                f.id.extent_count,
                 f.id.topic_id,
                 f.id.salt,
                 f.id.first_offset,
@@ -789,7 +789,7 @@ impl Recovery<'_> {
         &self,
         topic: &mut TopicChain,
         f: &Found,
-        block: &Block,
+        block: &Extent,
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let durable_claim = f.progress.map_or(0, |p| p.record_count);
@@ -818,7 +818,7 @@ impl Recovery<'_> {
         &self,
         topic: &mut TopicChain,
         f: &Found,
-        block: &Block,
+        block: &Extent,
         p: Progress,
         report: &mut RecoveryReport,
     ) -> Result<bool> {
@@ -841,12 +841,12 @@ impl Recovery<'_> {
         report.sealed_extents += 1;
         if p.record_count == 0 {
             if self.writable {
-                count_unused(&f.file, f.id.block_count);
+                count_unused(&f.file, f.id.extent_count);
             }
             return Ok(false);
         }
         if self.writable {
-            f.file.counters.recovered(f.id.block_count, false);
+            f.file.counters.recovered(f.id.extent_count, false);
         }
         topic.tail.max_ts = topic.tail.max_ts.max(p.max_timestamp_us);
         topic.expected = Some(f.id.first_offset + p.record_count);
@@ -860,7 +860,7 @@ impl Recovery<'_> {
         &self,
         topic: &mut TopicChain,
         f: &Found,
-        block: &Arc<Block>,
+        block: &Arc<Extent>,
         is_last: bool,
         report: &mut RecoveryReport,
     ) -> Result<bool> {
@@ -919,7 +919,7 @@ impl Recovery<'_> {
     fn scan_extent(
         &self,
         f: &Found,
-        block: &Block,
+        block: &Extent,
         limit: u64,
         max_ts: u64,
         report: &mut RecoveryReport,
@@ -953,13 +953,13 @@ impl Recovery<'_> {
         &self,
         topic: &mut TopicChain,
         f: &Found,
-        block: &Arc<Block>,
+        block: &Arc<Extent>,
         s: &Scan,
         is_last: bool,
         resumable: bool,
     ) {
         if self.writable {
-            f.file.counters.recovered(f.id.block_count, resumable);
+            f.file.counters.recovered(f.id.extent_count, resumable);
         }
         if resumable {
             block.hold();
@@ -985,7 +985,7 @@ impl Recovery<'_> {
 fn check_durable_reached(
     topic: &str,
     f: &Found,
-    block: &Block,
+    block: &Extent,
     s: &Scan,
     watermark: u64,
 ) -> Result<()> {
@@ -1006,7 +1006,7 @@ fn check_durable_reached(
 
 /// Counts the torn tail that the scan `s` of extent `f` (up to `limit`) ended on: the
 /// records of an incomplete batch it cut, and the valid records past a bad frame.
-fn count_tear(f: &Found, block: &Block, limit: u64, s: &Scan, report: &mut RecoveryReport) {
+fn count_tear(f: &Found, block: &Extent, limit: u64, s: &Scan, report: &mut RecoveryReport) {
     report.torn_tails += 1;
     report.torn_records += s.cut_records;
     if s.stop != FrameError::End {

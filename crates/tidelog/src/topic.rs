@@ -8,10 +8,10 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
-use crate::block::Block;
 use crate::clock::{self, Clock};
 use crate::config::Config;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
@@ -55,7 +55,7 @@ pub struct Ctx<'a> {
 /// between the reservation and the publish), it publishes them anyway.
 struct Reserved<'a> {
     topic: &'a Topic,
-    block: &'a Block,
+    block: &'a Extent,
     first: u64,
     n: u64,
     count_after: u64,
@@ -97,7 +97,7 @@ pub trait ReservedWrite: Sync + std::fmt::Debug {
 /// Writer-side state, under the topic lock.
 #[derive(Debug, Default)]
 pub struct Tail {
-    pub block: Option<Arc<Block>>,
+    pub block: Option<Arc<Extent>>,
     /// Next free position in `block`.
     pub pos: u64,
     /// Records reserved in `block`.
@@ -126,9 +126,9 @@ pub struct Topic {
     /// Offset after the last published record.
     published_next: AtomicU64,
     /// Extents in offset order.
-    chain: RwLock<Vec<Arc<Block>>>,
+    chain: RwLock<Vec<Arc<Extent>>>,
     /// Extents the flusher still has to make durable or seal.
-    unsynced: Mutex<Vec<Arc<Block>>>,
+    unsynced: Mutex<Vec<Arc<Extent>>>,
     /// Serializes passes that drop consumed extents from the chain's front.
     reclaim: Mutex<()>,
     /// The topic was deleted (readers report it as unknown).
@@ -239,7 +239,7 @@ impl Topic {
     /// Appends `blocks`, extents adopted from a staged segment (sealed and durable, their
     /// slots naming this topic), after the topic's records: `records` records from the next
     /// offset on, with timestamps up to `max_ts`. Follows [`Topic::end_tail_for_adoption`].
-    pub fn push_adopted(&self, blocks: Vec<Arc<Block>>, records: u64, max_ts: u64) {
+    pub fn push_adopted(&self, blocks: Vec<Arc<Extent>>, records: u64, max_ts: u64) {
         let mut tail = self.tail();
         debug_assert!(tail.ingesting && tail.block.is_none());
         debug_assert_eq!(
@@ -268,12 +268,12 @@ impl Topic {
     }
 
     /// Runs `f` over the chain without copying it.
-    pub fn with_chain<R>(&self, f: impl FnOnce(&[Arc<Block>]) -> R) -> R {
+    pub fn with_chain<R>(&self, f: impl FnOnce(&[Arc<Extent>]) -> R) -> R {
         f(&self.chain.read().unwrap_or_else(|p| p.into_inner()))
     }
 
     /// Removes the first `n` extents (consumed) from the chain and returns them.
-    pub fn drop_front(&self, n: usize) -> Vec<Arc<Block>> {
+    pub fn drop_front(&self, n: usize) -> Vec<Arc<Extent>> {
         let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
         let n = n.min(chain.len());
         chain.drain(..n).collect()
@@ -281,14 +281,14 @@ impl Topic {
 
     /// Keeps only the chain's extents for which `keep` holds, from the first such one on
     /// (a read-only refresh after the writer deleted files).
-    pub fn trim_front(&self, keep: impl Fn(&Block) -> bool) {
+    pub fn trim_front(&self, keep: impl Fn(&Extent) -> bool) {
         let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
         let n = chain.iter().take_while(|b| !keep(b)).count();
         chain.drain(..n);
     }
 
     /// Empties the chain and the flusher's list (topic deletion); returns the chain.
-    pub fn take_all(&self) -> Vec<Arc<Block>> {
+    pub fn take_all(&self) -> Vec<Arc<Extent>> {
         self.unsynced
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -323,12 +323,12 @@ impl Topic {
             .sum()
     }
 
-    pub fn block_count(&self) -> usize {
+    pub fn extent_count(&self) -> usize {
         self.chain.read().unwrap_or_else(|p| p.into_inner()).len()
     }
 
     /// Installs recovered state (recovery, before the topic is shared).
-    pub fn restore(&self, chain: Vec<Arc<Block>>, unsynced: Vec<Arc<Block>>, tail: Tail) {
+    pub fn restore(&self, chain: Vec<Arc<Extent>>, unsynced: Vec<Arc<Extent>>, tail: Tail) {
         self.published_next
             .store(tail.next_offset, Ordering::Release);
         *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
@@ -337,7 +337,7 @@ impl Topic {
     }
 
     /// Adds extents a read-only refresh discovered and moves the published offset.
-    pub fn extend_read_only(&self, blocks: Vec<Arc<Block>>, next_offset: u64) {
+    pub fn extend_read_only(&self, blocks: Vec<Arc<Extent>>, next_offset: u64) {
         if !blocks.is_empty() {
             self.chain
                 .write()
@@ -348,12 +348,12 @@ impl Topic {
     }
 
     /// The chain, for the flusher and recovery.
-    pub fn chain(&self) -> Vec<Arc<Block>> {
+    pub fn chain(&self) -> Vec<Arc<Extent>> {
         self.chain.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
     /// Extents waiting for the flusher.
-    pub fn unsynced(&self) -> Vec<Arc<Block>> {
+    pub fn unsynced(&self) -> Vec<Arc<Extent>> {
         self.unsynced
             .lock()
             .unwrap_or_else(|p| p.into_inner())
@@ -361,7 +361,7 @@ impl Topic {
     }
 
     /// Drops sealed extents from the flusher's list.
-    pub fn forget_synced(&self, sealed: &[Arc<Block>]) {
+    pub fn forget_synced(&self, sealed: &[Arc<Extent>]) {
         let mut list = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
         list.retain(|b| !sealed.iter().any(|s| Arc::ptr_eq(s, b)));
     }
@@ -500,7 +500,7 @@ impl Topic {
     fn write_through(
         &self,
         ctx: &Ctx<'_>,
-        block: &Block,
+        block: &Extent,
         records: &[Append<'_>],
         first: u64,
         now: u64,
@@ -549,7 +549,7 @@ impl Topic {
 
     /// Publishes `[first, first + n)` once every earlier offset is published.
     #[inline]
-    fn publish(&self, block: &Block, first: u64, n: u64, count_after: u64, end: u64) {
+    fn publish(&self, block: &Extent, first: u64, n: u64, count_after: u64, end: u64) {
         let mut spins = 0u32;
         while self.published_next.load(Ordering::Acquire) != first {
             spins += 1;
@@ -611,10 +611,10 @@ impl Topic {
         let extent = ctx
             .alloc
             .allocate(ctx.storage, need, interval, ctx.space_wait)?;
-        let block = Arc::new(Block::new(
+        let block = Arc::new(Extent::new(
             extent.file,
             extent.block_index,
-            extent.block_count,
+            extent.extent_count,
             self.id,
             new_salt(),
             tail.next_offset,
@@ -647,7 +647,12 @@ impl Topic {
 
     /// The file range to prefault once the tail is within half a window of the pages
     /// already asked for (none for `pwrite` appends, which take no page faults).
-    fn prefault_window(&self, ctx: &Ctx<'_>, tail: &mut Tail, block: &Block) -> Option<(u64, u64)> {
+    fn prefault_window(
+        &self,
+        ctx: &Ctx<'_>,
+        tail: &mut Tail,
+        block: &Extent,
+    ) -> Option<(u64, u64)> {
         if ctx.prefault.is_none()
             || ctx.write_through
             || tail.pos + PREFAULT_AHEAD_BYTES / 2 < tail.prefaulted_to
@@ -664,14 +669,14 @@ impl Topic {
     }
 
     /// The extent holding `offset` (the last whose first offset is at or below it).
-    pub fn block_for(&self, offset: u64) -> Option<Arc<Block>> {
+    pub fn extent_for(&self, offset: u64) -> Option<Arc<Extent>> {
         let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
         let i = chain.partition_point(|b| b.first_offset <= offset);
         (i > 0).then(|| Arc::clone(&chain[i - 1]))
     }
 
     /// The extent after `block`, once it exists.
-    pub fn block_after(&self, block: &Block) -> Option<Arc<Block>> {
+    pub fn extent_after(&self, block: &Extent) -> Option<Arc<Extent>> {
         let (count, _) = block.final_state()?;
         let next_first = block.first_offset + count;
         let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
@@ -683,14 +688,14 @@ impl Topic {
     }
 
     /// The first extent whose records may reach `timestamp_us`.
-    pub fn block_for_time(&self, timestamp_us: u64) -> Option<Arc<Block>> {
+    pub fn extent_for_time(&self, timestamp_us: u64) -> Option<Arc<Extent>> {
         let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
         let i = chain.partition_point(|b| b.max_timestamp_us() < timestamp_us);
         chain.get(i).cloned()
     }
 
     /// Position of `offset` (which must be published) inside `block`.
-    pub fn position_in(&self, block: &Block, offset: u64) -> Result<u64> {
+    pub fn position_in(&self, block: &Extent, offset: u64) -> Result<u64> {
         let (mut pos, mut at) = block.index_floor_offset(&self.name, offset)?;
         while at < offset {
             let view = block
@@ -704,8 +709,8 @@ impl Topic {
 
     /// Finds the first offset at or after which records have `timestamp >= timestamp_us`.
     /// Returns `(block, position, offset)`, or `None` when no stored record qualifies.
-    pub fn seek_time(&self, timestamp_us: u64) -> Result<Option<(Arc<Block>, u64, u64)>> {
-        let Some(mut block) = self.block_for_time(timestamp_us) else {
+    pub fn seek_time(&self, timestamp_us: u64) -> Result<Option<(Arc<Extent>, u64, u64)>> {
+        let Some(mut block) = self.extent_for_time(timestamp_us) else {
             return Ok(None);
         };
         let (mut pos, mut at) = block.index_floor_time(&self.name, timestamp_us)?;
@@ -719,7 +724,7 @@ impl Topic {
                     at += 1;
                 }
                 Err(FrameError::End) => {
-                    let Some(next) = self.block_after(&block) else {
+                    let Some(next) = self.extent_after(&block) else {
                         return Ok(None);
                     };
                     if block.final_state().map(|f| f.1) != Some(pos) {

@@ -11,11 +11,11 @@ use super::segment::{
     SEGMENT_SUFFIX, SH_LEN, SegmentHeader, block_position, segment_name, staged_slots,
 };
 use super::{COMMIT_FILE, job_dir};
-use crate::block::Block;
 use crate::clock;
 use crate::config::validate_name;
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::format::{
     self, BlockIdentity, FrameFields, IndexEntry, Progress, ProgressState, VERSION_RELATIVE,
 };
@@ -184,7 +184,7 @@ pub(crate) fn read_manifest(
 struct OpenExtent {
     topic: String,
     block_index: u32,
-    block_count: u32,
+    extent_count: u32,
     salt: u32,
     /// Records may not pass this position (the footer reserve follows).
     data_limit: u64,
@@ -435,7 +435,7 @@ impl StagedWriter {
             self.seal(i)?;
         }
         let blocks =
-            Block::blocks_needed(frame_bytes, self.block_bytes, SEGMENT_INDEX_INTERVAL_BYTES);
+            Extent::blocks_needed(frame_bytes, self.block_bytes, SEGMENT_INDEX_INTERVAL_BYTES);
         // `append` bounded the record by a whole segment's extent.
         let blocks = u32::try_from(blocks)
             .ok()
@@ -463,7 +463,7 @@ impl StagedWriter {
         self.extents.push(OpenExtent {
             topic: topic.to_owned(),
             block_index,
-            block_count: blocks,
+            extent_count: blocks,
             salt: crate::topic::new_salt(),
             data_limit: len - format::footer_bytes_max(len, SEGMENT_INDEX_INTERVAL_BYTES),
             pos: format::BLOCK_HEADER_BYTES,
@@ -603,7 +603,7 @@ impl StagedWriter {
             version: VERSION_RELATIVE,
             topic_id: 0,
             block_index: e.block_index,
-            block_count: e.block_count,
+            extent_count: e.extent_count,
             salt: e.salt,
             file_seq: 0,
             first_offset: 0,

@@ -134,7 +134,7 @@ pub(crate) fn staged_slots(id: &BlockIdentity, progress: &Progress) -> [u8; SLOT
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct StagedExtent {
     pub block_index: u32,
-    pub block_count: u32,
+    pub extent_count: u32,
     pub salt: u32,
     pub topic: String,
     pub records: u64,
@@ -228,7 +228,7 @@ impl Segment {
         let mut slot = 0u32;
         while slot < blocks {
             let extent = segment.read_extent(storage, &file, slot, blocks)?;
-            slot += extent.block_count;
+            slot += extent.extent_count;
             segment.extents.push(extent);
         }
         if let Some(h) = header
@@ -263,15 +263,15 @@ impl Segment {
             .map_err(|e| Error::io("read staged segment", &self.path, e))?;
         let id = BlockIdentity::decode(&slots[format::ID_SLOT_AT..])
             .ok_or_else(|| corrupt("no valid identity slot"))?;
-        let fits =
-            id.block_count >= 1 && u64::from(slot) + u64::from(id.block_count) <= u64::from(blocks);
+        let fits = id.extent_count >= 1
+            && u64::from(slot) + u64::from(id.extent_count) <= u64::from(blocks);
         if id.version != format::VERSION_RELATIVE || id.block_index != slot || !fits {
             return Err(corrupt("the identity slot does not describe this extent"));
         }
         let progress = Progress::decode(&slots[format::PG_SLOT_AT..])
             .filter(|p| p.state == ProgressState::Sealed)
             .ok_or_else(|| corrupt("no sealed progress slot"))?;
-        let extent_len = u64::from(id.block_count) * self.block_size_bytes;
+        let extent_len = u64::from(id.extent_count) * self.block_size_bytes;
         let footer_len = progress.footer_count.saturating_mul(format::IX_LEN as u64);
         let sane = progress.record_count > 0
             && progress.durable_end > format::BLOCK_HEADER_BYTES
@@ -291,7 +291,7 @@ impl Segment {
         }
         Ok(StagedExtent {
             block_index: slot,
-            block_count: id.block_count,
+            extent_count: id.extent_count,
             salt: id.salt,
             topic: id.topic,
             records: progress.record_count,
@@ -354,7 +354,7 @@ impl Segment {
                 version: format::VERSION_RELATIVE,
                 topic_id: p.topic_id,
                 block_index: e.block_index,
-                block_count: e.block_count,
+                extent_count: e.extent_count,
                 salt: e.salt,
                 file_seq: seq,
                 first_offset: p.first_offset,

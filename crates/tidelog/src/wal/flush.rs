@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::topics::Topics;
-use crate::block::Block;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::format;
 use crate::io::Storage;
 use crate::poison::Recover;
@@ -124,4 +124,4 @@ impl Flusher {
 }
 
 /// A file's span to sync, `(from, to)` in file bytes, and its extents with new records.
-type Span = (usize, usize, Vec<(Arc<Block>, u64, u64)>);
+type Span = (usize, usize, Vec<(Arc<Extent>, u64, u64)>);

@@ -282,7 +282,7 @@ impl Wal {
             first_offset: t.first_offset(),
             next_offset: t.next_offset(),
             bytes: t.bytes(),
-            extents: t.block_count(),
+            extents: t.extent_count(),
             groups: CursorTable::list(state.storage.as_ref(), &state.dir, topic),
         })
     }
@@ -467,5 +467,5 @@ fn _assert_send_sync() {
     is::<Writer>();
     is::<Reader>();
     is::<Record>();
-    is::<crate::block::Block>();
+    is::<crate::extent::Extent>();
 }

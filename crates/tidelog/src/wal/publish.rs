@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::state::State;
-use crate::block::Block;
 use crate::error::{Error, Result};
+use crate::extent::Extent;
 use crate::file::{DataFile, data_file_name};
 use crate::format::ProgressState;
 use crate::io;
@@ -436,7 +436,7 @@ impl State {
         self.flusher.flush()?;
         let placements = placements(segment, &topic_of, &mut ends, job);
         let file = self.install_adopted(job_dir, segment, &placements)?;
-        let mut adopted: Vec<Vec<Arc<Block>>> = vec![Vec::new(); counts.len()];
+        let mut adopted: Vec<Vec<Arc<Extent>>> = vec![Vec::new(); counts.len()];
         for ((e, p), &at) in segment.extents.iter().zip(&placements).zip(&topic_of) {
             adopted[at].push(self.adopted_block(&file, e, p));
         }
@@ -478,11 +478,11 @@ impl State {
     }
 
     /// The block of extent `e` of the adopted `file`, sealed at its place `p`.
-    fn adopted_block(&self, file: &Arc<DataFile>, e: &StagedExtent, p: &Placement) -> Arc<Block> {
-        let block = Arc::new(Block::new(
+    fn adopted_block(&self, file: &Arc<DataFile>, e: &StagedExtent, p: &Placement) -> Arc<Extent> {
+        let block = Arc::new(Extent::new(
             Arc::clone(file),
             e.block_index,
-            e.block_count,
+            e.extent_count,
             p.topic_id,
             e.salt,
             p.first_offset,

@@ -113,7 +113,7 @@ pub fn extents(dir: &Path) -> Vec<ExtentLoc> {
             let hdr = &bytes[at as usize..(at + format::BLOCK_HEADER_BYTES) as usize];
             match BlockIdentity::decode(&hdr[format::ID_SLOT_AT..]) {
                 Some(id) => {
-                    let len = u64::from(id.block_count) * block;
+                    let len = u64::from(id.extent_count) * block;
                     let progress = Progress::decode(&hdr[format::PG_SLOT_AT..]);
                     out.push(ExtentLoc {
                         file: path.clone(),

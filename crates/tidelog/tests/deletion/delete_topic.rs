@@ -47,7 +47,7 @@ fn layout(dir: &Path) -> Vec<Ext> {
             newest: newest[&e.id.topic] == e.id.first_offset,
             file: e.file,
             topic: e.id.topic,
-            blocks: e.id.block_count,
+            blocks: e.id.extent_count,
         })
         .collect()
 }

@@ -70,7 +70,7 @@ fn layout(dir: &Path) -> Vec<Ext> {
         by_topic.entry(e.id.topic.clone()).or_default().push(Ext {
             file: e.file,
             topic: e.id.topic,
-            blocks: e.id.block_count,
+            blocks: e.id.extent_count,
             first: e.id.first_offset,
             end: None,
         });

@@ -103,11 +103,11 @@ fn layout(dir: &Path) -> BTreeMap<String, Vec<Ext>> {
             let slot = &bytes[(at as usize + format::ID_SLOT_AT)..];
             match BlockIdentity::decode(slot) {
                 Some(id) => {
-                    at += u64::from(id.block_count) * block;
+                    at += u64::from(id.extent_count) * block;
                     by_topic.entry(id.topic.clone()).or_default().push(Ext {
                         file: path.clone(),
                         topic: id.topic,
-                        blocks: id.block_count,
+                        blocks: id.extent_count,
                         first: id.first_offset,
                         end: None,
                     });

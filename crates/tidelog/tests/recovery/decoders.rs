@@ -252,12 +252,12 @@ fn file_header_every_bit_flip_is_rejected() {
 
 fn identity() -> impl Strategy<Value = BlockIdentity> {
     (any::<[u32; 5]>(), any::<u64>(), any::<u64>(), utf8_name()).prop_map(
-        |([version, topic_id, block_index, block_count, salt], file_seq, first_offset, topic)| {
+        |([version, topic_id, block_index, extent_count, salt], file_seq, first_offset, topic)| {
             BlockIdentity {
                 version,
                 topic_id,
                 block_index,
-                block_count,
+                extent_count,
                 salt,
                 file_seq,
                 first_offset,
@@ -322,7 +322,7 @@ fn identity_every_bit_flip_is_rejected() {
         version: 1,
         topic_id: 3,
         block_index: 9,
-        block_count: 2,
+        extent_count: 2,
         salt: 0xDEAD_BEEF,
         file_seq: 12,
         first_offset: 1000,
@@ -431,7 +431,7 @@ fn progress_every_bit_flip_is_rejected() {
     }
 }
 
-// ---- Frames: format::decode_frame and Block::decode_frame. ---------------------------------
+// ---- Frames: format::decode_frame and Extent::decode_frame. ---------------------------------
 
 #[derive(Debug, Clone)]
 struct FrameCase {
@@ -642,7 +642,7 @@ fn frame_at_a_huge_position_is_truncated_not_a_panic() {
     }
 }
 
-// Block::decode_frame: the extent's version decides what a frame stores.
+// Extent::decode_frame: the extent's version decides what a frame stores.
 
 fn fixture(relative: bool, first_offset: u64) -> &'static (tempfile::TempDir, ExtentFixture) {
     static ABS: OnceLock<(tempfile::TempDir, ExtentFixture)> = OnceLock::new();
@@ -694,7 +694,7 @@ proptest! {
     }
 }
 
-// ---- Index footer: IndexEntry::decode and Block::read_footer. ------------------------------
+// ---- Index footer: IndexEntry::decode and Extent::read_footer. ------------------------------
 
 fn entry() -> impl Strategy<Value = IndexEntry> {
     any::<[u64; 3]>().prop_map(|[offset, position, max_timestamp_us]| IndexEntry {

@@ -188,7 +188,7 @@ fn large_records_survive_restart_and_crash() {
     let whole = extents(dir.path())
         .into_iter()
         .find(|e| e.id.topic == BIG && e.id.first_offset == 1);
-    assert_eq!(whole.unwrap().id.block_count, 16);
+    assert_eq!(whole.unwrap().id.extent_count, 16);
 
     {
         let wal = Wal::open_with(dir.path(), cfg()).unwrap();

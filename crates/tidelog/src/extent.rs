@@ -49,7 +49,7 @@ pub struct SyncState {
 
 /// One extent of a topic.
 #[derive(Debug)]
-pub struct Block {
+pub struct Extent {
     pub file: Arc<DataFile>,
     /// Byte position of the extent inside its file.
     pub start: u64,
@@ -58,7 +58,7 @@ pub struct Block {
     /// Records may not extend past this position (the footer reserve follows).
     pub data_limit: u64,
     pub block_index: u32,
-    pub block_count: u32,
+    pub extent_count: u32,
     pub topic_id: u32,
     pub salt: u32,
     pub first_offset: u64,
@@ -78,7 +78,7 @@ pub struct Block {
     consumed: AtomicBool,
 }
 
-impl Block {
+impl Extent {
     #[expect(
         clippy::too_many_arguments,
         reason = "plain constructor of a plain struct"
@@ -86,23 +86,23 @@ impl Block {
     pub fn new(
         file: Arc<DataFile>,
         block_index: u32,
-        block_count: u32,
+        extent_count: u32,
         topic_id: u32,
         salt: u32,
         first_offset: u64,
         index_interval_bytes: u64,
         index: Option<Vec<IndexEntry>>,
-    ) -> Block {
+    ) -> Extent {
         let start = file.block_position(block_index);
-        let len = u64::from(block_count) * file.header.block_size_bytes;
+        let len = u64::from(extent_count) * file.header.block_size_bytes;
         let data_limit = len - format::footer_bytes_max(len, index_interval_bytes);
-        Block {
+        Extent {
             file,
             start,
             len,
             data_limit,
             block_index,
-            block_count,
+            extent_count,
             topic_id,
             salt,
             first_offset,
@@ -124,14 +124,14 @@ impl Block {
     /// The writer is done with this extent. True when its file became deletable.
     pub fn release_writer(&self) -> bool {
         self.writer_held.swap(false, Ordering::AcqRel)
-            && self.file.counters.release(self.block_count)
+            && self.file.counters.release(self.extent_count)
     }
 
     /// Every consumer is done with this extent (or retention dropped it). Counted once; true
     /// when its file became deletable.
     pub fn mark_consumed(&self) -> bool {
         debug_assert!(!self.writer_held.load(Ordering::Acquire));
-        !self.consumed.swap(true, Ordering::AcqRel) && self.file.counters.consume(self.block_count)
+        !self.consumed.swap(true, Ordering::AcqRel) && self.file.counters.consume(self.extent_count)
     }
 
     /// Whether `mark_consumed` ran.
@@ -200,7 +200,7 @@ impl Block {
             version: self.file.header.version,
             topic_id: self.topic_id,
             block_index: self.block_index,
-            block_count: self.block_count,
+            extent_count: self.extent_count,
             salt: self.salt,
             file_seq: self.file.seq,
             first_offset: self.first_offset,
@@ -639,7 +639,7 @@ impl Block {
 /// An extent's published bytes as of one load of its publication word.
 #[derive(Debug)]
 pub struct PublishedFrames<'a> {
-    block: &'a Block,
+    block: &'a Extent,
     bytes: &'a [u8],
     end: u64,
 }
