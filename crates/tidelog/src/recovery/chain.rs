@@ -1,0 +1,354 @@
+//! Building each topic's chain from its extents: remnants forgotten, extents placed in
+//! offset order, sealed ones trusted, the others scanned and their torn tails cut.
+
+use super::*;
+
+/// What every step of one recovery works with.
+pub(super) struct Recovery<'a> {
+    pub(super) storage: &'a dyn Storage,
+    /// Repair what is found (a writable open), or only read.
+    pub(super) writable: bool,
+    /// Blocks a read-only handle already holds.
+    pub(super) known: &'a Known,
+    /// This open's `index_interval_bytes`.
+    pub(super) interval: u64,
+}
+
+/// A topic's chain as recovery builds it, one extent at a time in offset order.
+#[derive(Debug)]
+pub(super) struct TopicChain {
+    pub(super) name: String,
+    pub(super) chain: Vec<Arc<Extent>>,
+    pub(super) unsynced: Vec<Arc<Extent>>,
+    pub(super) tail: Tail,
+    /// The offset the next extent must start at, once an extent was placed.
+    pub(super) expected: Option<u64>,
+    /// An extent followed a gap: it and every later one are dropped.
+    pub(super) dropping: bool,
+}
+
+impl Recovery<'_> {
+    /// Recovers topic `name` from its extents: the remnants of deleted topics of that name
+    /// are forgotten (a writable open), then the live topic's extents are chained in offset
+    /// order. `None` when no live topic remains.
+    pub(super) fn recover_topic(
+        &self,
+        name: String,
+        mut extents: Vec<Found>,
+        deleting: &HashSet<(String, u32)>,
+        report: &mut RecoveryReport,
+    ) -> Result<Option<RecoveredTopic>> {
+        let live = live_topic_id(&name, &extents, deleting);
+        for f in extents.iter().filter(|f| Some(f.id.topic_id) != live) {
+            report.deleted_remnants += 1;
+            if self.writable {
+                forget_extent(self.storage, f, ProgressState::Deleted)?;
+            }
+        }
+        let Some(topic_id) = live else {
+            return Ok(None);
+        };
+        extents.retain(|f| f.id.topic_id == topic_id);
+        extents.sort_by_key(|f| (f.id.first_offset, f.file.seq, f.id.block_index));
+        let mut topic = TopicChain {
+            name,
+            chain: Vec::new(),
+            unsynced: Vec::new(),
+            tail: Tail::default(),
+            expected: None,
+            dropping: false,
+        };
+        let last = extents.len() - 1;
+        for (i, f) in extents.into_iter().enumerate() {
+            self.add_extent(&mut topic, f, i == last, report)?;
+        }
+        topic.tail.next_offset = topic.expected.unwrap_or(0);
+        Ok(Some(RecoveredTopic {
+            name: topic.name,
+            id: topic_id,
+            chain: topic.chain,
+            unsynced: topic.unsynced,
+            tail: topic.tail,
+        }))
+    }
+
+    /// The block of extent `f`: the one a read-only handle holds, or a new one.
+    pub(super) fn block_of(&self, f: &Found) -> Arc<Extent> {
+        match self.known.get(&(f.file.seq, f.id.block_index)) {
+            Some(b) => Arc::clone(b),
+            None => Arc::new(Extent::new(
+                Arc::clone(&f.file),
+                f.id.block_index,
+                f.id.extent_count,
+                f.id.topic_id,
+                f.id.salt,
+                f.id.first_offset,
+                self.interval,
+                None,
+            )),
+        }
+    }
+
+    /// Adds extent `f` (the topic's last when `is_last`) to `topic`: dropped after a gap,
+    /// trusted from its seal, or scanned.
+    pub(super) fn add_extent(
+        &self,
+        topic: &mut TopicChain,
+        f: Found,
+        is_last: bool,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let block = self.block_of(&f);
+        if topic.dropping || topic.expected.is_some_and(|e| e != f.id.first_offset) {
+            return self.drop_after_gap(topic, &f, &block, report);
+        }
+        let kept = match f.progress {
+            Some(p) if p.state == ProgressState::Sealed => {
+                self.restore_sealed(topic, &f, &block, p, report)?
+            }
+            _ => self.restore_scanned(topic, &f, &block, is_last, report)?,
+        };
+        if kept {
+            report.extents += 1;
+            topic.chain.push(block);
+        }
+        Ok(())
+    }
+
+    /// Drops extent `f`, which follows a gap in its topic's offsets (a writable open marks
+    /// it consumed). An extent whose progress slot claims durable records cannot follow a
+    /// gap: that is lost records, corruption.
+    pub(super) fn drop_after_gap(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Extent,
+        report: &mut RecoveryReport,
+    ) -> Result<()> {
+        let durable_claim = f.progress.map_or(0, |p| p.record_count);
+        if durable_claim > 0
+            && f.progress
+                .is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES)
+        {
+            return Err(block.corruption(
+                &topic.name,
+                topic.expected.unwrap_or(f.id.first_offset),
+                format::BLOCK_HEADER_BYTES,
+                FrameError::WrongOffset,
+            ));
+        }
+        topic.dropping = true;
+        report.dropped_extents += 1;
+        if self.writable {
+            forget_extent(self.storage, f, ProgressState::Consumed)?;
+        }
+        Ok(())
+    }
+
+    /// Restores a sealed extent from its progress slot `p`, without a scan. True when it
+    /// joins the chain (an extent sealed empty does not).
+    pub(super) fn restore_sealed(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Extent,
+        p: Progress,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        // Against the extent itself, not this open's footer reserve: the extent may have
+        // been written with another index interval.
+        let footer_bytes = p.footer_count.saturating_mul(format::IX_LEN as u64);
+        if p.durable_end < format::BLOCK_HEADER_BYTES
+            || p.durable_end.saturating_add(footer_bytes) > block.len
+        {
+            return Err(block.corruption(&topic.name, f.id.first_offset, 0, FrameError::BadLength));
+        }
+        block.restore(
+            p.record_count,
+            p.durable_end,
+            p.max_timestamp_us,
+            p.durable_end,
+            ProgressState::Sealed,
+        );
+        block.set_final(p.record_count, p.durable_end);
+        report.sealed_extents += 1;
+        if p.record_count == 0 {
+            if self.writable {
+                count_unused(&f.file, f.id.extent_count);
+            }
+            return Ok(false);
+        }
+        if self.writable {
+            f.file.counters.recovered(f.id.extent_count, false);
+        }
+        topic.tail.max_ts = topic.tail.max_ts.max(p.max_timestamp_us);
+        topic.expected = Some(f.id.first_offset + p.record_count);
+        Ok(true)
+    }
+
+    /// Restores an extent that is not sealed by scanning its records: torn tails are cut
+    /// (and counted, a writable open), an extent left empty is forgotten. True when it joins
+    /// the chain.
+    pub(super) fn restore_scanned(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Arc<Extent>,
+        is_last: bool,
+        report: &mut RecoveryReport,
+    ) -> Result<bool> {
+        let progress = f.progress;
+        let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+        // Records may reach past this open's footer reserve (an extent written with a
+        // coarser index interval), never past the extent. A damaged progress slot says
+        // nothing of what is durable: the extent is read as far as its records check,
+        // read-only too.
+        let limit = if self.writable || f.progress_damaged {
+            block.len
+        } else {
+            watermark.min(block.len)
+        };
+        let mut s = self.scan_extent(f, block, limit, topic.tail.max_ts, report);
+        check_durable_reached(&topic.name, f, block, &s, watermark)?;
+        // After a clean close nothing was written past `durable_end`: bytes there are
+        // stale (reused blocks), not a torn write.
+        let clean_end =
+            progress.is_some_and(|p| p.state == ProgressState::Clean && p.durable_end == s.end);
+        let torn = !clean_end && (s.stop != FrameError::End || s.cut_records > 0);
+        if torn && self.writable {
+            count_tear(f, block, limit, &s, report);
+        }
+        block.set_index(std::mem::take(&mut s.index));
+        let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
+        block.restore(
+            s.count,
+            s.end,
+            s.max_ts,
+            synced,
+            progress.map_or(ProgressState::Open, |p| p.state),
+        );
+        let clean = progress.is_some_and(|p| p.state == ProgressState::Clean);
+        if s.count == 0 && !(self.writable && is_last && !torn && clean) {
+            if self.writable {
+                // Nothing to keep: forget the extent, so a torn first record is cut (and
+                // counted) once, not at every later open.
+                forget_extent(self.storage, f, ProgressState::Consumed)?;
+            }
+            // A later extent of the topic must continue from here: one that claims durable
+            // records after this empty one means records were lost, which is corruption,
+            // not a topic that starts later.
+            topic.expected = Some(f.id.first_offset);
+            return Ok(false);
+        }
+        topic.tail.max_ts = topic.tail.max_ts.max(s.max_ts);
+        topic.expected = Some(f.id.first_offset + s.count);
+        let resumable = self.writable && is_last && !torn && clean_end;
+        self.place_scanned(topic, f, block, &s, is_last, resumable);
+        Ok(true)
+    }
+
+    /// Scans extent `f` up to `limit`, resuming where a read-only handle's last refresh
+    /// stopped, with `max_ts` the topic's running maximum so far. The report counts it.
+    pub(super) fn scan_extent(
+        &self,
+        f: &Found,
+        block: &Extent,
+        limit: u64,
+        max_ts: u64,
+        report: &mut RecoveryReport,
+    ) -> Scan {
+        let (count, pos) = block.published();
+        let index = if self.known.contains_key(&(f.file.seq, f.id.block_index)) {
+            block.index_snapshot()
+        } else {
+            Vec::new()
+        };
+        let last_index_pos = index.last().map(|e| e.position);
+        let from = ScanPoint {
+            pos,
+            count,
+            // Index entries and extent maxima are running maxima of the topic.
+            max_ts: max_ts.max(block.max_timestamp_us()),
+            index,
+            last_index_pos,
+        };
+        let s = scan(block, limit, from, self.interval);
+        report.scanned_extents += 1;
+        report.scanned_bytes += s.end - pos;
+        s
+    }
+
+    /// Settles a scanned extent that joins the chain: the topic's tail continues in it when
+    /// `resumable` (the writable open's last extent, closed cleanly where its records
+    /// end); otherwise it is final, unless it is a read-only handle's last extent, which
+    /// the writer may still be filling.
+    pub(super) fn place_scanned(
+        &self,
+        topic: &mut TopicChain,
+        f: &Found,
+        block: &Arc<Extent>,
+        s: &Scan,
+        is_last: bool,
+        resumable: bool,
+    ) {
+        if self.writable {
+            f.file.counters.recovered(f.id.extent_count, resumable);
+        }
+        if resumable {
+            block.hold();
+            topic.tail.block = Some(Arc::clone(block));
+            topic.tail.pos = s.end;
+            topic.tail.count = s.count;
+            topic.tail.last_index_pos = s.last_index_pos;
+        } else if self.writable || !is_last {
+            // Never append after a recovered tail: stale bytes may follow it. In a
+            // read-only handle an extent followed by another is complete: the writer moved
+            // on, so readers move on too.
+            block.set_final(s.count, s.end);
+        }
+        if self.writable {
+            topic.unsynced.push(Arc::clone(block));
+        }
+    }
+}
+
+/// Fails when the scan `s` of extent `f` stopped short of `watermark`, what its progress
+/// slot says is durable: acknowledged records are damaged, which is corruption, never a
+/// torn tail.
+pub(super) fn check_durable_reached(
+    topic: &str,
+    f: &Found,
+    block: &Extent,
+    s: &Scan,
+    watermark: u64,
+) -> Result<()> {
+    if s.end < watermark.min(block.len) {
+        return Err(block.corruption(
+            topic,
+            f.id.first_offset + s.count,
+            s.end,
+            if s.stop == FrameError::End {
+                FrameError::BadMagic
+            } else {
+                s.stop
+            },
+        ));
+    }
+    Ok(())
+}
+
+/// Counts the torn tail that the scan `s` of extent `f` (up to `limit`) ended on: the
+/// records of an incomplete batch it cut, and the valid records past a bad frame.
+pub(super) fn count_tear(
+    f: &Found,
+    block: &Extent,
+    limit: u64,
+    s: &Scan,
+    report: &mut RecoveryReport,
+) {
+    report.torn_tails += 1;
+    report.torn_records += s.cut_records;
+    if s.stop != FrameError::End {
+        report.records_past_tear += records_past(block, limit, s.end, f.id.first_offset + s.count);
+    }
+}
