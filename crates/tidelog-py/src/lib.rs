@@ -57,7 +57,8 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     max_batch_bytes=None, max_topics=None, retention_ms=None, retention_bytes=None, \
     topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
-    format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304)")]
+    format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
+    staged_adopt_bytes=None)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
