@@ -1,9 +1,9 @@
 //! The block allocator: hands out `(file, block index, block count)` behind a spin lock.
 //!
-//! The critical section only moves a cursor (no syscall, no wait, no lock taken under it). Files are created outside the lock, by the
-//! background thread ahead of need (the "spare") or, if none is ready, by the allocating
-//! thread before it retakes the lock. Disk space is reserved (fallocate) after the lock is
-//! released, before the extent is handed to a writer.
+//! The critical section only moves a cursor (no syscall, no wait, no lock taken under it).
+//! Files are created outside the lock, by the background thread ahead of need (the "spare")
+//! or, if none is ready, by the allocating thread before it retakes the lock. Disk space is
+//! reserved (fallocate) after the lock is released, before the extent is handed to a writer.
 //!
 //! The allocator also owns the end of a file's life: the disk-space account that the optional
 //! cap checks, and the queue of files whose counters say they may be deleted.

@@ -1,11 +1,15 @@
-//! A minimal spin lock, for the block allocator's cursor (`alloc`): its critical section is a
-//! few loads and stores, taken once per extent, not per record.
+//! A minimal spin lock, for critical sections of a few loads and stores: the block
+//! allocator's cursor (taken once per extent) and each topic's tail (taken once per append,
+//! to reserve).
 //!
-//! The rule for every holder: no syscall, no wait (condition variable, sleep, another lock
-//! that can block) and no allocation or drop that can block while it is held, since a
-//! contender spins (then yields) for as long as the holder keeps it. Slow work goes before
-//! the lock or after its release. A lock that must be held across a wait is a
-//! `std::sync::Mutex`, which parks its waiters: the topics' tail locks are.
+//! The rule for every holder: no syscall and no wait (a condition variable, a sleep, a lock
+//! whose holders may wait) while it is held, and no drop that may free a file; allocation
+//! is kept to the amortized growth of a small vector (the index of a topic's current
+//! extent, behind a lock no one holds for long). A contender spins (then yields) for as long
+//! as the holder keeps the lock. Slow work goes before the lock or after its release; where
+//! it must exclude the lock's other users meanwhile, it runs under a `std::sync::Mutex`,
+//! which parks its waiters (a topic's roll and journal write run under the topic's `slow`
+//! mutex with the tail marked busy; see `topic`).
 
 #![expect(unsafe_code, reason = "a lock hands out &mut to the data it guards")]
 

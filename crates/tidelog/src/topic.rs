@@ -1,5 +1,15 @@
 //! A topic: its chain of extents, its append path (reserve under a short lock, then checksum
 //! and copy with no lock held, then publish in offset order) and offset/time lookup.
+//!
+//! Two locks guard the writer's state. The tail lock, a spin lock, is held only for the few
+//! loads and stores of a reservation (no syscall, no wait, no blocking allocation under it).
+//! The slow work on the tail is done with it released, by a holder of the topic's `slow`
+//! mutex (which parks its waiters): a roll's allocation (which may wait up to `space_wait`
+//! for disk space, create a data file, `fallocate`) and the new extent's set-up, and a
+//! ring-fronted append's journal write (which may wait up to the ring's buffer wait). While
+//! that work runs the tail is marked busy: nobody else reserves, and appenders that find it
+//! busy sleep on `slow` until it is done. Close, deletion and the start of an ingest take
+//! `slow` first, so they never change the tail under that work.
 
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Range;
@@ -114,6 +124,9 @@ pub struct Tail {
     pub ingesting: bool,
     /// Position in `block` up to which pages were asked to be prefaulted.
     pub prefaulted_to: u64,
+    /// A holder of `Topic::slow` works on the tail with the tail lock released (a roll, a
+    /// journal write): nobody else reserves until it is cleared; appenders wait on `slow`.
+    pub busy: bool,
 }
 
 /// A topic and its extents.
@@ -121,8 +134,13 @@ pub struct Tail {
 pub struct Topic {
     pub name: String,
     pub id: u32,
-    /// Held only to reserve (and, rarely, to roll to a new extent).
+    /// Held only for the loads and stores of a reservation or of a roll's install (see the
+    /// module doc).
     tail: SpinLock<Tail>,
+    /// Serializes the slow work on the tail (rolls, journal writes) and the changes that must
+    /// not interleave with it (close, deletion, the start of an ingest). Held across waits,
+    /// so it parks.
+    slow: Mutex<()>,
     /// Offset after the last published record.
     published_next: AtomicU64,
     /// Extents in offset order.
@@ -145,6 +163,7 @@ impl Topic {
             name,
             id,
             tail: SpinLock::new(Tail::default()),
+            slow: Mutex::new(()),
             published_next: AtomicU64::new(0),
             chain: RwLock::new(Vec::new()),
             unsynced: Mutex::new(Vec::new()),
@@ -158,6 +177,9 @@ impl Topic {
     /// Refuses further appends (close, or deletion when `deleting`) and waits until every
     /// append already reserved is published. False when the topic was already deleted.
     pub fn stop_appends(&self, deleting: bool) -> bool {
+        // After the slow work in progress (a roll's space wait ends at close: the allocator
+        // was shut down first).
+        let slow = self.slow_lock();
         let mut tail = self.tail();
         if deleting && self.deleted.swap(true, Ordering::AcqRel) {
             return false;
@@ -165,6 +187,9 @@ impl Topic {
         tail.closed = true;
         let reserved = tail.next_offset;
         drop(tail);
+        drop(slow);
+        // Bounded: between its reservation and its publish an append only checksums and
+        // copies (or `pwrite`s) its records and waits for its predecessors to publish.
         while self.next_offset() != reserved {
             std::thread::yield_now();
         }
@@ -174,19 +199,17 @@ impl Topic {
     /// Makes the topic exclusive to a staged job's ingest: later appends wait, and this
     /// returns once every append already reserved is published, with the next offset.
     pub fn begin_ingest(&self) -> Result<u64> {
+        let slow = self.slow_lock();
         let mut tail = self.tail();
         if tail.closed {
-            return Err(if self.is_deleted() {
-                Error::UnknownTopic {
-                    topic: self.name.clone(),
-                }
-            } else {
-                Error::Closed
-            });
+            drop(tail);
+            return Err(self.closed_error());
         }
         tail.ingesting = true;
         let reserved = tail.next_offset;
         drop(tail);
+        drop(slow);
+        // Bounded as in `stop_appends`.
         while self.next_offset() != reserved {
             std::thread::yield_now();
         }
@@ -240,21 +263,35 @@ impl Topic {
     /// slots naming this topic), after the topic's records: `records` records from the next
     /// offset on, with timestamps up to `max_ts`. Follows [`Topic::end_tail_for_adoption`].
     pub fn push_adopted(&self, blocks: Vec<Arc<Extent>>, records: u64, max_ts: u64) {
-        let mut tail = self.tail();
-        debug_assert!(tail.ingesting && tail.block.is_none());
-        debug_assert_eq!(
-            blocks.first().map(|b| b.first_offset),
-            Some(tail.next_offset)
-        );
+        debug_assert!({
+            let tail = self.tail();
+            tail.ingesting
+                && tail.block.is_none()
+                && blocks.first().map(|b| b.first_offset) == Some(tail.next_offset)
+        });
+        // Into the chain before the tail lock: readers look at none of their records until
+        // they are published below.
         self.chain
             .write()
             .unwrap_or_else(|p| p.into_inner())
             .extend(blocks);
+        let mut tail = self.tail();
         tail.next_offset += records;
         tail.max_ts = tail.max_ts.max(max_ts);
         // No append is in flight (the topic is exclusive): the records are published at once.
         self.published_next
             .store(tail.next_offset, Ordering::Release);
+    }
+
+    /// What an append or an ingest gets once appends were stopped.
+    fn closed_error(&self) -> Error {
+        if self.is_deleted() {
+            Error::UnknownTopic {
+                topic: self.name.clone(),
+            }
+        } else {
+            Error::Closed
+        }
     }
 
     /// True once the topic was deleted.
@@ -298,6 +335,10 @@ impl Topic {
 
     pub fn tail(&self) -> SpinGuard<'_, Tail> {
         self.tail.lock()
+    }
+
+    fn slow_lock(&self) -> MutexGuard<'_, ()> {
+        self.slow.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Offset the next published record will have.
@@ -386,39 +427,73 @@ impl Topic {
             .sum();
         let interval = ctx.config.index_interval_bytes;
 
-        // Reserve: offsets, positions and index entries, under the topic lock.
+        // A ring-fronted append holds `slow` from here to its reservation: its journal write
+        // runs with the tail lock released (see below).
+        let mut slow = ctx.reserved.map(|_| self.slow_lock());
+        // Reserve: offsets, positions and index entries, under the tail lock.
         let mut tail = loop {
             let tail = self.tail();
-            if !tail.ingesting || ctx.ingest || tail.closed {
+            if tail.closed {
+                break tail;
+            }
+            if tail.ingesting && !ctx.ingest {
+                // A staged job is being published into the topic: wait with no lock held.
+                // The wait ends with the publish: its guard (`wal::publish`'s `Exclusive`)
+                // ends the ingest however the publish ends, error or panic included, and
+                // the publish's own waits are bounded; close and deletion (`closed`) end it
+                // at once with their error.
+                drop(tail);
+                let held = slow.take().is_some();
+                std::thread::sleep(INGEST_WAIT);
+                if held {
+                    slow = Some(self.slow_lock());
+                }
+                continue;
+            }
+            if tail.busy {
+                // Another appender rolls or writes its journal entry: sleep until it is done.
+                debug_assert!(slow.is_none(), "busy only under `slow`");
+                drop(tail);
+                drop(self.slow_lock());
+                continue;
+            }
+            let fits = tail
+                .block
+                .as_ref()
+                .is_some_and(|b| tail.pos + total <= b.data_limit);
+            if fits {
                 break tail;
             }
             drop(tail);
-            std::thread::sleep(INGEST_WAIT);
+            if let Some(tail) = self.roll(ctx, total, &mut slow)? {
+                break tail;
+            }
         };
         if tail.closed {
-            if self.is_deleted() {
-                return Err(Error::UnknownTopic {
-                    topic: self.name.clone(),
-                });
-            }
-            return Err(Error::Closed);
-        }
-        let fits = tail
-            .block
-            .as_ref()
-            .is_some_and(|b| tail.pos + total <= b.data_limit);
-        if !fits {
-            self.roll(ctx, &mut tail, total)?;
+            drop(tail);
+            return Err(self.closed_error());
         }
         let Some(block) = tail.block.clone() else {
             return Err(Error::Closed);
         };
         let first = tail.next_offset;
-        // The journal entry goes in under the reservation, so a topic's entries lie in the
-        // ring in offset order. Nothing is reserved yet: a failure leaves the topic as it was
-        // (a roll only moved it to an empty extent).
+        // The journal entry goes in before the reservation, with `slow` held and the tail
+        // busy, so no other append takes offsets meanwhile and a topic's entries lie in the
+        // ring in offset order. The ring may wait for a free block buffer, up to its bound
+        // (`ring::writer::BUFFER_WAIT`), then fails with `RingFull`: nothing is reserved, so
+        // a failure leaves the topic as it was (a roll only moved it to an empty extent).
         let ring = match ctx.reserved {
-            Some(reserved) => Some(reserved.write(&self.name, first, records, now)?),
+            Some(reserved) => {
+                tail.busy = true;
+                drop(tail);
+                let busy = Busy(self);
+                let written = reserved.write(&self.name, first, records, now);
+                tail = self.tail();
+                tail.busy = false;
+                busy.done();
+                debug_assert_eq!(tail.next_offset, first);
+                Some(written?)
+            }
             None => None,
         };
         let start_pos = tail.pos;
@@ -446,6 +521,7 @@ impl Topic {
         let count_after = tail.count;
         let prefault = self.prefault_window(ctx, &mut tail, &block);
         drop(tail);
+        drop(slow);
         if let (Some(prefaulter), Some((position, len))) = (ctx.prefault, prefault) {
             prefaulter.request(&block.file, position, len);
         }
@@ -605,8 +681,43 @@ impl Topic {
         }
     }
 
-    /// Moves the topic to a new extent with room for `need` bytes.
-    fn roll(&self, ctx: &Ctx<'_>, tail: &mut Tail, need: u64) -> Result<()> {
+    /// Moves the topic to a new extent with room for `need` bytes and returns the tail lock,
+    /// held, for the caller to reserve there; `None` when the caller is to look again
+    /// (another appender rolled meanwhile, or the topic closed or ingests). Takes `slow`
+    /// into `slow` unless held already (the caller lets it go after the tail lock), marks
+    /// the tail busy, and does the slow part with the tail lock released: the allocation (it
+    /// may wait up to `ctx.space_wait` for disk space, which close ends with `Closed`; create
+    /// a data file; `fallocate`) and the new extent's identity slot and chain entry. The
+    /// install is a few stores under the tail lock.
+    fn roll<'t>(
+        &'t self,
+        ctx: &Ctx<'_>,
+        need: u64,
+        slow: &mut Option<MutexGuard<'t, ()>>,
+    ) -> Result<Option<SpinGuard<'t, Tail>>> {
+        let took = slow.is_none();
+        if took {
+            *slow = Some(self.slow_lock());
+        }
+        let first = {
+            let mut tail = self.tail();
+            let fits = tail
+                .block
+                .as_ref()
+                .is_some_and(|b| tail.pos + need <= b.data_limit);
+            if fits || tail.closed || (tail.ingesting && !ctx.ingest) {
+                drop(tail);
+                if took {
+                    *slow = None;
+                }
+                return Ok(None);
+            }
+            debug_assert!(!tail.busy, "busy only under `slow`");
+            tail.busy = true;
+            tail.next_offset
+        };
+        // Nobody reserves, closes or starts an ingest until the tail is no longer busy.
+        let busy = Busy(self);
         let interval = ctx.config.index_interval_bytes;
         let extent = ctx
             .alloc
@@ -617,18 +728,14 @@ impl Topic {
             extent.extent_count,
             self.id,
             new_salt(),
-            tail.next_offset,
+            first,
             interval,
             Some(Vec::new()),
         ));
         block.write_identity(&self.name);
         block.hold();
-        if let Some(old) = tail.block.take() {
-            old.set_final(tail.count, tail.pos);
-            if old.release_writer() {
-                ctx.alloc.doom(&old.file);
-            }
-        }
+        // In the chain before the install: no offset of it is published until then, and the
+        // current extent is not final yet, so readers do not look for it.
         self.chain
             .write()
             .unwrap_or_else(|p| p.into_inner())
@@ -637,12 +744,29 @@ impl Topic {
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .push(Arc::clone(&block));
+        // The old extent ends where its reservations end (none is made while the tail is
+        // busy), and its writer lets it go, with the tail lock released: that may queue its
+        // file for deletion (a mutex) or drop the last reference to it.
+        let (old, count, end) = {
+            let mut tail = self.tail();
+            (tail.block.take(), tail.count, tail.pos)
+        };
+        if let Some(old) = old {
+            old.set_final(count, end);
+            if old.release_writer() {
+                ctx.alloc.doom(&old.file);
+            }
+        }
+        let mut tail = self.tail();
+        debug_assert_eq!(tail.next_offset, first);
         tail.block = Some(block);
         tail.pos = format::BLOCK_HEADER_BYTES;
         tail.count = 0;
         tail.last_index_pos = None;
         tail.prefaulted_to = 0;
-        Ok(())
+        tail.busy = false;
+        busy.done();
+        Ok(Some(tail))
     }
 
     /// The file range to prefault once the tail is within half a window of the pages
@@ -737,6 +861,23 @@ impl Topic {
                 Err(e) => return Err(block.corruption(&self.name, at, pos, e)),
             }
         }
+    }
+}
+
+/// Clears [`Tail::busy`] when dropped, however the slow work that set it ended (an error,
+/// a panic), so appenders waiting on `slow` do not wait for ever.
+struct Busy<'a>(&'a Topic);
+
+impl Busy<'_> {
+    /// The work cleared the flag itself (under the tail lock, which the drop would take).
+    fn done(self) {
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Busy<'_> {
+    fn drop(&mut self) {
+        self.0.tail().busy = false;
     }
 }
 

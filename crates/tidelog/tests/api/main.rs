@@ -13,6 +13,7 @@ mod durability_modes;
 mod duration_max;
 mod fork;
 mod index_interval;
+mod lock_waits;
 mod locking;
 mod many_topics;
 mod read_only;
