@@ -20,6 +20,7 @@ use crate::extent::Extent;
 use crate::file::DataFile;
 use crate::format;
 use crate::io::Storage;
+use crate::poison::Recover;
 use crate::spin::SpinLock;
 
 #[derive(Debug, Default)]
@@ -95,27 +96,24 @@ impl BlockAllocator {
 
     /// Every live data file, by sequence number.
     pub fn files(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Arc<DataFile>>> {
-        self.files.read().unwrap_or_else(|p| p.into_inner())
+        self.files.read().recover()
     }
 
     /// Replaces the file table (a read-only refresh).
     pub fn replace_files(&self, files: BTreeMap<u64, Arc<DataFile>>) {
-        *self.files.write().unwrap_or_else(|p| p.into_inner()) = files;
+        *self.files.write().recover() = files;
     }
 
     /// Close started: appenders waiting for space give up with `Closed`.
     pub fn shut_down(&self) {
         self.shutting_down.store(true, Ordering::Release);
-        let _guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.space.0.lock().recover();
         self.space.1.notify_all();
     }
 
     /// Drops every file reference the allocator holds (close).
     pub fn clear(&self) {
-        self.files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
+        self.files.write().recover().clear();
         // Dropped after the lock is released: a last reference unmaps and closes the file.
         let files = {
             let mut st = self.state.lock();
@@ -139,32 +137,22 @@ impl BlockAllocator {
 
     /// Queues `file` for deletion (its counters said so).
     pub fn doom(&self, file: &Arc<DataFile>) {
-        self.doomed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(file));
+        self.doomed.lock().recover().push(Arc::clone(file));
     }
 
     /// Files waiting for the deletion worker.
     pub fn take_doomed(&self) -> Vec<Arc<DataFile>> {
-        std::mem::take(&mut *self.doomed.lock().unwrap_or_else(|p| p.into_inner()))
+        std::mem::take(&mut *self.doomed.lock().recover())
     }
 
     /// True when files wait for deletion.
     pub fn has_doomed(&self) -> bool {
-        !self
-            .doomed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_empty()
+        !self.doomed.lock().recover().is_empty()
     }
 
     /// A deleted file leaves the table and its bytes the account; space waiters retry.
     pub fn forget_file(&self, file: &DataFile) {
-        self.files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .remove(&file.seq);
+        self.files.write().recover().remove(&file.seq);
         let bytes = file.counters.disk_bytes.load(Ordering::Acquire);
         // Saturating: an account rebuilt from st_blocks may differ by a page from what we add.
         let _ = self
@@ -172,7 +160,7 @@ impl BlockAllocator {
             .fetch_update(Ordering::AcqRel, Ordering::Acquire, |b| {
                 Some(b.saturating_sub(bytes))
             });
-        let _guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        let _guard = self.space.0.lock().recover();
         self.space.1.notify_all();
     }
 
@@ -184,7 +172,7 @@ impl BlockAllocator {
             return Ok(());
         };
         let deadline = crate::clock::deadline_after(wait);
-        let mut guard = self.space.0.lock().unwrap_or_else(|p| p.into_inner());
+        let mut guard = self.space.0.lock().recover();
         loop {
             let reserved = self
                 .disk_bytes
@@ -199,12 +187,7 @@ impl BlockAllocator {
                     if now >= deadline {
                         return Err(Error::limit("disk_bytes_max", used + bytes, max));
                     }
-                    guard = self
-                        .space
-                        .1
-                        .wait_timeout(guard, deadline - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0;
+                    guard = self.space.1.wait_timeout(guard, deadline - now).recover().0;
                 }
             }
         }
@@ -314,7 +297,7 @@ impl BlockAllocator {
     /// Creates the next data file unless a spare is already waiting. Called by the background
     /// thread ahead of need, and by an allocating thread that found none.
     pub fn prepare_spare(&self, storage: &dyn Storage) -> Result<()> {
-        let _create = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        let _create = self.create.lock().recover();
         if self.state.lock().spare.is_some() {
             return Ok(());
         }
@@ -337,10 +320,7 @@ impl BlockAllocator {
             }
         };
         self.next_seq.store(seq + 1, Ordering::Release);
-        self.files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(seq, Arc::clone(&file));
+        self.files.write().recover().insert(seq, Arc::clone(&file));
         self.state.lock().spare = Some(file);
         Ok(())
     }
@@ -354,14 +334,11 @@ impl BlockAllocator {
         &self,
         install: impl FnOnce(u64) -> Result<Arc<DataFile>>,
     ) -> Result<Arc<DataFile>> {
-        let _create = self.create.lock().unwrap_or_else(|p| p.into_inner());
+        let _create = self.create.lock().recover();
         let seq = self.next_seq.load(Ordering::Acquire);
         let file = install(seq)?;
         self.next_seq.store(seq + 1, Ordering::Release);
-        self.files
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(seq, Arc::clone(&file));
+        self.files.write().recover().insert(seq, Arc::clone(&file));
         self.account_file(&file);
         file.counters.recovered(file.extent_count, false);
         // Not deletable: nothing of it is consumed yet.

@@ -13,6 +13,7 @@ use crate::clock;
 use crate::error::{Error, Result};
 use crate::format::{self, CURSOR_SLOT_BYTES};
 use crate::io::Storage;
+use crate::poison::Recover;
 
 /// Directory (inside the data directory) holding cursor files.
 pub const CURSOR_DIR: &str = "cursors";
@@ -158,13 +159,13 @@ impl CursorFile {
 
     /// The committed offset, if the group ever committed.
     pub fn committed(&self) -> Option<u64> {
-        let inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let inner = self.inner.lock().recover();
         inner.newest.as_ref().map(|r| r.offset)
     }
 
     /// Durably records `offset` as the group's position.
     pub fn commit(&self, storage: &dyn Storage, offset: u64) -> Result<()> {
-        let mut inner = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut inner = self.inner.lock().recover();
         if inner.deleted {
             return Err(Error::UnknownGroup {
                 topic: self.topic.clone(),
@@ -247,7 +248,7 @@ pub struct CursorTable {
 
 impl CursorTable {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, HashMap<String, Arc<CursorFile>>>> {
-        self.open.lock().unwrap_or_else(|p| p.into_inner())
+        self.open.lock().recover()
     }
 
     /// The cursor of `group` on `topic`, loaded (and registered) on first use.
@@ -326,7 +327,7 @@ impl CursorTable {
             c
         };
         if let Some(c) = &removed {
-            let mut inner = c.inner.lock().unwrap_or_else(|p| p.into_inner());
+            let mut inner = c.inner.lock().recover();
             inner.deleted = true;
             inner.file = None;
         }

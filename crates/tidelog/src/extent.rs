@@ -14,6 +14,7 @@ use crate::format::{
     self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState,
 };
 use crate::io::Storage;
+use crate::poison::Recover;
 
 const NOT_FINAL: u64 = u64::MAX;
 
@@ -285,12 +286,12 @@ impl Extent {
 
     /// Adds an index entry (the writer, under its topic lock).
     pub fn push_index(&self, entry: IndexEntry) {
-        let mut index = self.index.write().unwrap_or_else(|p| p.into_inner());
+        let mut index = self.index.write().recover();
         index.get_or_insert_with(Vec::new).push(entry);
     }
 
     pub fn sync_state(&self) -> MutexGuard<'_, SyncState> {
-        self.sync.lock().unwrap_or_else(|p| p.into_inner())
+        self.sync.lock().recover()
     }
 
     /// Borrows `[rel, rel + len)` of published bytes.
@@ -330,16 +331,12 @@ impl Extent {
 
     /// A copy of the in-memory index.
     pub fn index_snapshot(&self) -> Vec<IndexEntry> {
-        self.index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
-            .unwrap_or_default()
+        self.index.read().recover().clone().unwrap_or_default()
     }
 
     /// Replaces the in-memory index (recovery).
     pub fn set_index(&self, entries: Vec<IndexEntry>) {
-        *self.index.write().unwrap_or_else(|p| p.into_inner()) = Some(entries);
+        *self.index.write().recover() = Some(entries);
     }
 
     /// Decodes the published frame at `position`, expecting `offset`.
@@ -378,7 +375,7 @@ impl Extent {
     /// or before it (or the first record).
     pub fn index_floor_offset(&self, topic: &str, target: u64) -> Result<(u64, u64)> {
         let index = self.load_index(topic)?;
-        let guard = index.read().unwrap_or_else(|p| p.into_inner());
+        let guard = index.read().recover();
         let entries = guard.as_deref().unwrap_or(&[]);
         let i = entries.partition_point(|e| e.offset <= target);
         Ok(match i {
@@ -390,7 +387,7 @@ impl Extent {
     /// Start position and offset for a scan towards the first timestamp `>= target`.
     pub fn index_floor_time(&self, topic: &str, target: u64) -> Result<(u64, u64)> {
         let index = self.load_index(topic)?;
-        let guard = index.read().unwrap_or_else(|p| p.into_inner());
+        let guard = index.read().recover();
         let entries = guard.as_deref().unwrap_or(&[]);
         let i = entries.partition_point(|e| e.max_timestamp_us < target);
         Ok(match i {
@@ -401,12 +398,7 @@ impl Extent {
 
     /// The index, loading it from the footer the first time for recovered sealed extents.
     fn load_index(&self, topic: &str) -> Result<&RwLock<Option<Vec<IndexEntry>>>> {
-        if self
-            .index
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
-        {
+        if self.index.read().recover().is_some() {
             return Ok(&self.index);
         }
         let mut slot = [0u8; format::PG_LEN];
@@ -418,7 +410,7 @@ impl Extent {
             // No usable footer: an empty index still works (scans from the first record).
             _ => Vec::new(),
         };
-        *self.index.write().unwrap_or_else(|p| p.into_inner()) = Some(entries);
+        *self.index.write().recover() = Some(entries);
         Ok(&self.index)
     }
 
@@ -499,7 +491,7 @@ impl Extent {
         let mut data_end = end;
         if sealing {
             let index = self.load_index(topic)?;
-            let guard = index.read().unwrap_or_else(|p| p.into_inner());
+            let guard = index.read().recover();
             let entries = guard.as_deref().unwrap_or(&[]);
             // Records written under a coarser index interval than this open's may leave less
             // room than the index needs: then every k-th entry goes to disk (the first

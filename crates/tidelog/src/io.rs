@@ -13,6 +13,7 @@ use std::sync::{Arc, Mutex};
 
 /// The shared mapping of a data file, as [`Storage::sync_map`] receives it.
 pub use crate::mmap::Mapping;
+use crate::poison::Recover;
 
 /// Names of the fault points, one per kind of operation (test support, hidden from the docs).
 #[doc(hidden)]
@@ -394,7 +395,7 @@ impl FaultStorage {
 
     /// Arms `point` for paths containing `path_contains`.
     pub fn arm_for(&self, point: &'static str, path_contains: Option<&str>, fault: Fault) {
-        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        let mut armed = self.armed.lock().recover();
         armed.push(Armed {
             point,
             path_contains: path_contains.map(str::to_owned),
@@ -404,30 +405,25 @@ impl FaultStorage {
 
     /// Disarms every point.
     pub fn disarm_all(&self) {
-        self.armed.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.armed.lock().recover().clear();
     }
 
     /// How many calls of `point` the faults armed so far have failed (one-shot faults that
     /// fired included).
     pub fn hits(&self, point: &str) -> u64 {
-        let failed = self.failed.lock().unwrap_or_else(|p| p.into_inner());
+        let failed = self.failed.lock().recover();
         failed.get(point).copied().unwrap_or(0)
     }
 
     /// How many calls reached `point` so far, failed or not.
     pub fn calls(&self, point: &str) -> u64 {
-        let calls = self.calls.lock().unwrap_or_else(|p| p.into_inner());
+        let calls = self.calls.lock().recover();
         calls.get(point).copied().unwrap_or(0)
     }
 
     fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
-        *self
-            .calls
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(point)
-            .or_insert(0) += 1;
-        let mut armed = self.armed.lock().unwrap_or_else(|p| p.into_inner());
+        *self.calls.lock().recover().entry(point).or_insert(0) += 1;
+        let mut armed = self.armed.lock().recover();
         let path = path.to_string_lossy();
         let idx = armed.iter().position(|a| {
             a.point == point && a.path_contains.as_deref().is_none_or(|s| path.contains(s))
@@ -447,12 +443,7 @@ impl FaultStorage {
         if !matches!(fault, Fault::Always(_)) {
             armed.remove(idx);
         }
-        *self
-            .failed
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(point)
-            .or_insert(0) += 1;
+        *self.failed.lock().recover().entry(point).or_insert(0) += 1;
         Some(fault)
     }
 

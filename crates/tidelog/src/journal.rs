@@ -173,18 +173,18 @@ impl Journal {
 
     /// Held by an append from its ring write to its publish.
     pub fn gate(&self) -> RwLockReadGuard<'_, ()> {
-        self.gate.read().unwrap_or_else(|p| p.into_inner())
+        self.gate.read().recover()
     }
 
     /// Checkpoints completed so far.
     pub fn checkpoints(&self) -> u64 {
-        self.upload.lock().unwrap_or_else(|p| p.into_inner()).done
+        self.upload.lock().recover().done
     }
 
     /// Asks the uploader for a checkpoint and waits until one more than `seen` completed
     /// (true), or until `deadline` or the uploader stops (false).
     pub fn wait_checkpoint(&self, seen: u64, deadline: Instant) -> bool {
-        let mut st = self.upload.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.upload.lock().recover();
         st.wanted = true;
         self.upload_cv.notify_all();
         loop {
@@ -195,11 +195,7 @@ impl Journal {
             if st.stop || now >= deadline {
                 return false;
             }
-            st = self
-                .upload_cv
-                .wait_timeout(st, deadline - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.upload_cv.wait_timeout(st, deadline - now).recover().0;
         }
     }
 
@@ -245,7 +241,7 @@ impl Journal {
 
     /// Stops the uploader and wakes appenders waiting for a checkpoint.
     pub fn stop_uploader(&self) {
-        let mut st = self.upload.lock().unwrap_or_else(|p| p.into_inner());
+        let mut st = self.upload.lock().recover();
         st.stop = true;
         self.upload_cv.notify_all();
     }

@@ -14,6 +14,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
 
 use crate::file::DataFile;
+use crate::poison::Recover;
 
 /// How far ahead of the tail pages are populated.
 pub const PREFAULT_AHEAD_BYTES: u64 = 1024 * 1024;
@@ -44,7 +45,7 @@ impl Prefaulter {
         if len == 0 || self.stop.load(Ordering::Acquire) {
             return;
         }
-        let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+        let mut queue = self.queue.lock().recover();
         if queue.len() >= QUEUE_MAX {
             queue.pop_front();
         }
@@ -61,7 +62,7 @@ impl Prefaulter {
     pub fn run(&self) {
         loop {
             let request = {
-                let mut queue = self.queue.lock().unwrap_or_else(|p| p.into_inner());
+                let mut queue = self.queue.lock().recover();
                 loop {
                     if self.stop.load(Ordering::Acquire) {
                         return;
@@ -70,7 +71,7 @@ impl Prefaulter {
                         break r;
                     }
                     // The thread's idle wait: a request or `stop` wakes it.
-                    queue = self.ready.wait(queue).unwrap_or_else(|p| p.into_inner());
+                    queue = self.ready.wait(queue).recover();
                 }
             };
             let end = request.position + request.len;
@@ -90,7 +91,7 @@ impl Prefaulter {
     /// Stops the thread and drops waiting requests (and their file references).
     pub fn stop(&self) {
         self.stop.store(true, Ordering::Release);
-        self.queue.lock().unwrap_or_else(|p| p.into_inner()).clear();
+        self.queue.lock().recover().clear();
         self.ready.notify_all();
     }
 }

@@ -343,16 +343,13 @@ impl SyncQueue {
             st = match deadline {
                 // No deadline asked for (`AppendHandle::wait`): the pass that covers the
                 // ticket ends it, as do its failure, poison and close (all notify).
-                None => self.done_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => self.done_cv.wait(st).recover(),
                 Some(d) => {
                     let now = Instant::now();
                     if now >= d {
                         return Ok(false);
                     }
-                    self.done_cv
-                        .wait_timeout(st, d - now)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
+                    self.done_cv.wait_timeout(st, d - now).recover().0
                 }
             };
         }
@@ -373,11 +370,7 @@ impl SyncQueue {
             if now >= tick {
                 return Wake::Tick;
             }
-            st = self
-                .sync_cv
-                .wait_timeout(st, tick - now)
-                .unwrap_or_else(|p| p.into_inner())
-                .0;
+            st = self.sync_cv.wait_timeout(st, tick - now).recover().0;
         }
     }
 

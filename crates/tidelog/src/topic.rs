@@ -24,6 +24,7 @@ use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
+use crate::poison::Recover;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
 pub use crate::record::Append;
 use crate::ring::RingAppend;
@@ -248,7 +249,7 @@ impl Topic {
         if count == 0 {
             self.chain
                 .write()
-                .unwrap_or_else(|p| p.into_inner())
+                .recover()
                 .retain(|b| !Arc::ptr_eq(b, &old));
             self.forget_synced(std::slice::from_ref(&old));
             old.retire(ctx.storage, format::ProgressState::Consumed)?;
@@ -271,10 +272,7 @@ impl Topic {
         });
         // Into the chain before the tail lock: readers look at none of their records until
         // they are published below.
-        self.chain
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .extend(blocks);
+        self.chain.write().recover().extend(blocks);
         let mut tail = self.tail();
         tail.next_offset += records;
         tail.max_ts = tail.max_ts.max(max_ts);
@@ -301,17 +299,17 @@ impl Topic {
 
     /// Taken by a pass that drops consumed extents (one at a time per topic).
     pub fn reclaim_lock(&self) -> MutexGuard<'_, ()> {
-        self.reclaim.lock().unwrap_or_else(|p| p.into_inner())
+        self.reclaim.lock().recover()
     }
 
     /// Runs `f` over the chain without copying it.
     pub fn with_chain<R>(&self, f: impl FnOnce(&[Arc<Extent>]) -> R) -> R {
-        f(&self.chain.read().unwrap_or_else(|p| p.into_inner()))
+        f(&self.chain.read().recover())
     }
 
     /// Removes the first `n` extents (consumed) from the chain and returns them.
     pub fn drop_front(&self, n: usize) -> Vec<Arc<Extent>> {
-        let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
+        let mut chain = self.chain.write().recover();
         let n = n.min(chain.len());
         chain.drain(..n).collect()
     }
@@ -319,18 +317,15 @@ impl Topic {
     /// Keeps only the chain's extents for which `keep` holds, from the first such one on
     /// (a read-only refresh after the writer deleted files).
     pub fn trim_front(&self, keep: impl Fn(&Extent) -> bool) {
-        let mut chain = self.chain.write().unwrap_or_else(|p| p.into_inner());
+        let mut chain = self.chain.write().recover();
         let n = chain.iter().take_while(|b| !keep(b)).count();
         chain.drain(..n);
     }
 
     /// Empties the chain and the flusher's list (topic deletion); returns the chain.
     pub fn take_all(&self) -> Vec<Arc<Extent>> {
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clear();
-        std::mem::take(&mut *self.chain.write().unwrap_or_else(|p| p.into_inner()))
+        self.unsynced.lock().recover().clear();
+        std::mem::take(&mut *self.chain.write().recover())
     }
 
     pub fn tail(&self) -> SpinGuard<'_, Tail> {
@@ -338,7 +333,7 @@ impl Topic {
     }
 
     fn slow_lock(&self) -> MutexGuard<'_, ()> {
-        self.slow.lock().unwrap_or_else(|p| p.into_inner())
+        self.slow.lock().recover()
     }
 
     /// Offset the next published record will have.
@@ -349,7 +344,7 @@ impl Topic {
 
     /// First offset still stored.
     pub fn first_offset(&self) -> u64 {
-        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let chain = self.chain.read().recover();
         chain
             .first()
             .map_or_else(|| self.next_offset(), |b| b.first_offset)
@@ -357,7 +352,7 @@ impl Topic {
 
     /// Bytes of published records (frames with padding) across the chain.
     pub fn bytes(&self) -> u64 {
-        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let chain = self.chain.read().recover();
         chain
             .iter()
             .map(|b| b.published().1 - format::BLOCK_HEADER_BYTES)
@@ -365,45 +360,39 @@ impl Topic {
     }
 
     pub fn extent_count(&self) -> usize {
-        self.chain.read().unwrap_or_else(|p| p.into_inner()).len()
+        self.chain.read().recover().len()
     }
 
     /// Installs recovered state (recovery, before the topic is shared).
     pub fn restore(&self, chain: Vec<Arc<Extent>>, unsynced: Vec<Arc<Extent>>, tail: Tail) {
         self.published_next
             .store(tail.next_offset, Ordering::Release);
-        *self.chain.write().unwrap_or_else(|p| p.into_inner()) = chain;
-        *self.unsynced.lock().unwrap_or_else(|p| p.into_inner()) = unsynced;
+        *self.chain.write().recover() = chain;
+        *self.unsynced.lock().recover() = unsynced;
         *self.tail() = tail;
     }
 
     /// Adds extents a read-only refresh discovered and moves the published offset.
     pub fn extend_read_only(&self, blocks: Vec<Arc<Extent>>, next_offset: u64) {
         if !blocks.is_empty() {
-            self.chain
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .extend(blocks);
+            self.chain.write().recover().extend(blocks);
         }
         self.published_next.fetch_max(next_offset, Ordering::AcqRel);
     }
 
     /// The chain, for the flusher and recovery.
     pub fn chain(&self) -> Vec<Arc<Extent>> {
-        self.chain.read().unwrap_or_else(|p| p.into_inner()).clone()
+        self.chain.read().recover().clone()
     }
 
     /// Extents waiting for the flusher.
     pub fn unsynced(&self) -> Vec<Arc<Extent>> {
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.unsynced.lock().recover().clone()
     }
 
     /// Drops sealed extents from the flusher's list.
     pub fn forget_synced(&self, sealed: &[Arc<Extent>]) {
-        let mut list = self.unsynced.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self.unsynced.lock().recover();
         list.retain(|b| !sealed.iter().any(|s| Arc::ptr_eq(s, b)));
     }
 
@@ -652,17 +641,14 @@ impl Topic {
     #[cold]
     fn park_until_published(&self, first: u64) {
         let me = std::thread::current();
-        self.parking
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push((first, me.clone()));
+        self.parking.lock().recover().push((first, me.clone()));
         self.parked.fetch_add(1, Ordering::SeqCst);
         // The publisher stores, then reads `parked` without a full fence: a wake-up it misses
         // costs at most the park timeout.
         while self.published_next.load(Ordering::SeqCst) != first {
             std::thread::park_timeout(PARK_TIMEOUT);
         }
-        let mut list = self.parking.lock().unwrap_or_else(|p| p.into_inner());
+        let mut list = self.parking.lock().recover();
         if let Some(i) = list
             .iter()
             .position(|(f, t)| *f == first && t.id() == me.id())
@@ -675,7 +661,7 @@ impl Topic {
     /// Wakes the appender waiting to publish at `next`.
     #[cold]
     fn unpark(&self, next: u64) {
-        let list = self.parking.lock().unwrap_or_else(|p| p.into_inner());
+        let list = self.parking.lock().recover();
         for (_, t) in list.iter().filter(|(f, _)| *f == next) {
             t.unpark();
         }
@@ -736,14 +722,8 @@ impl Topic {
         block.hold();
         // In the chain before the install: no offset of it is published until then, and the
         // current extent is not final yet, so readers do not look for it.
-        self.chain
-            .write()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(&block));
-        self.unsynced
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .push(Arc::clone(&block));
+        self.chain.write().recover().push(Arc::clone(&block));
+        self.unsynced.lock().recover().push(Arc::clone(&block));
         // The old extent ends where its reservations end (none is made while the tail is
         // busy), and its writer lets it go, with the tail lock released: that may queue its
         // file for deletion (a mutex) or drop the last reference to it.
@@ -794,7 +774,7 @@ impl Topic {
 
     /// The extent holding `offset` (the last whose first offset is at or below it).
     pub fn extent_for(&self, offset: u64) -> Option<Arc<Extent>> {
-        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let chain = self.chain.read().recover();
         let i = chain.partition_point(|b| b.first_offset <= offset);
         (i > 0).then(|| Arc::clone(&chain[i - 1]))
     }
@@ -803,7 +783,7 @@ impl Topic {
     pub fn extent_after(&self, block: &Extent) -> Option<Arc<Extent>> {
         let (count, _) = block.final_state()?;
         let next_first = block.first_offset + count;
-        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let chain = self.chain.read().recover();
         let i = chain.partition_point(|b| b.first_offset < next_first);
         chain
             .get(i)
@@ -813,7 +793,7 @@ impl Topic {
 
     /// The first extent whose records may reach `timestamp_us`.
     pub fn extent_for_time(&self, timestamp_us: u64) -> Option<Arc<Extent>> {
-        let chain = self.chain.read().unwrap_or_else(|p| p.into_inner());
+        let chain = self.chain.read().recover();
         let i = chain.partition_point(|b| b.max_timestamp_us() < timestamp_us);
         chain.get(i).cloned()
     }

@@ -35,6 +35,7 @@ use std::time::Duration;
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::io::{StdStorage, Storage};
+use crate::poison::Recover;
 use crate::uring::Uring;
 use device::Device;
 use format::{
@@ -213,7 +214,7 @@ impl RingWal {
     /// `offset` and everything is durable, the trim moves on to the flushed offset, so the
     /// space of the last block's tail and of padding is freed too.
     pub fn trim(&self, offset: u64) -> Result<()> {
-        let mut hs = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hs = self.header.lock().recover();
         let (offset, block) = {
             let st = self.shared.lock();
             if let Some(f) = st.failure {
@@ -353,9 +354,9 @@ impl RingWal {
     /// Writes every appended record, stops the workers and records a clean shutdown.
     /// Idempotent. Fails if a write failed (the header then still says unclean).
     pub fn close(&self) -> Result<()> {
-        let mut hs = self.header.lock().unwrap_or_else(|p| p.into_inner());
+        let mut hs = self.header.lock().recover();
         let first = self.shared.begin_close();
-        let workers = std::mem::take(&mut *self.workers.lock().unwrap_or_else(|p| p.into_inner()));
+        let workers = std::mem::take(&mut *self.workers.lock().recover());
         for h in workers {
             let _ = h.join();
         }

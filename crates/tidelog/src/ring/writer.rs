@@ -20,6 +20,7 @@ use super::format::{
 };
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
+use crate::poison::Recover;
 use crate::uring::{Uring, Waker};
 use std::os::fd::RawFd;
 
@@ -281,7 +282,7 @@ impl Shared {
     }
 
     pub fn lock(&self) -> MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
+        self.state.lock().recover()
     }
 
     pub fn durable(&self) -> u64 {
@@ -318,7 +319,7 @@ impl Shared {
     }
 
     fn notify_done(&self) {
-        let _g = self.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+        let _g = self.done_lock.lock().recover();
         self.done_cv.notify_all();
     }
 
@@ -398,11 +399,7 @@ impl Shared {
                 if now >= deadline {
                     return Err(full);
                 }
-                st = self
-                    .space_cv
-                    .wait_timeout(st, deadline - now)
-                    .unwrap_or_else(|p| p.into_inner())
-                    .0;
+                st = self.space_cv.wait_timeout(st, deadline - now).recover().0;
                 continue;
             }
             let Some(buf) = st.free_bufs.pop() else {
@@ -417,7 +414,7 @@ impl Shared {
                 st = self
                     .space_cv
                     .wait_timeout(st, buffer_deadline - now)
-                    .unwrap_or_else(|p| p.into_inner())
+                    .recover()
                     .0;
                 continue;
             };
@@ -465,24 +462,20 @@ impl Shared {
             {
                 return Err(self.poisoned(f));
             }
-            let g = self.done_lock.lock().unwrap_or_else(|p| p.into_inner());
+            let g = self.done_lock.lock().recover();
             if self.durable() >= end || self.failed.load(Ordering::Acquire) {
                 continue;
             }
             match deadline {
                 // No deadline asked for (`flush`, `RingAppend::wait`): the block write's
                 // completion or failure ends it (both notify `done_cv`).
-                None => drop(self.done_cv.wait(g).unwrap_or_else(|p| p.into_inner())),
+                None => drop(self.done_cv.wait(g).recover()),
                 Some(dl) => {
                     let now = Instant::now();
                     if now >= dl {
                         return Ok(None);
                     }
-                    drop(
-                        self.done_cv
-                            .wait_timeout(g, dl - now)
-                            .unwrap_or_else(|p| p.into_inner()),
-                    );
+                    drop(self.done_cv.wait_timeout(g, dl - now).recover());
                 }
             }
         }
@@ -551,15 +544,10 @@ impl Shared {
                 return None;
             }
             st = match timer {
-                Some(left) => {
-                    self.work_cv
-                        .wait_timeout(st, left)
-                        .unwrap_or_else(|p| p.into_inner())
-                        .0
-                }
+                Some(left) => self.work_cv.wait_timeout(st, left).recover().0,
                 // A worker's idle wait: a sealed block, a new open block, a failure or close
                 // wakes it (`notify_work`).
-                None => self.work_cv.wait(st).unwrap_or_else(|p| p.into_inner()),
+                None => self.work_cv.wait(st).recover(),
             };
         }
     }
