@@ -184,16 +184,9 @@ impl Strategy {
         }
     }
 
-    /// Before a topic's extents are marked deleted: its entries leave the ring, so a replay
-    /// never brings back records of a deleted topic.
-    pub fn before_delete(&self, flusher: &Flusher) -> Result<()> {
-        match self {
-            Strategy::Files { .. } => Ok(()),
-            Strategy::Ring(journal) => checkpoint(journal, flusher),
-        }
-    }
-
-    /// One checkpoint of the uploader thread (ring backend; nothing to do otherwise).
+    /// A checkpoint (ring backend; nothing to do otherwise): the uploader's, and the one
+    /// before a topic's extents are marked deleted, so its entries leave the ring and a
+    /// replay never brings back records of a deleted topic.
     pub fn checkpoint(&self, flusher: &Flusher) -> Result<()> {
         match self {
             Strategy::Files { .. } => Ok(()),

@@ -194,7 +194,7 @@ impl Wal {
     /// and a handle to wait on for durability.
     pub fn append_batch_async(&self, topic: &str, records: &[Append<'_>]) -> Result<AppendHandle> {
         let t = self.topic_for(topic, records)?;
-        writer::append_async(&self.state, &t, records, self.state.default_opts())
+        writer::append_async_checked(&self.state, &t, records, self.state.default_opts())
     }
 
     /// Appends `values` as one crash-atomic batch; returns their offsets.
@@ -206,11 +206,12 @@ impl Wal {
     /// Appends `records` (keys, values, timestamps) as one crash-atomic batch.
     pub fn append_batch_records(&self, topic: &str, records: &[Append<'_>]) -> Result<Range<u64>> {
         let t = self.topic_for(topic, records)?;
-        writer::append(&self.state, &t, records, self.state.default_opts())
+        writer::append_checked(&self.state, &t, records, self.state.default_opts())
     }
 
-    /// The topic `records` go to, created if needed, but only once they passed validation:
-    /// a rejected append leaves no empty topic behind.
+    /// The topic `records` go to, created if needed, but only once the handle and the
+    /// records passed their checks (which the append then does not repeat): a rejected
+    /// append leaves no empty topic behind.
     fn topic_for(&self, topic: &str, records: &[Append<'_>]) -> Result<Arc<Topic>> {
         self.state.check_writable()?;
         self.state.validate_records(records)?;

@@ -23,9 +23,21 @@ pub(super) fn append(
     records: &[Append<'_>],
     opts: WriteOpts,
 ) -> Result<Range<u64>> {
-    let _panic = PanicGuard::new(&state.sync.poison, "append");
     state.check_writable()?;
     state.validate_records(records)?;
+    append_checked(state, topic, records, opts)
+}
+
+/// [`append`] for records the caller has checked already (`Wal`'s appends check before
+/// they create the topic).
+#[inline]
+pub(super) fn append_checked(
+    state: &State,
+    topic: &Topic,
+    records: &[Append<'_>],
+    opts: WriteOpts,
+) -> Result<Range<u64>> {
+    let _panic = PanicGuard::new(&state.sync.poison, "append");
     state
         .durable
         .append(&state.appending(opts), topic, records, opts)
@@ -39,9 +51,19 @@ pub(super) fn append_async(
     records: &[Append<'_>],
     opts: WriteOpts,
 ) -> Result<AppendHandle> {
-    let _panic = PanicGuard::new(&state.sync.poison, "append");
     state.check_writable()?;
     state.validate_records(records)?;
+    append_async_checked(state, topic, records, opts)
+}
+
+/// [`append_async`] for records the caller has checked already.
+pub(super) fn append_async_checked(
+    state: &State,
+    topic: &Topic,
+    records: &[Append<'_>],
+    opts: WriteOpts,
+) -> Result<AppendHandle> {
+    let _panic = PanicGuard::new(&state.sync.poison, "append");
     state
         .durable
         .append_async(&state.appending(opts), topic, records, opts)
