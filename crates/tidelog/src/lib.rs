@@ -43,6 +43,7 @@ mod file;
 /// the API a user needs, so hidden from the docs.
 #[doc(hidden)]
 pub mod format;
+mod futex;
 #[doc(hidden)]
 pub mod internals;
 pub mod io;
@@ -56,6 +57,7 @@ mod reclaim;
 mod record;
 mod recovery;
 pub mod ring;
+mod shared;
 mod spin;
 pub mod stage;
 mod status;
@@ -71,7 +73,7 @@ pub use config::{
 pub use error::{Error, Result};
 pub use file::FileState;
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
-pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition};
+pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition, Visibility};
 pub use record::Append;
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};

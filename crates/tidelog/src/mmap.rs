@@ -17,6 +17,7 @@
 use std::fmt;
 use std::fs::File;
 use std::io;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use memmap2::{MmapOptions, MmapRaw};
 
@@ -155,6 +156,56 @@ impl Mapping {
             // slices, and concurrent readers only use `copy_out`, so no reference aliases them.
             unsafe { std::ptr::write_volatile(to, *byte) };
         }
+    }
+
+    /// The 8-byte word at `at` of a writable mapping, as an atomic shared with every process
+    /// that maps the file (the shared state file's words).
+    pub fn atomic_u64(&self, at: usize) -> &AtomicU64 {
+        assert!(self.writable, "atomic access to a read-only mapping");
+        let ptr = self.word_ptr(at, 8);
+        // SAFETY: `word_ptr` checked that `[at, at + 8)` is in bounds and 8-aligned (the
+        // mapping starts on a page); the memory lives as long as `self`, which the reference
+        // cannot outlive. Every party touches these words only through atomics (other
+        // processes included), and an `AtomicU64` has the layout of a `u64`.
+        unsafe { &*ptr.cast::<AtomicU64>() }
+    }
+
+    /// The 4-byte word at `at` of a writable mapping, as an atomic (see
+    /// [`Mapping::atomic_u64`]); futex words are of this size.
+    pub fn atomic_u32(&self, at: usize) -> &AtomicU32 {
+        assert!(self.writable, "atomic access to a read-only mapping");
+        let ptr = self.word_ptr(at, 4);
+        // SAFETY: as in `atomic_u64`: in bounds, 4-aligned, alive as long as `self`, only
+        // ever accessed atomically.
+        unsafe { &*ptr.cast::<AtomicU32>() }
+    }
+
+    /// An atomic load of the 8-byte word at `at`, on a mapping of either kind (a read-only
+    /// mapping hands out no atomics: a store through one would fault).
+    pub fn load_u64(&self, at: usize, order: Ordering) -> u64 {
+        let ptr = self.word_ptr(at, 8);
+        // SAFETY: in bounds and 8-aligned (checked by `word_ptr`); the reference lives only
+        // for this load, which reads the word as every other party writes it: atomically.
+        unsafe { (*ptr.cast::<AtomicU64>()).load(order) }
+    }
+
+    /// An atomic load of the 4-byte word at `at`, on a mapping of either kind.
+    pub fn load_u32(&self, at: usize, order: Ordering) -> u32 {
+        let ptr = self.word_ptr(at, 4);
+        // SAFETY: as in `load_u64`: in bounds and 4-aligned; the reference lives only for
+        // this atomic load.
+        unsafe { (*ptr.cast::<AtomicU32>()).load(order) }
+    }
+
+    /// The address of `[at, at + size)` after checking bounds and `size` alignment.
+    fn word_ptr(&self, at: usize, size: usize) -> *mut u8 {
+        assert!(
+            at.checked_add(size).is_some_and(|end| end <= self.len),
+            "word out of bounds"
+        );
+        let ptr = self.raw.as_mut_ptr().wrapping_add(at);
+        assert!((ptr as usize).is_multiple_of(size), "unaligned word");
+        ptr
     }
 
     /// `msync(MS_SYNC)` of `[offset, offset + len)`, widened to whole pages.

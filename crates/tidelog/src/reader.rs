@@ -40,6 +40,20 @@ pub enum CommitMode {
     Strict,
 }
 
+/// Which records a reader returns.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Visibility {
+    /// Every record whose append returned (in any process): the lowest latency. A record
+    /// the writer's machine loses in a crash (power loss) before it was durable may have
+    /// been read.
+    #[default]
+    Published,
+    /// Only records that are durable on disk: what a crash of any kind keeps. They arrive
+    /// after the sync that covers them (`fsync="always"`: at once; `interval`: within
+    /// `sync_interval_ms`; `never`: at `flush()` or close).
+    Durable,
+}
+
 /// Options for [`crate::Wal::reader_with`].
 #[derive(Debug, Clone, Default)]
 pub struct ReaderOptions {
@@ -51,6 +65,8 @@ pub struct ReaderOptions {
     pub commit: CommitMode,
     /// Skip checksum verification on reads (default: verify every record).
     pub skip_checksums: bool,
+    /// Published records (the default) or only durable ones.
+    pub visibility: Visibility,
 }
 
 impl ReaderOptions {
@@ -69,6 +85,11 @@ impl ReaderOptions {
     /// Sets the commit mode.
     pub fn commit(mut self, commit: CommitMode) -> Self {
         self.commit = commit;
+        self
+    }
+    /// Sets which records the reader returns.
+    pub fn visibility(mut self, visibility: Visibility) -> Self {
+        self.visibility = visibility;
         self
     }
 }
@@ -186,6 +207,7 @@ pub struct Reader {
     cursor: Option<Arc<CursorFile>>,
     mode: CommitMode,
     verify: bool,
+    visibility: Visibility,
     /// Extent holding `next_offset`, once resolved.
     block: Option<Arc<Extent>>,
     /// Position of `next_offset` in `block`.
@@ -220,6 +242,7 @@ impl Reader {
             cursor,
             mode: options.commit,
             verify: !options.skip_checksums,
+            visibility: options.visibility,
             block: None,
             pos: 0,
             next_offset: 0,
@@ -233,7 +256,7 @@ impl Reader {
                 .and_then(|c| c.committed())
                 .map_or(first, |c| c.clamp(first, reader.topic.next_offset())),
             StartPosition::Earliest => first,
-            StartPosition::Latest => reader.topic.next_offset(),
+            StartPosition::Latest => reader.visible_next(),
             StartPosition::Offset(o) => o,
         };
         reader.seek(start)?;
@@ -255,9 +278,25 @@ impl Reader {
         self.cursor.as_ref().and_then(|c| c.committed())
     }
 
-    /// Records available to read right now (published offsets at or after the position).
+    /// Records available to read right now (visible offsets at or after the position).
     pub fn lag(&self) -> u64 {
-        self.topic.next_offset().saturating_sub(self.next_offset)
+        self.visible_next().saturating_sub(self.next_offset)
+    }
+
+    /// Which records this reader returns.
+    pub fn visibility(&self) -> Visibility {
+        self.visibility
+    }
+
+    /// The offset after the last record this reader may return now.
+    #[inline]
+    pub(crate) fn visible_next(&self) -> u64 {
+        visible_next(&self.topic, self.visibility)
+    }
+
+    /// The topic this reader reads (for the facade's waits).
+    pub(crate) fn topic_handle(&self) -> &Arc<Topic> {
+        &self.topic
     }
 
     /// Moves to `offset`, which must lie between the first stored offset and the next offset.
@@ -332,7 +371,7 @@ impl Reader {
 
     /// Finds the extent holding `next_offset`; false when it is not published yet.
     fn resolve(&mut self) -> Result<bool> {
-        if self.next_offset >= self.topic.next_offset() {
+        if self.next_offset >= self.visible_next() {
             return Ok(false);
         }
         let Some(block) = self.topic.extent_for(self.next_offset) else {
@@ -365,6 +404,10 @@ impl Reader {
             };
             let (_, end) = block.published();
             if self.pos < end {
+                if self.visibility == Visibility::Durable && self.next_offset >= self.visible_next()
+                {
+                    return Ok(None);
+                }
                 let view = block
                     .frame_at(self.pos, self.next_offset, verify)
                     .map_err(|e| {
@@ -477,7 +520,11 @@ impl Reader {
                 break;
             };
             let frames = block.published_frames();
-            while consumed < max_records && self.pos < frames.end() {
+            let limit = match self.visibility {
+                Visibility::Published => u64::MAX,
+                Visibility::Durable => self.visible_next(),
+            };
+            while consumed < max_records && self.pos < frames.end() && self.next_offset < limit {
                 let view = frames
                     .frame_at(self.pos, self.next_offset, self.verify)
                     .map_err(|e| {
@@ -532,6 +579,16 @@ impl Reader {
             }
         }
         Ok(out)
+    }
+}
+
+/// The offset after the last record of `topic` a reader with `visibility` may return.
+#[inline]
+pub(crate) fn visible_next(topic: &Topic, visibility: Visibility) -> u64 {
+    let next = topic.next_offset();
+    match visibility {
+        Visibility::Published => next,
+        Visibility::Durable => topic.durable_next().min(next),
     }
 }
 

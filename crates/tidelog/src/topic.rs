@@ -14,7 +14,7 @@
 use std::hash::{BuildHasher, Hasher};
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
@@ -28,6 +28,7 @@ use crate::poison::Recover;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
 pub use crate::record::Append;
 use crate::ring::RingAppend;
+use crate::shared::{ExtentEnd, Snapshot, TopicSlot, Watch};
 use crate::spin::{SpinGuard, SpinLock};
 use crate::sync::SyncQueue;
 
@@ -156,6 +157,11 @@ pub struct Topic {
     parking: Mutex<Vec<(u64, std::thread::Thread)>>,
     /// `parking.len()`, read without the lock on every publish.
     parked: AtomicU32,
+    /// Offset after the last durable record (as far as this process knows).
+    durable_next: AtomicU64,
+    /// The topic's slot in the shared state file: the writer reports each publish, roll and
+    /// sync there, and wakes readers of every process.
+    slot: OnceLock<TopicSlot>,
 }
 
 impl Topic {
@@ -172,6 +178,93 @@ impl Topic {
             deleted: AtomicBool::new(false),
             parking: Mutex::new(Vec::new()),
             parked: AtomicU32::new(0),
+            durable_next: AtomicU64::new(0),
+            slot: OnceLock::new(),
+        }
+    }
+
+    /// Gives the topic its slot in the shared state file (once), and reports there what is
+    /// published and durable now.
+    pub fn attach_slot(&self, slot: TopicSlot) {
+        let next = self.next_offset();
+        if let Some(tail) = self.chain().last() {
+            slot.publish(extent_end(tail), next, tail.max_timestamp_us());
+        } else {
+            slot.publish(
+                ExtentEnd {
+                    file_seq: 0,
+                    block_index: 0,
+                    first_offset: next,
+                    records: 0,
+                    end: format::BLOCK_HEADER_BYTES,
+                },
+                next,
+                0,
+            );
+        }
+        slot.note_durable(self.durable_next());
+        let _ = self.slot.set(slot);
+    }
+
+    /// The topic's slot in the shared state file, if it has one.
+    pub fn slot(&self) -> Option<&TopicSlot> {
+        self.slot.get()
+    }
+
+    /// Offset after the last record known to be durable.
+    #[inline]
+    pub fn durable_next(&self) -> u64 {
+        self.durable_next.load(Ordering::Acquire)
+    }
+
+    /// Every record below `next_offset` is durable: wakes readers that wait for that.
+    pub fn note_durable(&self, next_offset: u64) {
+        let before = self.durable_next.fetch_max(next_offset, Ordering::AcqRel);
+        if next_offset > before
+            && let Some(slot) = self.slot.get()
+        {
+            slot.note_durable(next_offset);
+        }
+    }
+
+    /// The offset below which recovery found every record on disk: an extent with records
+    /// past its durable point counts as durable from its first offset on (the first sync
+    /// moves it on).
+    pub fn durable_from_recovery(&self) -> u64 {
+        for block in self.chain() {
+            let (_, end) = block.published();
+            if block.sync_state().synced_end < end {
+                return block.first_offset;
+            }
+        }
+        self.next_offset()
+    }
+
+    /// A read-only handle moves to what the writer reported in the shared state `snap`: its
+    /// records published in `block` (this handle's last extent), and the next offset. False
+    /// when the report does not fit the extent (a stale or damaged state file): nothing is
+    /// moved.
+    pub fn follow_published(&self, block: &Extent, snap: &Snapshot) -> bool {
+        let (records, end, next_offset) = (snap.tail.records, snap.tail.end, snap.next_offset);
+        let (known_records, known_end) = block.published();
+        let fits = end <= block.data_limit
+            && end >= known_end
+            && records >= known_records
+            && block.first_offset.checked_add(records) == Some(next_offset)
+            && (records > known_records) == (end > known_end);
+        if fits && records > known_records {
+            block.set_max_timestamp(block.max_timestamp_us().max(snap.max_timestamp_us));
+            block.publish(records, end);
+            self.published_next.fetch_max(next_offset, Ordering::AcqRel);
+        }
+        fits
+    }
+
+    /// Wakes this topic's readers in every process (close and deletion: they then see it).
+    pub fn wake_readers(&self) {
+        if let Some(slot) = self.slot.get() {
+            slot.wake(Watch::Published);
+            slot.wake(Watch::Durable);
         }
     }
 
@@ -246,6 +339,7 @@ impl Topic {
             return Ok((next, max_ts));
         };
         old.set_final(count, end);
+        self.note_final(&old);
         if count == 0 {
             self.chain
                 .write()
@@ -277,8 +371,27 @@ impl Topic {
         tail.next_offset += records;
         tail.max_ts = tail.max_ts.max(max_ts);
         // No append is in flight (the topic is exclusive): the records are published at once.
-        self.published_next
-            .store(tail.next_offset, Ordering::Release);
+        let next = tail.next_offset;
+        drop(tail);
+        let slot = self.slot.get();
+        if let (Some(slot), Some(last)) = (slot, self.chain().last()) {
+            slot.publish(extent_end(last), next, last.max_timestamp_us());
+        }
+        self.published_next.store(next, Ordering::Release);
+        if let Some(slot) = slot {
+            slot.wake(Watch::Published);
+        }
+    }
+
+    /// Reports a rolled extent's end in the shared state, for readers in other processes.
+    fn note_final(&self, old: &Extent) {
+        if let (Some(slot), Some((records, end))) = (self.slot.get(), old.final_state()) {
+            slot.note_final(ExtentEnd {
+                records,
+                end,
+                ..extent_end(old)
+            });
+        }
     }
 
     /// What an append or an ingest gets once appends were stopped.
@@ -631,9 +744,23 @@ impl Topic {
         }
         block.publish(count_after, end);
         let next = first + n;
+        let slot = self.slot.get();
+        if let Some(slot) = slot {
+            // Before the topic's own next offset: the next publisher waits for that, so
+            // the slot has one writer at a time.
+            let tail = ExtentEnd {
+                records: count_after,
+                end,
+                ..extent_end(block)
+            };
+            slot.publish(tail, next, block.max_timestamp_us());
+        }
         self.published_next.store(next, Ordering::Release);
         if self.parked.load(Ordering::Relaxed) > 0 {
             self.unpark(next);
+        }
+        if let Some(slot) = slot {
+            slot.wake(Watch::Published);
         }
     }
 
@@ -733,6 +860,7 @@ impl Topic {
         };
         if let Some(old) = old {
             old.set_final(count, end);
+            self.note_final(&old);
             if old.release_writer() {
                 ctx.alloc.doom(&old.file);
             }
@@ -868,4 +996,16 @@ pub(crate) fn new_salt() -> u32 {
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
     h.write_u64(clock::now_us());
     h.finish() as u32
+}
+
+/// `block` and what of it is published, as the shared state file reports it.
+fn extent_end(block: &Extent) -> ExtentEnd {
+    let (records, end) = block.published();
+    ExtentEnd {
+        file_seq: block.file.seq,
+        block_index: block.block_index,
+        first_offset: block.first_offset,
+        records,
+        end,
+    }
 }

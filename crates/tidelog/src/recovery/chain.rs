@@ -10,6 +10,8 @@ pub(super) struct Recovery<'a> {
     pub(super) writable: bool,
     /// Blocks a read-only handle already holds.
     pub(super) known: &'a Known,
+    /// Published ends the writer reported (read-only handles).
+    pub(super) published: &'a Published,
     /// This open's `index_interval_bytes`.
     pub(super) interval: u64,
 }
@@ -58,9 +60,9 @@ impl Recovery<'_> {
             expected: None,
             dropping: false,
         };
-        let last = extents.len() - 1;
+        let firsts: Vec<u64> = extents.iter().map(|f| f.id.first_offset).collect();
         for (i, f) in extents.into_iter().enumerate() {
-            self.add_extent(&mut topic, f, i == last, report)?;
+            self.add_extent(&mut topic, f, firsts.get(i + 1).copied(), report)?;
         }
         topic.tail.next_offset = topic.expected.unwrap_or(0);
         Ok(Some(RecoveredTopic {
@@ -89,13 +91,13 @@ impl Recovery<'_> {
         }
     }
 
-    /// Adds extent `f` (the topic's last when `is_last`) to `topic`: dropped after a gap,
-    /// trusted from its seal, or scanned.
+    /// Adds extent `f` to `topic` (`next_first`: where the topic's next extent starts; `None`
+    /// for its last): dropped after a gap, trusted from its seal, or scanned.
     pub(super) fn add_extent(
         &self,
         topic: &mut TopicChain,
         f: Found,
-        is_last: bool,
+        next_first: Option<u64>,
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let block = self.block_of(&f);
@@ -106,7 +108,7 @@ impl Recovery<'_> {
             Some(p) if p.state == ProgressState::Sealed => {
                 self.restore_sealed(topic, &f, &block, p, report)?
             }
-            _ => self.restore_scanned(topic, &f, &block, is_last, report)?,
+            _ => self.restore_scanned(topic, &f, &block, next_first, report)?,
         };
         if kept {
             report.extents += 1;
@@ -194,11 +196,21 @@ impl Recovery<'_> {
         topic: &mut TopicChain,
         f: &Found,
         block: &Arc<Extent>,
-        is_last: bool,
+        next_first: Option<u64>,
         report: &mut RecoveryReport,
     ) -> Result<bool> {
+        let is_last = next_first.is_none();
         let progress = f.progress;
-        let watermark = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+        let durable = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
+        // Records the writer reported published are read like durable ones, and damage
+        // below them is corruption too (a read-only handle; the writer reports none).
+        let reported = self
+            .published
+            .ends
+            .get(&(f.file.seq, f.id.block_index))
+            .copied()
+            .unwrap_or(0);
+        let watermark = durable.max(reported);
         // Records may reach past this open's footer reserve (an extent written with a
         // coarser index interval), never past the extent. A damaged progress slot says
         // nothing of what is durable: the extent is read as far as its records check,
@@ -208,8 +220,26 @@ impl Recovery<'_> {
         } else {
             watermark.min(block.len)
         };
-        let mut s = self.scan_extent(f, block, limit, topic.tail.max_ts, report);
-        check_durable_reached(&topic.name, f, block, &s, watermark)?;
+        let mut s = match self.left_published(f, next_first, reported) {
+            Some(records) => {
+                let s =
+                    self.scan_extent(f, block, Bound::Records(records), topic.tail.max_ts, report);
+                if s.count < records {
+                    return Err(block.corruption(
+                        &topic.name,
+                        f.id.first_offset + s.count,
+                        s.end,
+                        s.stop,
+                    ));
+                }
+                s
+            }
+            None => {
+                let s = self.scan_extent(f, block, Bound::Bytes(limit), topic.tail.max_ts, report);
+                check_durable_reached(&topic.name, f, block, &s, watermark)?;
+                s
+            }
+        };
         // After a clean close nothing was written past `durable_end`: bytes there are
         // stale (reused blocks), not a torn write.
         let clean_end =
@@ -247,13 +277,27 @@ impl Recovery<'_> {
         Ok(true)
     }
 
-    /// Scans extent `f` up to `limit`, resuming where a read-only handle's last refresh
+    /// The records of extent `f` a read-only handle may read up to the next extent (which
+    /// starts at `next_first`) although the writer reported no end for it: the writer left
+    /// it for the next one and published past that (a roll the shared state file no longer
+    /// lists). `None` otherwise, and for the writer.
+    fn left_published(&self, f: &Found, next_first: Option<u64>, reported_end: u64) -> Option<u64> {
+        let next_first = next_first?;
+        let published = *self.published.next.get(&f.id.topic_id)?;
+        (!self.writable
+            && reported_end == 0
+            && published >= next_first
+            && next_first > f.id.first_offset)
+            .then(|| next_first - f.id.first_offset)
+    }
+
+    /// Scans extent `f` up to `bound`, resuming where a read-only handle's last refresh
     /// stopped, with `max_ts` the topic's running maximum so far. The report counts it.
     pub(super) fn scan_extent(
         &self,
         f: &Found,
         block: &Extent,
-        limit: u64,
+        bound: Bound,
         max_ts: u64,
         report: &mut RecoveryReport,
     ) -> Scan {
@@ -272,7 +316,7 @@ impl Recovery<'_> {
             index,
             last_index_pos,
         };
-        let s = scan(block, limit, from, self.interval);
+        let s = scan(block, bound, from, self.interval);
         report.scanned_extents += 1;
         report.scanned_bytes += s.end - pos;
         s

@@ -125,6 +125,18 @@ fn list_files(storage: &dyn Storage, dir: &Path) -> Result<(Listed, Vec<PathBuf>
 /// Blocks already known to a read-only handle, reused so live readers see them grow.
 pub type Known = HashMap<(u64, u32), Arc<Extent>>;
 
+/// What the writer reported published through the shared state file: a read-only
+/// refresh reads those records too, durable or not (published bytes are never written
+/// again).
+#[derive(Debug, Default)]
+pub struct Published {
+    /// Where an extent's published records end, by file sequence and block.
+    pub ends: HashMap<(u64, u32), u64>,
+    /// Each topic's next offset, by topic id: the extents a topic left below it hold only
+    /// published records.
+    pub next: HashMap<u32, u64>,
+}
+
 /// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
 /// half-created files); read-only never writes and shows only durable records.
 ///
@@ -138,6 +150,7 @@ pub fn recover(
     writable: bool,
     known_files: &BTreeMap<u64, Arc<DataFile>>,
     known: &Known,
+    published: &Published,
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
     let (listed, unfinished) = list_files(storage, dir)?;
@@ -150,6 +163,7 @@ pub fn recover(
         storage,
         writable,
         known,
+        published,
         interval: config.index_interval_bytes,
     };
     for (name, extents) in grouped.by_topic {

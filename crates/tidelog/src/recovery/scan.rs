@@ -126,16 +126,38 @@ pub(super) fn stop_at_limit(extent: &[u8], pos: u64) -> FrameError {
     }
 }
 
-/// Scans records of `block` from `at` up to `limit` (relative).
-pub(super) fn scan(block: &Extent, limit: u64, mut at: ScanPoint, interval: u64) -> Scan {
-    let extent = block.recovery_bytes(limit);
+/// How far a scan reads an extent.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Bound {
+    /// Up to this position (relative): the records that fit, then what follows them tells
+    /// a clean end from a torn one.
+    Bytes(u64),
+    /// Exactly the records before this count, borrowing one frame at a time, so no byte
+    /// past the last of them is touched: a read-only handle's scan of an extent the writer
+    /// left, whose records it published (the writer may still write its footer after them).
+    Records(u64),
+}
+
+/// Scans records of `block` from `at` up to `bound`.
+pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u64) -> Scan {
+    let whole = match bound {
+        Bound::Bytes(limit) => Some((block.recovery_bytes(limit), limit)),
+        Bound::Records(_) => None,
+    };
     let mut batch = OpenBatch::default();
     let stop = loop {
         let offset = block.first_offset + at.count;
+        let extent = match (whole, bound) {
+            (Some((extent, _)), _) => extent,
+            (None, Bound::Records(records)) if at.count >= records => break FrameError::End,
+            (None, _) => frame_prefix(block, at.pos),
+        };
         let view = match block.decode_frame(extent, at.pos, offset, true) {
             Ok(view) => view,
             // Not even a header fits before the limit: the clean end of the extent.
-            Err(FrameError::Truncated) if at.pos + format::FRAME_HEADER_BYTES > limit => {
+            Err(FrameError::Truncated)
+                if whole.is_some_and(|(_, limit)| at.pos + format::FRAME_HEADER_BYTES > limit) =>
+            {
                 break stop_at_limit(extent, at.pos);
             }
             Err(e) => break e,
@@ -160,6 +182,20 @@ pub(super) fn scan(block: &Extent, limit: u64, mut at: ScanPoint, interval: u64)
         stop,
         cut_records,
     }
+}
+
+/// The extent's bytes up to the end of the frame at `pos`, as its header gives it (the
+/// header alone when that does not fit).
+fn frame_prefix(block: &Extent, pos: u64) -> &[u8] {
+    let head_end = pos + format::FRAME_HEADER_BYTES;
+    let head = block.recovery_bytes(head_end);
+    if (head.len() as u64) < head_end {
+        return head;
+    }
+    let frame_len = u64::from(format::get_u32(head, pos as usize + format::FR_LEN));
+    block.recovery_bytes(
+        pos + format::align_up(frame_len, format::FRAME_ALIGN).max(format::FRAME_HEADER_BYTES),
+    )
 }
 
 /// Counts the valid records of `block` that lie past `from` (where a scan stopped on a bad

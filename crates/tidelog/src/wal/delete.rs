@@ -18,6 +18,9 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
         });
     }
     state.topics.remove(&topic);
+    if let Some(slot) = topic.slot() {
+        slot.release();
+    }
     // Its entries leave the ring first: a replay never brings back a deleted topic.
     state.durable.checkpoint(&state.flusher)?;
     state

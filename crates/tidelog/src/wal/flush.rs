@@ -11,6 +11,7 @@ use crate::format;
 use crate::io::Storage;
 use crate::poison::Recover;
 use crate::sync::SyncQueue;
+use crate::topic::Topic;
 
 /// Flushes the data files of one handle; one pass at a time.
 #[derive(Debug)]
@@ -55,6 +56,8 @@ impl Flusher {
     fn flush_extents(&self, closing: bool) -> Result<()> {
         let _flushing = self.hold();
         for topic in self.topics.all() {
+            // Loaded before the extents' publication words: the pass covers at least this.
+            let published = topic.next_offset();
             let mut sealed = Vec::new();
             for block in topic.unsynced() {
                 // A consumed extent's file may already be gone: nothing left to make durable.
@@ -65,6 +68,7 @@ impl Flusher {
             if !sealed.is_empty() {
                 topic.forget_synced(&sealed);
             }
+            topic.note_durable(published);
         }
         Ok(())
     }
@@ -76,7 +80,8 @@ impl Flusher {
     /// this commit acknowledges: recovery and read-only handles see them as durable.
     pub fn sync_group(&self) -> Result<()> {
         let _flushing = self.hold();
-        for (lo, hi, blocks) in self.unsynced_spans().into_values() {
+        let (spans, published) = self.unsynced_spans();
+        for (lo, hi, blocks) in spans.into_values() {
             let Some((first, _, _)) = blocks.first() else {
                 continue;
             };
@@ -98,14 +103,21 @@ impl Flusher {
                     .map_err(|e| Error::io("msync", &file.path, e))?;
             }
         }
+        for (topic, next) in published {
+            topic.note_durable(next);
+        }
         Ok(())
     }
 
     /// Per data file: the span holding unsynced records and the extents (with their new
-    /// count and end) it covers.
-    fn unsynced_spans(&self) -> BTreeMap<u64, Span> {
+    /// count and end) it covers; and each topic's next offset, loaded before its extents'
+    /// publication words, so the spans cover every record below it.
+    fn unsynced_spans(&self) -> (BTreeMap<u64, Span>, Vec<(Arc<Topic>, u64)>) {
         let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
-        for topic in self.topics.all() {
+        let topics = self.topics.all();
+        let mut published = Vec::with_capacity(topics.len());
+        for topic in topics {
+            let next = topic.next_offset();
             for block in topic.unsynced() {
                 let Some((from, count, end)) = block.unsynced_range() else {
                     continue;
@@ -118,8 +130,9 @@ impl Flusher {
                 span.1 = span.1.max(hi);
                 span.2.push((block, count, end));
             }
+            published.push((topic, next));
         }
-        spans
+        (spans, published)
     }
 }
 

@@ -15,7 +15,9 @@
 mod delete;
 mod durability;
 mod flush;
+mod follow;
 mod info;
+mod link;
 mod lock;
 mod open;
 mod publish;
@@ -360,14 +362,25 @@ impl Wal {
             .collect()
     }
 
-    /// Picks up records made durable by the writing process since the last refresh
+    /// Picks up what the writing process published since the last refresh: at once through
+    /// the shared state file where the writer keeps one, else what it made durable
     /// (read-only handles; a no-op for the writer, which sees its own records at once).
     pub fn refresh(&self) -> Result<()> {
         self.state.check_open()?;
         if !self.state.status.is_read_only() {
             return Ok(());
         }
-        open::refresh(&self.state)
+        follow::refresh(&self.state)
+    }
+
+    /// Waits until `reader` has a record to return (true) or `timeout` passes (false),
+    /// without polling: the reader sleeps on its topic's word in the shared state file
+    /// (`tidelog.state`), which the writer's publish wakes, in this process or another,
+    /// within microseconds. A read-only handle catches up with the writer on the way
+    /// (as [`Wal::refresh`] does). `Closed` when the handle closes meanwhile; each sleep
+    /// lasts at most 100 ms, so a lost wake-up costs no more.
+    pub fn wait_for_records(&self, reader: &Reader, timeout: Duration) -> Result<bool> {
+        follow::wait(&self.state, reader, timeout)
     }
 
     /// Stops the background threads, flushes, marks active extents clean and releases the

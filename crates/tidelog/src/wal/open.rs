@@ -1,12 +1,13 @@
 //! Opening a directory (lock, strategy, recovery, replay, staged jobs, reclaim), a
 //! read-only handle's refresh, and close.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use super::durability::Strategy;
 use super::flush::Flusher;
+use super::link::SharedLink;
 use super::lock::DirLock;
 use super::state::{RecoveryState, State};
 use super::topics::Topics;
@@ -20,6 +21,7 @@ use crate::poison::Recover;
 use crate::prefault::Prefaulter;
 use crate::reclaim::Reclaimer;
 use crate::recovery::{self, Known, Recovered};
+use crate::shared::SharedState;
 use crate::stage;
 use crate::status::Status;
 use crate::sync::SyncQueue;
@@ -39,6 +41,17 @@ pub(super) fn open_state(
         DirLock::take(storage.as_ref(), dir)?
     };
     let durable = Strategy::open(dir, &config, &storage, read_only)?;
+    // A reader attaches to the shared state file a writer of this boot built, if any, and
+    // reads what it reports published; the writer rebuilds the file after recovery.
+    let follow = if read_only {
+        Some(SharedLink::reader(Arc::clone(&storage), dir))
+    } else {
+        None
+    };
+    let published = follow
+        .as_ref()
+        .map(SharedLink::reported)
+        .unwrap_or_default();
     let recovered = recovery::recover(
         dir,
         &config,
@@ -46,13 +59,22 @@ pub(super) fn open_state(
         !read_only,
         &BTreeMap::new(),
         &HashMap::new(),
+        &published,
     )?;
+    let follow = match follow {
+        Some(follow) => follow,
+        None => SharedLink::writer(SharedState::rebuild(storage.as_ref(), dir)?),
+    };
     Ok(Arc::new(assemble(
-        dir, config, storage, read_only, dir_lock, durable, recovered,
+        dir, config, storage, read_only, dir_lock, durable, recovered, follow,
     )))
 }
 
 /// The state of a handle from what recovery found.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the parts open assembled, each once"
+)]
 fn assemble(
     dir: &Path,
     config: Config,
@@ -61,6 +83,7 @@ fn assemble(
     dir_lock: DirLock,
     durable: Strategy,
     recovered: Recovered,
+    follow: SharedLink,
 ) -> State {
     let mut known = Known::new();
     let mut topics = Vec::new();
@@ -72,9 +95,14 @@ fn assemble(
             }
         }
         topic.restore(t.chain, t.unsynced, t.tail);
+        topic.note_durable(topic.durable_from_recovery());
         topics.push(topic);
     }
-    let topics = Arc::new(Topics::new(topics, recovered.next_topic_id));
+    let topics = Arc::new(Topics::new(
+        topics,
+        recovered.next_topic_id,
+        follow.writer_state(),
+    ));
     let alloc = Arc::new(allocator(
         dir,
         &config,
@@ -121,6 +149,7 @@ fn assemble(
         }),
         ingest_lock: Mutex::new(()),
         dir_lock,
+        follow,
     }
 }
 
@@ -191,60 +220,6 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
     Ok(())
 }
 
-/// Picks up what the writing process made durable since the last refresh (read-only).
-pub(super) fn refresh(state: &State) -> Result<()> {
-    let files = state.alloc.files().clone();
-    let mut recovery = state.recovered.lock().recover();
-    let recovered = recovery::recover(
-        &state.dir,
-        &state.config,
-        state.storage.as_ref(),
-        false,
-        &files,
-        &recovery.known,
-    )?;
-    let mut seen = HashSet::new();
-    let mut all_present = HashSet::new();
-    for t in recovered.topics {
-        // Another id under a known name: the writer deleted the topic and created it again.
-        // The new topic starts afresh (its offsets from 0); readers of the old one keep
-        // their own handle.
-        let topic = state.topics.get_or_insert_found(&t.name, t.id);
-        let existing = topic.chain();
-        let mut added = Vec::new();
-        for b in &t.chain {
-            recovery
-                .known
-                .insert((b.file.seq, b.block_index), Arc::clone(b));
-            if !existing.iter().any(|e| Arc::ptr_eq(e, b)) {
-                added.push(Arc::clone(b));
-            }
-        }
-        topic.extend_read_only(added, t.tail.next_offset);
-        // Extents the writer deleted (consumed, retention) leave from the front.
-        let present: HashSet<(u64, u32)> = t
-            .chain
-            .iter()
-            .map(|b| (b.file.seq, b.block_index))
-            .collect();
-        topic.trim_front(|b| present.contains(&(b.file.seq, b.block_index)));
-        all_present.extend(present);
-        seen.insert(t.name);
-    }
-    // Topics the writer deleted: nothing of theirs is left to read, and they are no longer
-    // listed.
-    for topic in state.topics.all() {
-        if !seen.contains(&topic.name) {
-            topic.trim_front(|_| false);
-            state.topics.remove(&topic);
-        }
-    }
-    recovery.known.retain(|key, _| all_present.contains(key));
-    state.alloc.replace_files(recovered.files);
-    recovery.report = recovered.report;
-    Ok(())
-}
-
 /// Closes: stops appends, waits for in-flight ones, flushes, marks active extents clean,
 /// closes the strategy, fails waiters no sync can cover any more, and releases the
 /// directory. The background threads are stopped already.
@@ -265,6 +240,10 @@ pub(super) fn close(state: &State) -> Result<()> {
     }
     state.sync.close();
     state.status.set_closed();
+    // Readers waiting in this process wake and see the handle closed.
+    for topic in state.topics.all() {
+        topic.wake_readers();
+    }
     // Release mappings held by the tables; records still alive keep theirs.
     state.topics.clear();
     state.alloc.clear();

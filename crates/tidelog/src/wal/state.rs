@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::durability::{Appending, Strategy, WriteOpts};
 use super::flush::Flusher;
+use super::link::SharedLink;
 use super::lock::DirLock;
 use super::topics::Topics;
 use crate::alloc::BlockAllocator;
@@ -58,6 +59,8 @@ pub(crate) struct State {
     /// One staged job is published at a time.
     pub ingest_lock: Mutex<()>,
     pub dir_lock: DirLock,
+    /// The shared state file: the writer's reports, a reader's slots and waits.
+    pub follow: SharedLink,
 }
 
 impl State {

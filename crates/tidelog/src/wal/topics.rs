@@ -6,6 +6,7 @@ use std::sync::{Arc, RwLock};
 use crate::error::{Error, Result};
 use crate::format::validate_name;
 use crate::poison::Recover;
+use crate::shared::SharedState;
 use crate::topic::Topic;
 
 #[derive(Debug, Default)]
@@ -18,21 +19,28 @@ struct Table {
 #[derive(Debug, Default)]
 pub(crate) struct Topics {
     table: RwLock<Table>,
+    /// The writer's shared state file: each topic gets its slot there before its first append.
+    shared: Option<Arc<SharedState>>,
 }
 
 impl Topics {
     /// A table holding `topics`, with new ids from `next_id` up (and above every id given).
-    pub fn new(topics: Vec<Arc<Topic>>, next_id: u32) -> Topics {
+    /// With the writer's `shared` state file, every topic gets its slot there.
+    pub fn new(topics: Vec<Arc<Topic>>, next_id: u32, shared: Option<Arc<SharedState>>) -> Topics {
         let mut table = Table {
             by_name: HashMap::new(),
             next_id,
         };
         for topic in topics {
             table.next_id = table.next_id.max(topic.id.saturating_add(1));
+            if let Some(slot) = shared.as_ref().and_then(|s| s.claim(topic.id)) {
+                topic.attach_slot(slot);
+            }
             table.by_name.insert(topic.name.clone(), topic);
         }
         Topics {
             table: RwLock::new(table),
+            shared,
         }
     }
 
@@ -68,6 +76,9 @@ impl Topics {
             Error::limit("topic ids", u64::from(u32::MAX) + 1, u64::from(u32::MAX))
         })?;
         let topic = Arc::new(Topic::new(name.to_owned(), id));
+        if let Some(slot) = self.shared.as_ref().and_then(|s| s.claim(id)) {
+            topic.attach_slot(slot);
+        }
         table.by_name.insert(name.to_owned(), Arc::clone(&topic));
         Ok(topic)
     }

@@ -11,6 +11,7 @@ mod bad_input;
 mod cursors;
 mod durability_modes;
 mod duration_max;
+mod follow;
 mod fork;
 mod index_interval;
 mod lock_waits;

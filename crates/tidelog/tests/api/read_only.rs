@@ -1,13 +1,17 @@
 //! Goal: a read-only handle, in another process or in this one, sees exactly the records the
-//! writer has made durable, picks up more with `refresh`, and refuses every write.
+//! writer has published (through the shared state file), its durable readers exactly the
+//! records the writer has made durable; it picks up more with `refresh`, and refuses every
+//! write.
 //!
 //! Method: the parent writes and flushes, then re-executes this test binary as a child that
 //! opens the directory read-only and answers commands on stdin with the record count and a
-//! checksum of everything it reads (`child_process_entry`; a no-op in a normal run, without
-//! `TIDELOG_CHILD_DIR`). The parent then appends without flushing (the child must not see
-//! those records), flushes (the child must see them after refresh, including new topics,
-//! extents and files, through a reader it kept from before), and compares each answer with
-//! its own model. In-process tests cover the same rules and the refused writes.
+//! checksum of everything it reads, by default readers and by durable ones
+//! (`child_process_entry`; a no-op in a normal run, without `TIDELOG_CHILD_DIR`). The parent
+//! then appends without flushing (the child's default readers must see those records, its
+//! durable readers must not), flushes (the durable readers must see them too, including
+//! new topics, extents and files, and a reader kept from before reads on), and compares
+//! each answer with its own model. In-process tests cover the same rules and the refused
+//! writes.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,7 +21,7 @@ use crate::common::{
     ChildSession, Fnv, child_command, child_commands, child_env, reply, small, stream_payload,
     tempdir,
 };
-use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Wal};
+use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Visibility, Wal};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -27,19 +31,30 @@ fn value(topic: &str, i: u64) -> Vec<u8> {
 }
 
 fn earliest(wal: &Wal, topic: &str) -> Reader {
+    earliest_with(wal, topic, Visibility::Published)
+}
+
+fn earliest_with(wal: &Wal, topic: &str, visibility: Visibility) -> Reader {
     wal.reader_with(
         topic,
-        ReaderOptions::default().start(StartPosition::Earliest),
+        ReaderOptions::default()
+            .start(StartPosition::Earliest)
+            .visibility(visibility),
     )
     .expect("reader")
 }
 
 /// Count and checksum of every record of every topic, read from the start.
 fn summary(wal: &Wal) -> (u64, u64) {
+    summary_with(wal, Visibility::Published)
+}
+
+/// [`summary`] as readers with `visibility` see it.
+fn summary_with(wal: &Wal, visibility: Visibility) -> (u64, u64) {
     let mut count = 0;
     let mut sum = Fnv::default();
     for topic in wal.topics() {
-        let mut r = earliest(wal, &topic);
+        let mut r = earliest_with(wal, &topic, visibility);
         while let Some(rec) = r.next().expect("next") {
             sum.record(&topic, rec.offset, rec.value);
             count += 1;
@@ -91,6 +106,7 @@ fn child_process_entry() {
             Some("wait") => {
                 let want: u64 = words.next().and_then(|w| w.parse().ok()).expect("count");
                 let deadline = Instant::now() + WAIT;
+                wal.refresh().expect("child: refresh");
                 while summary(&wal).0 < want && Instant::now() < deadline {
                     std::thread::sleep(Duration::from_millis(5));
                     wal.refresh().expect("child: refresh");
@@ -112,16 +128,25 @@ fn child_process_entry() {
             kept = Some(earliest(&wal, "a"));
         }
         let (count, sum) = summary(&wal);
-        reply(&format!("count={count} sum={sum:x}"));
+        let (durable, durable_sum) = summary_with(&wal, Visibility::Durable);
+        reply(&format!(
+            "count={count} sum={sum:x} durable={durable} durable_sum={durable_sum:x}"
+        ));
     }
 }
 
-fn expect_summary(child: &mut ChildSession, model: &BTreeMap<String, u64>) {
+/// Expects the child to see `model` published and `durable` durable.
+fn expect_summary(
+    child: &mut ChildSession,
+    model: &BTreeMap<String, u64>,
+    durable: &BTreeMap<String, u64>,
+) {
     let (count, sum) = model_summary(model);
+    let (dcount, dsum) = model_summary(durable);
     assert_eq!(
         child.recv(WAIT),
-        format!("count={count} sum={sum:x}"),
-        "model {model:?}"
+        format!("count={count} sum={sum:x} durable={dcount} durable_sum={dsum:x}"),
+        "model {model:?}, durable {durable:?}"
     );
 }
 
@@ -136,32 +161,35 @@ fn read_only_child_process_follows_the_writer() {
 
     let mut child = ChildSession::spawn(&mut child_command(module_path!(), dir.path(), ""));
     child.send("peek");
-    expect_summary(&mut child, &model);
+    expect_summary(&mut child, &model, &model);
 
-    // Appended but not flushed: the child must not see these, though the bytes are in the
-    // page cache it maps.
+    // Appended but not flushed: published, so the child's readers see them (a new topic
+    // too), its durable readers do not.
     let durable = model.clone();
     append(&wal, &mut model, "a", 100);
     append(&wal, &mut model, "c", 10);
     child.send("peek");
-    expect_summary(&mut child, &durable);
+    expect_summary(&mut child, &model, &durable);
 
-    // Flushed, plus enough more to fill new extents and files.
+    // Flushed, then enough more (unflushed) to fill new extents and files.
     wal.flush().expect("flush");
     child.send(&format!("wait {}", model_summary(&model).0));
-    expect_summary(&mut child, &model);
+    expect_summary(&mut child, &model, &model);
+    let durable = model.clone();
     append(&wal, &mut model, "a", 3_000);
     append(&wal, &mut model, "d", 700);
-    wal.flush().expect("flush");
     child.send(&format!("wait {}", model_summary(&model).0));
-    expect_summary(&mut child, &model);
+    expect_summary(&mut child, &model, &durable);
     child.send("kept");
     assert_eq!(child.recv(WAIT), format!("kept={}", model["a"]));
+    wal.flush().expect("flush");
+    child.send("peek");
+    expect_summary(&mut child, &model, &model);
 
     // After the writer closes (extents marked clean), the child still sees everything.
     wal.close().expect("close");
     child.send("peek");
-    expect_summary(&mut child, &model);
+    expect_summary(&mut child, &model, &model);
     child.finish(WAIT);
     let files = std::fs::read_dir(dir.path())
         .expect("list")
@@ -174,7 +202,7 @@ fn read_only_child_process_follows_the_writer() {
 }
 
 #[test]
-fn read_only_sees_only_flushed_records() {
+fn read_only_sees_published_records_and_durable_readers_only_flushed_ones() {
     let dir = tempdir();
     let wal = Wal::open_with(dir.path(), small()).expect("open");
     let mut model = BTreeMap::new();
@@ -182,22 +210,21 @@ fn read_only_sees_only_flushed_records() {
 
     let ro = Wal::open_read_only_with(dir.path(), small()).expect("read-only open");
     assert!(ro.is_read_only());
-    // Never flushed: the topic is unknown or empty, and offset 0 is not readable.
-    match ro.topic_info("a") {
-        Ok(info) => assert_eq!(info.next_offset, 0, "{info:?}"),
-        Err(Error::UnknownTopic { .. }) => {}
-        Err(e) => panic!("unexpected {e:?}"),
-    }
-    assert!(matches!(
-        ro.read("a", 0),
-        Err(Error::UnknownTopic { .. } | Error::OffsetOutOfRange { .. })
-    ));
-    assert_eq!(summary(&ro).0, 0);
+    // Published, never flushed: readers see the records, durable readers none.
+    assert_eq!(ro.topic_info("a").expect("info").next_offset, 10);
+    assert_eq!(summary(&ro), model_summary(&model));
+    assert_eq!(summary_with(&ro, Visibility::Durable).0, 0);
+    let mut durable_reader = earliest_with(&ro, "a", Visibility::Durable);
+    assert!(durable_reader.next().expect("next").is_none());
+    assert_eq!(durable_reader.lag(), 0);
 
     wal.flush().expect("flush");
-    assert_eq!(summary(&ro).0, 0, "nothing new before refresh");
     ro.refresh().expect("refresh");
-    assert_eq!(summary(&ro), model_summary(&model));
+    assert_eq!(
+        summary_with(&ro, Visibility::Durable),
+        model_summary(&model)
+    );
+    assert_eq!(durable_reader.lag(), 10);
     let mut kept = earliest(&ro, "a");
     for i in 0..10 {
         assert_eq!(
@@ -207,20 +234,25 @@ fn read_only_sees_only_flushed_records() {
     }
     assert!(kept.next().expect("next").is_none());
 
-    // More records, not flushed: still invisible after refresh.
+    // More records, not flushed: published (across new extents) after a refresh, not
+    // durable.
     let durable = model.clone();
     append(&wal, &mut model, "a", 2_000);
     ro.refresh().expect("refresh");
-    assert_eq!(summary(&ro), model_summary(&durable));
-    assert!(matches!(
-        ro.read("a", 10),
-        Err(Error::OffsetOutOfRange { next: 10, .. })
-    ));
+    assert_eq!(summary(&ro), model_summary(&model));
+    assert_eq!(
+        summary_with(&ro, Visibility::Durable),
+        model_summary(&durable)
+    );
+    assert_eq!(ro.read("a", 10).expect("read").value(), value("a", 10));
 
-    // Flushed: visible after refresh, through the kept reader too, across new extents.
+    // Flushed: durable readers see them too; the kept reader reads on across extents.
     wal.flush().expect("flush");
     ro.refresh().expect("refresh");
-    assert_eq!(summary(&ro), model_summary(&model));
+    assert_eq!(
+        summary_with(&ro, Visibility::Durable),
+        model_summary(&model)
+    );
     assert!(ro.topic_info("a").expect("info").extents > 1);
     let mut n = 10;
     while let Some(rec) = kept.next().expect("next") {

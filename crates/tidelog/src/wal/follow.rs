@@ -1,0 +1,192 @@
+//! Following the writer: a read-only handle's refresh from the directory and its catch-up
+//! to what the writer published (through the shared state file: at once on the extent it
+//! knows, by a refresh after a roll), and the wait for new records that every handle's
+//! readers use (a futex on the topic's slot; a poll of the directory where there is none).
+
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::state::State;
+use crate::error::Result;
+use crate::poison::Recover;
+use crate::reader::{Reader, Visibility, visible_next};
+use crate::recovery::{self, Published};
+use crate::shared::{Snapshot, TopicSlot, WAIT_SLICE, Watch};
+use crate::topic::Topic;
+
+/// First and longest sleep of a reader that polls the directory (no shared state file).
+const POLL_MIN: Duration = Duration::from_micros(100);
+const POLL_MAX: Duration = Duration::from_millis(20);
+
+/// A read-only handle moves `topic` to what the writer reported in its slot: on the extent
+/// this handle already has, at once; after a roll, by a refresh that reads the extents the
+/// writer reported. Without a slot it does nothing (the caller polls with a refresh).
+pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<()> {
+    let Some(slot) = state.follow.slot(topic) else {
+        return Ok(());
+    };
+    let _one = state.follow.catching_up.lock().recover();
+    if let Some(snap) = slot.snapshot()
+        && snap.next_offset > topic.next_offset()
+        && !follow_tail(topic, &snap)
+    {
+        let mut published = Published::default();
+        add_reported(&mut published, topic.id, &slot, &snap);
+        read_directory(state, &published)?;
+        follow_tail(topic, &snap);
+    }
+    topic.note_durable(slot.durable_next().min(topic.next_offset()));
+    Ok(())
+}
+
+/// A read-only handle's refresh: what is durable, and what the writer reported published
+/// in every slot (topics this handle does not know yet included).
+pub(super) fn refresh(state: &State) -> Result<()> {
+    let published = state.follow.reported();
+    let _one = state.follow.catching_up.lock().recover();
+    read_directory(state, &published)?;
+    for topic in state.topics.all() {
+        if let Some(slot) = state.follow.slot(&topic) {
+            if let Some(snap) = slot.snapshot() {
+                follow_tail(&topic, &snap);
+            }
+            topic.note_durable(slot.durable_next().min(topic.next_offset()));
+        }
+    }
+    Ok(())
+}
+
+/// What the slot of topic `id` reports: its newest extent's end, those of the extents
+/// rolls closed, and its next offset.
+fn add_reported(published: &mut Published, id: u32, slot: &TopicSlot, snap: &Snapshot) {
+    for e in slot.finals().into_iter().chain([snap.tail]) {
+        let end = published
+            .ends
+            .entry((e.file_seq, e.block_index))
+            .or_insert(0);
+        *end = (*end).max(e.end);
+    }
+    published.next.insert(id, snap.next_offset);
+}
+
+/// Moves `topic` to `snap` when its last extent is the one `snap` names.
+fn follow_tail(topic: &Topic, snap: &Snapshot) -> bool {
+    let Some(last) = topic.chain().last().cloned() else {
+        return false;
+    };
+    (last.file.seq, last.block_index) == (snap.tail.file_seq, snap.tail.block_index)
+        && topic.follow_published(&last, snap)
+}
+
+/// Waits until `reader` has a record to return (true), `timeout` passes (false), or its
+/// handle closes (`Closed`). Sleeps on the topic's slot in the shared state file, woken by
+/// the writer's publish (or sync, for durable readers) in any process; polls the directory
+/// where there is no slot. A deleted topic returns true: the next read reports it.
+pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<bool> {
+    let deadline = Instant::now().checked_add(timeout);
+    let topic = Arc::clone(reader.topic_handle());
+    let visibility = reader.visibility();
+    let position = reader.position();
+    let read_only = state.status.is_read_only();
+    let mut poll = POLL_MIN;
+    loop {
+        state.check_open()?;
+        if read_only {
+            catch_up(state, &topic)?;
+        }
+        if topic.is_deleted() || visible_next(&topic, visibility) > position {
+            return Ok(true);
+        }
+        let left = match deadline {
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if !left.is_zero() => left,
+                _ => return Ok(false),
+            },
+            None => WAIT_SLICE,
+        };
+        match state.follow.slot(&topic) {
+            Some(slot) => {
+                let watch = match visibility {
+                    Visibility::Published => Watch::Published,
+                    Visibility::Durable => Watch::Durable,
+                };
+                slot.wait(watch, left, || {
+                    let moved = if read_only {
+                        match visibility {
+                            Visibility::Published => slot.next_offset() > topic.next_offset(),
+                            Visibility::Durable => slot.durable_next() > position,
+                        }
+                    } else {
+                        visible_next(&topic, visibility) > position
+                    };
+                    moved || topic.is_deleted() || state.status.is_closed() || !slot.is_valid()
+                });
+            }
+            None => {
+                std::thread::sleep(poll.min(left));
+                poll = (poll * 2).min(POLL_MAX);
+                if read_only {
+                    read_directory(state, &Published::default())?;
+                }
+            }
+        }
+    }
+}
+
+/// Picks up what the writing process made durable since the last refresh, and the records
+/// it reported `published` beyond that (read-only).
+fn read_directory(state: &State, published: &Published) -> Result<()> {
+    let files = state.alloc.files().clone();
+    let mut recovery = state.recovered.lock().recover();
+    let recovered = recovery::recover(
+        &state.dir,
+        &state.config,
+        state.storage.as_ref(),
+        false,
+        &files,
+        &recovery.known,
+        published,
+    )?;
+    let mut seen = HashSet::new();
+    let mut all_present = HashSet::new();
+    for t in recovered.topics {
+        // Another id under a known name: the writer deleted the topic and created it again.
+        // The new topic starts afresh (its offsets from 0); readers of the old one keep
+        // their own handle.
+        let topic = state.topics.get_or_insert_found(&t.name, t.id);
+        let existing = topic.chain();
+        let mut added = Vec::new();
+        for b in &t.chain {
+            recovery
+                .known
+                .insert((b.file.seq, b.block_index), Arc::clone(b));
+            if !existing.iter().any(|e| Arc::ptr_eq(e, b)) {
+                added.push(Arc::clone(b));
+            }
+        }
+        topic.extend_read_only(added, t.tail.next_offset);
+        topic.note_durable(topic.durable_from_recovery());
+        // Extents the writer deleted (consumed, retention) leave from the front.
+        let present: HashSet<(u64, u32)> = t
+            .chain
+            .iter()
+            .map(|b| (b.file.seq, b.block_index))
+            .collect();
+        topic.trim_front(|b| present.contains(&(b.file.seq, b.block_index)));
+        all_present.extend(present);
+        seen.insert(t.name);
+    }
+    // Topics the writer deleted: nothing of theirs is left to read, and they are no longer
+    // listed.
+    for topic in state.topics.all() {
+        if !seen.contains(&topic.name) {
+            topic.trim_front(|_| false);
+            state.topics.remove(&topic);
+        }
+    }
+    recovery.known.retain(|key, _| all_present.contains(key));
+    state.alloc.replace_files(recovered.files);
+    recovery.report = recovered.report;
+    Ok(())
+}

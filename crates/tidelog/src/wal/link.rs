@@ -1,0 +1,123 @@
+//! A handle's link to the shared state file (`tidelog.state`): the writer's file, whose
+//! slots its topics hold, or a read-only handle's attachment and the slots it found.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use crate::io::Storage;
+use crate::poison::Recover;
+use crate::recovery::Published;
+use crate::shared::{SharedState, TopicSlot};
+use crate::topic::Topic;
+
+/// How often a reader without a current state file tries to attach again.
+const ATTACH_EVERY: Duration = Duration::from_millis(50);
+
+/// A handle's side of the shared state file.
+#[derive(Debug)]
+pub(crate) struct SharedLink {
+    role: Role,
+    /// One catch-up at a time per handle (they move publication words forward only).
+    pub catching_up: Mutex<()>,
+}
+
+#[derive(Debug)]
+enum Role {
+    /// The writer built the file; its topics hold their slots.
+    Writer(Arc<SharedState>),
+    /// A read-only handle: the file (attached again when a new writer rebuilt it) and the
+    /// slots found so far, by topic id.
+    Reader(Mutex<ReaderLink>),
+}
+
+#[derive(Debug)]
+struct ReaderLink {
+    storage: Arc<dyn Storage>,
+    dir: PathBuf,
+    shared: Option<Arc<SharedState>>,
+    slots: HashMap<u32, TopicSlot>,
+    attached_at: Option<Instant>,
+}
+
+impl SharedLink {
+    pub fn writer(shared: SharedState) -> SharedLink {
+        SharedLink {
+            role: Role::Writer(Arc::new(shared)),
+            catching_up: Mutex::new(()),
+        }
+    }
+
+    /// A read-only handle's link: attaches to the file of `dir` if a writer of this boot
+    /// built it (and again later, when one does).
+    pub fn reader(storage: Arc<dyn Storage>, dir: &Path) -> SharedLink {
+        let shared = SharedState::attach(storage.as_ref(), dir);
+        let link = ReaderLink {
+            storage,
+            dir: dir.to_owned(),
+            shared: shared.map(Arc::new),
+            slots: HashMap::new(),
+            attached_at: Some(Instant::now()),
+        };
+        SharedLink {
+            role: Role::Reader(Mutex::new(link)),
+            catching_up: Mutex::new(()),
+        }
+    }
+
+    /// What every slot of the state file reports published (a reader's refresh and open).
+    pub fn reported(&self) -> Published {
+        let mut published = Published::default();
+        if let Role::Reader(link) = &self.role
+            && let Some(shared) = link.lock().recover().shared.clone()
+        {
+            let (ends, next) = shared.reported();
+            for e in ends {
+                let end = published
+                    .ends
+                    .entry((e.file_seq, e.block_index))
+                    .or_insert(0);
+                *end = (*end).max(e.end);
+            }
+            published.next.extend(next);
+        }
+        published
+    }
+
+    /// The writer's state file, for its topic table.
+    pub fn writer_state(&self) -> Option<Arc<SharedState>> {
+        match &self.role {
+            Role::Writer(shared) => Some(Arc::clone(shared)),
+            Role::Reader(_) => None,
+        }
+    }
+
+    /// The slot `topic` has now: the writer's own, or the one a reader finds (attaching to
+    /// the file again, at most every `ATTACH_EVERY`, when a writer rebuilt it).
+    pub fn slot(&self, topic: &Topic) -> Option<TopicSlot> {
+        let link = match &self.role {
+            Role::Writer(_) => return topic.slot().cloned(),
+            Role::Reader(link) => link,
+        };
+        let mut link = link.lock().recover();
+        if let Some(slot) = link.slots.get(&topic.id) {
+            if slot.is_valid() {
+                return Some(slot.clone());
+            }
+            link.slots.remove(&topic.id);
+        }
+        if !link.shared.as_ref().is_some_and(|s| s.is_current())
+            && link
+                .attached_at
+                .is_none_or(|at| at.elapsed() >= ATTACH_EVERY)
+        {
+            link.shared = SharedState::attach(link.storage.as_ref(), &link.dir).map(Arc::new);
+            link.slots.clear();
+            link.attached_at = Some(Instant::now());
+        }
+        let slot = link.shared.as_ref()?.find(topic.id)?;
+        link.slots.insert(topic.id, slot.clone());
+        Some(slot)
+    }
+}
