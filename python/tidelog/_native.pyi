@@ -74,6 +74,9 @@ class TopicInfo:
     @property
     def next_offset(self) -> int: ...
     @property
+    def durable_offset(self) -> int:
+        """Offset after the last record known to be durable."""
+    @property
     def records(self) -> int:
         """Records stored: `next_offset - first_offset`."""
     @property
@@ -126,6 +129,8 @@ class Reader:
     @property
     def group(self) -> str | None: ...
     @property
+    def visibility(self) -> Literal["published", "durable"]: ...
+    @property
     def position(self) -> int:
         """The offset the next call returns."""
     @property
@@ -134,8 +139,9 @@ class Reader:
     def lag(self) -> int: ...
     def next(self, timeout: float | None = None) -> Record | None:
         """The next record; None when none is available. With `timeout` (seconds) it waits
-        up to that long for one to be appended. `close()` from another thread ends the wait
-        with `ClosedError`."""
+        up to that long for one to be appended, in this process or another (it sleeps on a
+        futex the append wakes, without polling the directory). `close()` from another
+        thread ends the wait with `ClosedError`."""
     def next_batch(self, max_records: int = 1000, max_bytes: int = 16777216) -> list[Record]: ...
     def seek(self, offset: int) -> None: ...
     def seek_time(self, timestamp_us: int) -> int:
@@ -202,7 +208,11 @@ class Wal:
         *,
         start: Literal["committed", "earliest", "latest"] | int = "committed",
         verify_checksums: bool = True,
-    ) -> Reader: ...
+        visibility: Literal["published", "durable"] = "published",
+    ) -> Reader:
+        """A reader of `topic`. `visibility="published"` returns every record whose append
+        returned, in any process; `"durable"` only records already on disk (what survives a
+        crash of the machine)."""
     def read(self, topic: str, offset: int) -> Record: ...
     def read_arrow(
         self,

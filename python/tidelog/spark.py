@@ -260,7 +260,11 @@ class _Options:
         return tidelog.open(self.path, readonly=True)
 
     def bounds(self, wal: tidelog.Wal) -> dict[str, tuple[int, int]]:
-        """(first, next) offset of every subscribed topic; a clear error for a missing one."""
+        """(first, durable) offset of every subscribed topic; a clear error for a missing one.
+
+        The source reads only durable records: a record a crash of the writer's machine
+        could still lose is never handed to Spark, so a query's offsets always name the
+        records a restarted writer keeps (exactly once holds across such a crash)."""
         bounds = {}
         for topic in self.topics:
             try:
@@ -272,7 +276,7 @@ class _Options:
                     f"not exist in {self.path} (topics there: {known})",
                     topic=topic,
                 ) from None
-            bounds[topic] = (info.first_offset, info.next_offset)
+            bounds[topic] = (info.first_offset, info.durable_offset)
         return bounds
 
     def resolve(

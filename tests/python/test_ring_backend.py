@@ -371,8 +371,10 @@ def test_flush_checkpoints_and_trims_the_ring(tmp_path: Path) -> None:
         assert before["checkpoints"] == 0
         assert before["trim_offset"] == 0 < before["next_offset"]
         with tidelog.open(path, readonly=True) as ro:
-            # Not checkpointed yet: the data files hold nothing durable.
-            assert ro.topic_info("t").next_offset == 0
+            # Not checkpointed yet: published (readers see them), but the data files hold
+            # nothing durable.
+            info = ro.topic_info("t")
+            assert (info.next_offset, info.durable_offset) == (20, 0)
             wal.flush()
             after = ring_stats(wal)
             assert after["checkpoints"] == before["checkpoints"] + 1
@@ -380,8 +382,9 @@ def test_flush_checkpoints_and_trims_the_ring(tmp_path: Path) -> None:
             # entry starts there.
             assert after["trim_offset"] == after["next_offset"] >= before["next_offset"]
             assert after["free_bytes"] == MIB - RING_HEADER_BYTES
-            # The checkpoint made them durable in the data files: readers there see them.
+            # The checkpoint made them durable in the data files: durable readers see them.
             ro.refresh()
+            assert ro.topic_info("t").durable_offset == 20
             check_records(ro, "t", 20)
         # A flush with nothing new still counts, and trims nothing more.
         wal.flush()

@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -13,9 +13,6 @@ use crate::error::to_py;
 use crate::options::{deadline, timeout_seconds};
 use crate::record::PyRecord;
 
-/// Polling back-off while waiting for an append: starts short, grows to this.
-const POLL_SLEEP_MAX: Duration = Duration::from_millis(5);
-const POLL_SLEEP_MIN: Duration = Duration::from_micros(50);
 /// Longest `next_batch` in records.
 const BATCH_RECORDS_MAX: usize = 1 << 20;
 
@@ -93,15 +90,15 @@ impl PyReader {
     }
 }
 
-/// Polls `reader` until a record arrives or `until` passes (no GIL held), or `closing` is set
-/// (`ClosedError`).
-fn poll_until(
+/// Waits for `reader`'s next record until `until` passes (no GIL held), or `closing` is set
+/// (`ClosedError`): the engine's wait sleeps on the topic's word in the shared state file,
+/// which an append in any process wakes.
+fn wait_until(
     wal: &Wal,
     reader: &mut tidelog::Reader,
     closing: &AtomicBool,
     until: Instant,
 ) -> tidelog::Result<Option<tidelog::Record>> {
-    let mut sleep = POLL_SLEEP_MIN;
     loop {
         if closing.load(Ordering::Acquire) {
             return Err(tidelog::Error::Closed);
@@ -109,16 +106,13 @@ fn poll_until(
         if let Some(record) = reader.next_record()? {
             return Ok(Some(record));
         }
-        let now = Instant::now();
-        if now >= until {
+        let Some(left) = until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
             return Ok(None);
-        }
-        std::thread::sleep(sleep.min(until - now));
-        sleep = (sleep * 2).min(POLL_SLEEP_MAX);
-        if wal.is_read_only() {
-            // A read-only handle sees another process's appends only after a refresh.
-            wal.refresh()?;
-        }
+        };
+        wal.wait_for_records(reader, left)?;
     }
 }
 
@@ -132,6 +126,17 @@ impl PyReader {
     #[getter]
     fn group(&self) -> Option<&str> {
         self.group.as_deref()
+    }
+
+    /// "published" (every record whose append returned) or "durable" (only records on disk).
+    #[getter]
+    fn visibility(&self, py: Python<'_>) -> PyResult<&'static str> {
+        self.with(py, |r| {
+            Ok(match r.visibility() {
+                tidelog::Visibility::Durable => "durable",
+                tidelog::Visibility::Published => "published",
+            })
+        })
     }
 
     /// The offset the next call returns.
@@ -169,7 +174,7 @@ impl PyReader {
             };
             let (wal, closing) = (&self.wal, &self.slot.closing);
             let got = sliced(py, deadline(wait), |slice_end| {
-                poll_until(wal, reader, closing, slice_end)
+                wait_until(wal, reader, closing, slice_end)
             })?;
             Ok(got.map(PyRecord::new))
         })

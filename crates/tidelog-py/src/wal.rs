@@ -5,7 +5,7 @@ use std::time::Instant;
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
-use tidelog::{Append, Durability, ReaderOptions, StartPosition, Wal};
+use tidelog::{Append, Durability, ReaderOptions, StartPosition, Visibility, Wal};
 
 use crate::arrow;
 use crate::buffer::InputBytes;
@@ -173,6 +173,17 @@ fn start_position(start: &Bound<'_, PyAny>) -> PyResult<StartPosition> {
     }
 }
 
+fn visibility_option(name: &str) -> PyResult<Visibility> {
+    match name {
+        "published" => Ok(Visibility::Published),
+        "durable" => Ok(Visibility::Durable),
+        _ => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "visibility",
+            reason: format!("{name:?} is not \"published\" or \"durable\""),
+        })),
+    }
+}
+
 #[pymethods]
 impl PyWal {
     #[getter]
@@ -295,8 +306,8 @@ impl PyWal {
     }
 
     #[pyo3(
-        signature = (topic, group = None, *, start = None, verify_checksums = true),
-        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True)"
+        signature = (topic, group = None, *, start = None, verify_checksums = true, visibility = "published"),
+        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True, visibility='published')"
     )]
     fn reader(
         &self,
@@ -305,6 +316,7 @@ impl PyWal {
         group: Option<String>,
         start: Option<&Bound<'_, PyAny>>,
         verify_checksums: bool,
+        visibility: &str,
     ) -> PyResult<PyReader> {
         let start = match start {
             Some(s) => start_position(s)?,
@@ -314,6 +326,7 @@ impl PyWal {
             group: group.clone(),
             start,
             skip_checksums: !verify_checksums,
+            visibility: visibility_option(visibility)?,
             ..ReaderOptions::default()
         };
         let reader = detached(py, || self.wal.reader_with(topic, options))?;
@@ -624,6 +637,11 @@ impl PyTopicInfo {
     fn next_offset(&self) -> u64 {
         self.info.next_offset
     }
+    /// Offset after the last record known to be durable.
+    #[getter]
+    fn durable_offset(&self) -> u64 {
+        self.info.durable_offset
+    }
     /// Records stored: `next_offset - first_offset`.
     #[getter]
     fn records(&self) -> u64 {
@@ -644,10 +662,11 @@ impl PyTopicInfo {
     }
     fn __repr__(&self) -> String {
         format!(
-            "TopicInfo(name={:?}, first_offset={}, next_offset={}, bytes={}, extents={}, groups={:?})",
+            "TopicInfo(name={:?}, first_offset={}, next_offset={}, durable_offset={}, bytes={}, extents={}, groups={:?})",
             self.info.name,
             self.info.first_offset,
             self.info.next_offset,
+            self.info.durable_offset,
             self.info.bytes,
             self.info.extents,
             self.info.groups

@@ -40,6 +40,15 @@ pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<()> {
     Ok(())
 }
 
+/// A read-only handle takes each topic's durable offset from its slot (at open).
+pub(super) fn note_reported_durable(state: &State) {
+    for topic in state.topics.all() {
+        if let Some(slot) = state.follow.slot(&topic) {
+            topic.note_durable(slot.durable_next().min(topic.next_offset()));
+        }
+    }
+}
+
 /// A read-only handle's refresh: what is durable, and what the writer reported published
 /// in every slot (topics this handle does not know yet included).
 pub(super) fn refresh(state: &State) -> Result<()> {
@@ -47,13 +56,13 @@ pub(super) fn refresh(state: &State) -> Result<()> {
     let _one = state.follow.catching_up.lock().recover();
     read_directory(state, &published)?;
     for topic in state.topics.all() {
-        if let Some(slot) = state.follow.slot(&topic) {
-            if let Some(snap) = slot.snapshot() {
-                follow_tail(&topic, &snap);
-            }
-            topic.note_durable(slot.durable_next().min(topic.next_offset()));
+        if let Some(slot) = state.follow.slot(&topic)
+            && let Some(snap) = slot.snapshot()
+        {
+            follow_tail(&topic, &snap);
         }
     }
+    note_reported_durable(state);
     Ok(())
 }
 

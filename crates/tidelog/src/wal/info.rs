@@ -10,8 +10,11 @@ pub struct TopicInfo {
     pub name: String,
     /// First offset still stored.
     pub first_offset: u64,
-    /// Offset the next append gets.
+    /// Offset the next append gets (after the last published record).
     pub next_offset: u64,
+    /// Offset after the last record known to be durable (what a
+    /// [`Visibility::Durable`](crate::Visibility::Durable) reader may read up to).
+    pub durable_offset: u64,
     /// Bytes of record frames stored (headers and padding included).
     pub bytes: u64,
     /// Extents in the topic's chain.

@@ -25,8 +25,8 @@ pub(crate) struct SharedLink {
 
 #[derive(Debug)]
 enum Role {
-    /// The writer built the file; its topics hold their slots.
-    Writer(Arc<SharedState>),
+    /// The writer built the file; its topics hold their slots. `None` once closed.
+    Writer(Mutex<Option<Arc<SharedState>>>),
     /// A read-only handle: the file (attached again when a new writer rebuilt it) and the
     /// slots found so far, by topic id.
     Reader(Mutex<ReaderLink>),
@@ -39,12 +39,14 @@ struct ReaderLink {
     shared: Option<Arc<SharedState>>,
     slots: HashMap<u32, TopicSlot>,
     attached_at: Option<Instant>,
+    /// The handle closed: nothing attaches again.
+    closed: bool,
 }
 
 impl SharedLink {
     pub fn writer(shared: SharedState) -> SharedLink {
         SharedLink {
-            role: Role::Writer(Arc::new(shared)),
+            role: Role::Writer(Mutex::new(Some(Arc::new(shared)))),
             catching_up: Mutex::new(()),
         }
     }
@@ -59,6 +61,7 @@ impl SharedLink {
             shared: shared.map(Arc::new),
             slots: HashMap::new(),
             attached_at: Some(Instant::now()),
+            closed: false,
         };
         SharedLink {
             role: Role::Reader(Mutex::new(link)),
@@ -88,8 +91,23 @@ impl SharedLink {
     /// The writer's state file, for its topic table.
     pub fn writer_state(&self) -> Option<Arc<SharedState>> {
         match &self.role {
-            Role::Writer(shared) => Some(Arc::clone(shared)),
+            Role::Writer(shared) => shared.lock().recover().clone(),
             Role::Reader(_) => None,
+        }
+    }
+
+    /// Drops this handle's mapping of the file (close; slots its topics hold go with them).
+    pub fn release(&self) {
+        match &self.role {
+            Role::Writer(shared) => drop(shared.lock().recover().take()),
+            Role::Reader(link) => {
+                let mut link = link.lock().recover();
+                link.shared = None;
+                link.slots.clear();
+                // Never again: a closed handle attaches to nothing.
+                link.attached_at = None;
+                link.closed = true;
+            }
         }
     }
 
@@ -101,6 +119,9 @@ impl SharedLink {
             Role::Reader(link) => link,
         };
         let mut link = link.lock().recover();
+        if link.closed {
+            return None;
+        }
         if let Some(slot) = link.slots.get(&topic.id) {
             if slot.is_valid() {
                 return Some(slot.clone());

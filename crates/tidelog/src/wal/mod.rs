@@ -101,6 +101,7 @@ impl Wal {
     ) -> Result<Wal> {
         let state = open::open_state(dir, config, storage, read_only)?;
         if read_only {
+            follow::note_reported_durable(&state);
             return Ok(Wal {
                 state,
                 threads: Threads::default(),
@@ -284,6 +285,7 @@ impl Wal {
             name: t.name.clone(),
             first_offset: t.first_offset(),
             next_offset: t.next_offset(),
+            durable_offset: t.durable_next().min(t.next_offset()),
             bytes: t.bytes(),
             extents: t.extent_count(),
             groups: CursorTable::list(state.storage.as_ref(), &state.dir, topic),

@@ -246,6 +246,7 @@ pub(super) fn close(state: &State) -> Result<()> {
     }
     // Release mappings held by the tables; records still alive keep theirs.
     state.topics.clear();
+    state.follow.release();
     state.alloc.clear();
     state.recovered.lock().recover().known.clear();
     state.dir_lock.release();

@@ -19,8 +19,9 @@ struct Table {
 #[derive(Debug, Default)]
 pub(crate) struct Topics {
     table: RwLock<Table>,
-    /// The writer's shared state file: each topic gets its slot there before its first append.
-    shared: Option<Arc<SharedState>>,
+    /// The writer's shared state file: each topic gets its slot there before its first
+    /// append. `None` once the table was cleared (close).
+    shared: RwLock<Option<Arc<SharedState>>>,
 }
 
 impl Topics {
@@ -40,7 +41,7 @@ impl Topics {
         }
         Topics {
             table: RwLock::new(table),
-            shared,
+            shared: RwLock::new(shared),
         }
     }
 
@@ -76,7 +77,8 @@ impl Topics {
             Error::limit("topic ids", u64::from(u32::MAX) + 1, u64::from(u32::MAX))
         })?;
         let topic = Arc::new(Topic::new(name.to_owned(), id));
-        if let Some(slot) = self.shared.as_ref().and_then(|s| s.claim(id)) {
+        let shared = self.shared.read().recover().clone();
+        if let Some(slot) = shared.and_then(|s| s.claim(id)) {
             topic.attach_slot(slot);
         }
         table.by_name.insert(name.to_owned(), Arc::clone(&topic));
@@ -137,8 +139,10 @@ impl Topics {
         }
     }
 
-    /// Empties the table (close: releases the mappings the topics hold).
+    /// Empties the table (close: releases the mappings the topics hold, the shared state
+    /// file's included).
     pub fn clear(&self) {
         self.table.write().recover().by_name.clear();
+        drop(self.shared.write().recover().take());
     }
 }
