@@ -15,7 +15,7 @@ use std::time::Duration;
 pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
     let ts = libc::timespec {
         tv_sec: libc::time_t::try_from(timeout.as_secs()).unwrap_or(libc::time_t::MAX),
-        tv_nsec: libc::c_long::try_from(timeout.subsec_nanos()).unwrap_or(0),
+        tv_nsec: libc::c_long::from(timeout.subsec_nanos()),
     };
     // SAFETY: `word` is a live, 4-aligned `AtomicU32` for the whole call (the borrow keeps
     // its mapping alive); `ts` lives on this stack frame for the call; FUTEX_WAIT only reads

@@ -112,7 +112,7 @@ impl Flusher {
     /// Per data file: the span holding unsynced records and the extents (with their new
     /// count and end) it covers; and each topic's next offset, loaded before its extents'
     /// publication words, so the spans cover every record below it.
-    fn unsynced_spans(&self) -> (BTreeMap<u64, Span>, Vec<(Arc<Topic>, u64)>) {
+    fn unsynced_spans(&self) -> (BTreeMap<u64, Span>, Published) {
         let mut spans: BTreeMap<u64, Span> = BTreeMap::new();
         let topics = self.topics.all();
         let mut published = Vec::with_capacity(topics.len());
@@ -135,6 +135,9 @@ impl Flusher {
         (spans, published)
     }
 }
+
+/// Each topic and its next offset as loaded before a sync: the records the sync covers.
+type Published = Vec<(Arc<Topic>, u64)>;
 
 /// A file's span to sync, `(from, to)` in file bytes, and its extents with new records.
 type Span = (usize, usize, Vec<(Arc<Extent>, u64, u64)>);

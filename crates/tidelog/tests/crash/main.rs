@@ -10,4 +10,5 @@ mod common;
 mod batch_atomic_crash;
 mod crash_kill9;
 mod crash_races;
+mod follow_kill9;
 mod reopen_while_spawning;
