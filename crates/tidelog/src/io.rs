@@ -18,8 +18,10 @@ use crate::poison::Recover;
 /// Names of the fault points, one per kind of operation (test support, hidden from the docs).
 #[doc(hidden)]
 pub mod points {
-    /// Creating a data file or a cursor file.
+    /// Creating a data file, a cursor file or the shared state file.
     pub const CREATE: &str = "create";
+    /// Opening an existing file (data files, the shared state file).
+    pub const OPEN: &str = "open";
     /// Setting a new file's length.
     pub const SET_LEN: &str = "set_len";
     /// Reserving disk space for a block (`fallocate`).
@@ -466,6 +468,7 @@ impl Storage for FaultStorage {
         StdStorage.create_new(path)
     }
     fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
+        self.fail(points::OPEN, path)?;
         StdStorage.open(path, writable)
     }
     fn open_direct(&self, path: &Path) -> io::Result<File> {

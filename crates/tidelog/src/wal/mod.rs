@@ -82,15 +82,26 @@ impl Wal {
         Self::open_inner(dir.as_ref(), config, storage, false)
     }
 
-    /// Opens `dir` read-only: no lock is taken; records appear as the writer makes them
-    /// durable, after [`Wal::refresh`].
+    /// Opens `dir` read-only: no lock is taken, nothing is written. Records the writer
+    /// publishes (in another process) appear after [`Wal::refresh`] or during
+    /// [`Wal::wait_for_records`], through the shared state file the writer keeps; without
+    /// one (no writer of this boot), as the writer makes them durable.
     pub fn open_read_only(dir: impl AsRef<Path>) -> Result<Wal> {
         Self::open_read_only_with(dir, Config::default())
     }
 
     /// Opens `dir` read-only with `config` (its limits and index interval apply).
     pub fn open_read_only_with(dir: impl AsRef<Path>, config: Config) -> Result<Wal> {
-        Self::open_inner(dir.as_ref(), config, Arc::new(StdStorage), true)
+        Self::open_read_only_with_storage(dir, config, Arc::new(StdStorage))
+    }
+
+    /// Opens `dir` read-only with `config`, doing all file I/O through `storage`.
+    pub fn open_read_only_with_storage(
+        dir: impl AsRef<Path>,
+        config: Config,
+        storage: Arc<dyn Storage>,
+    ) -> Result<Wal> {
+        Self::open_inner(dir.as_ref(), config, storage, true)
     }
 
     fn open_inner(

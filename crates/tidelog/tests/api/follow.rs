@@ -323,3 +323,62 @@ fn the_state_file_holds_no_records_and_its_loss_loses_nothing() {
         assert_eq!(r.next().expect("next").expect("record").value, value(i));
     }
 }
+
+#[test]
+fn a_writer_that_cannot_build_the_state_file_does_not_open() {
+    use tidelog::io::{Fault, FaultStorage, points};
+    let dir = tempdir();
+    for point in [points::CREATE, points::SET_LEN] {
+        let faults = std::sync::Arc::new(FaultStorage::new());
+        faults.arm_for(point, Some(STATE_FILE), Fault::Always(libc::EIO));
+        let err = Wal::open_with_storage(dir.path(), small(), faults.clone())
+            .expect_err("the writer needs its state file");
+        assert!(
+            matches!(err, Error::Io { .. }) && err.to_string().contains("shared state file"),
+            "{point}: {err}"
+        );
+        assert!(faults.hits(point) > 0);
+        // Nothing was lost: the next open (without the fault) works.
+        let wal = Wal::open_with(dir.path(), small()).expect("open");
+        wal.append("t", b"x").expect("append");
+        wal.close().expect("close");
+        std::fs::remove_file(dir.path().join(STATE_FILE)).expect("remove");
+    }
+}
+
+#[test]
+fn a_reader_that_may_not_write_the_state_file_still_follows_the_writer() {
+    use tidelog::io::{Fault, FaultStorage, points};
+    let dir = tempdir();
+    let wal = std::sync::Arc::new(Wal::open_with(dir.path(), small()).expect("open"));
+    wal.append("t", &value(0)).expect("append");
+    // Opening the state file for writing is refused (a directory without write
+    // permission): the reader maps it read-only and polls its words instead of sleeping
+    // on a futex it cannot count itself on.
+    let faults = std::sync::Arc::new(FaultStorage::new());
+    faults.arm_for(points::OPEN, Some(STATE_FILE), Fault::Once(libc::EACCES));
+    let ro = Wal::open_read_only_with_storage(dir.path(), small(), faults.clone())
+        .expect("read-only open");
+    assert_eq!(faults.hits(points::OPEN), 1);
+    let mut reader = earliest(&ro, "t", Visibility::Published);
+    let w = std::sync::Arc::clone(&wal);
+    let writer = thread::spawn(move || {
+        for i in 1..300 {
+            w.append("t", &value(i)).expect("append");
+            if i % 50 == 0 {
+                thread::sleep(Duration::from_millis(2));
+            }
+        }
+    });
+    let mut next = 0;
+    while next < 300 {
+        match reader.next().expect("next") {
+            Some(rec) => {
+                assert_eq!((rec.offset, rec.value), (next, value(next).as_slice()));
+                next += 1;
+            }
+            None => assert!(ro.wait_for_records(&reader, WAIT).expect("wait")),
+        }
+    }
+    writer.join().expect("writer");
+}

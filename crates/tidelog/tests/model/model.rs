@@ -361,6 +361,12 @@ enum Op {
     DeleteTopic {
         topic: usize,
     },
+    /// A read-only handle (as another process opens one) reads the topic: every record
+    /// published, through the shared state file; its durable readers at least what was
+    /// acknowledged durable.
+    Follow {
+        topic: usize,
+    },
     Flush,
     /// Clean close, then open again.
     Reopen,
@@ -390,6 +396,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::Seek { topic, pick }),
         1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::SeekTime { topic, pick }),
         1 => topic.clone().prop_map(|topic| Op::DeleteTopic { topic }),
+        2 => topic.clone().prop_map(|topic| Op::Follow { topic }),
         2 => Just(Op::Flush),
         1 => Just(Op::Reopen),
         2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
@@ -773,6 +780,7 @@ impl Harness {
                 self.deleted.insert(name.to_owned());
                 Ok(())
             }
+            Op::Follow { topic } => self.check_follower(TOPICS[topic]),
             Op::Flush => {
                 self.wal().flush().map_err(Outcome::Engine)?;
                 for t in self.topics.values_mut() {
@@ -901,6 +909,71 @@ impl Harness {
             }
             Err(e) => Err(Outcome::Engine(e)),
         }
+    }
+
+    /// A read-only handle on the live directory reads `name`: exactly the model's records
+    /// from the first offset still stored (unless a failed operation may have left more),
+    /// and durable readers at least the acknowledged-durable ones.
+    fn check_follower(&self, name: &str) -> Result<(), Outcome> {
+        let Some(t) = self.topics.get(name) else {
+            return Ok(());
+        };
+        if t.recs.is_empty() || !t.maybe.is_empty() || self.faulted {
+            return Ok(());
+        }
+        let ro = Wal::open_read_only_with(&self.dir, config()).map_err(Outcome::Engine)?;
+        let info = ro.topic_info(name).map_err(Outcome::Engine)?;
+        ours(info.next_offset == t.recs.len() as u64, || {
+            format!(
+                "{name}: follower sees {} records, model {}",
+                info.next_offset,
+                t.recs.len()
+            )
+        })?;
+        ours(
+            (t.durable as u64..=info.next_offset).contains(&info.durable_offset),
+            || {
+                format!(
+                    "{name}: follower's durable offset {} outside {}..={}",
+                    info.durable_offset, t.durable, info.next_offset
+                )
+            },
+        )?;
+        let mut reader = ro
+            .reader_with(
+                name,
+                ReaderOptions::default().start(StartPosition::Earliest),
+            )
+            .map_err(Outcome::Engine)?;
+        let mut offset = reader.position();
+        while let Some(r) = reader.next_record().map_err(Outcome::Engine)? {
+            self.compare(name, offset, &r)?;
+            offset += 1;
+        }
+        ours(offset == t.recs.len() as u64, || {
+            format!(
+                "{name}: follower read up to {offset}, model has {}",
+                t.recs.len()
+            )
+        })?;
+        let mut durable = ro
+            .reader_with(
+                name,
+                ReaderOptions::default()
+                    .start(StartPosition::Earliest)
+                    .visibility(tidelog::Visibility::Durable),
+            )
+            .map_err(Outcome::Engine)?;
+        let mut read = durable.position();
+        while durable.next().map_err(Outcome::Engine)?.is_some() {
+            read += 1;
+        }
+        ours(read == info.durable_offset, || {
+            format!(
+                "{name}: durable reader read to {read}, durable offset {}",
+                info.durable_offset
+            )
+        })
     }
 
     /// Power loss: the durable image goes to a new directory, a fresh `Wal` opens there.
