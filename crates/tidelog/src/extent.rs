@@ -318,7 +318,8 @@ impl Extent {
     ///
     /// Only recovery calls this: a writable open holds the directory lock and runs before any
     /// writer thread exists; a read-only open passes a limit no higher than the durable
-    /// watermark, below which the writer never writes again.
+    /// watermark or an end the writer reported published, below which the writer never
+    /// writes again (or, in an extent the writer left, the end of one frame at a time).
     pub fn recovery_bytes(&self, limit: u64) -> &[u8] {
         let limit = limit.min(self.len) as usize;
         #[expect(unsafe_code, reason = "borrows the mapped file")]

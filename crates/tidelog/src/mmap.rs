@@ -112,7 +112,8 @@ impl Mapping {
     ///
     /// # Safety
     /// The range must be in bounds and immutable for the lifetime of the borrow: published
-    /// records (in the writing process) or durable records (in a read-only process).
+    /// records (in the writing process, or as it reported them to a read-only one) or
+    /// durable records (in a read-only process).
     pub unsafe fn slice(&self, at: usize, len: usize) -> &[u8] {
         assert!(
             at.checked_add(len).is_some_and(|end| end <= self.len),

@@ -202,15 +202,15 @@ impl Recovery<'_> {
         let is_last = next_first.is_none();
         let progress = f.progress;
         let durable = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
-        // Records the writer reported published are read like durable ones, and damage
-        // below them is corruption too (a read-only handle; the writer reports none).
+        // Records the writer reported published are read too (a read-only handle; the
+        // writer reports none).
         let reported = self
             .published
             .ends
             .get(&(f.file.seq, f.id.block_index))
             .copied()
             .unwrap_or(0);
-        let watermark = durable.max(reported);
+        let reach = durable.max(reported);
         // Records may reach past this open's footer reserve (an extent written with a
         // coarser index interval), never past the extent. A damaged progress slot says
         // nothing of what is durable: the extent is read as far as its records check,
@@ -218,28 +218,16 @@ impl Recovery<'_> {
         let limit = if self.writable || f.progress_damaged {
             block.len
         } else {
-            watermark.min(block.len)
+            reach.min(block.len)
         };
-        let mut s = match self.left_published(f, next_first, reported) {
-            Some(records) => {
-                let s =
-                    self.scan_extent(f, block, Bound::Records(records), topic.tail.max_ts, report);
-                if s.count < records {
-                    return Err(block.corruption(
-                        &topic.name,
-                        f.id.first_offset + s.count,
-                        s.end,
-                        s.stop,
-                    ));
-                }
-                s
-            }
-            None => {
-                let s = self.scan_extent(f, block, Bound::Bytes(limit), topic.tail.max_ts, report);
-                check_durable_reached(&topic.name, f, block, &s, watermark)?;
-                s
-            }
+        let bound = match self.left_published(f, next_first, reported) {
+            Some(records) => Bound::Records(records),
+            None => Bound::Bytes(limit),
         };
+        let mut s = self.scan_extent(f, block, bound, topic.tail.max_ts, report);
+        // Damage below the durable point is corruption; below an end the writer only
+        // reported (not durable data), the scan stops there instead.
+        check_durable_reached(&topic.name, f, block, &s, durable)?;
         // After a clean close nothing was written past `durable_end`: bytes there are
         // stale (reused blocks), not a torn write.
         let clean_end =
