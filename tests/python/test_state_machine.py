@@ -122,6 +122,27 @@ class WalMachine(RuleBasedStateMachine):
         else:
             self.check_record(topic, wal.read(topic, offset), offset)
 
+    @rule(topic=TOPICS)
+    def follow(self, topic: str) -> None:
+        """A read-only handle (as another process opens one) sees every record appended,
+        flushed or not (the writer runs with fsync="never"), and waits for none."""
+        stored = self.model.topics.get(topic)
+        with tidelog.open(self.dir, readonly=True) as ro:
+            if stored is None:
+                assert topic not in ro.topics()
+                return
+            info = ro.topic_info(topic)
+            assert (info.first_offset, info.next_offset) == (0, len(stored))
+            assert info.durable_offset <= info.next_offset
+            reader = ro.reader(topic, start="earliest")
+            for offset in range(len(stored)):
+                rec = reader.next(timeout=5.0)
+                assert rec is not None, f"{topic}: no record {offset}"
+                self.check_record(topic, rec, offset)
+            assert reader.next(timeout=0.001) is None
+            durable = ro.reader(topic, start="earliest", visibility="durable")
+            assert len(durable.next_batch(max_records=100_000)) == info.durable_offset
+
     @precondition(is_open)
     @rule(topic=TOPICS, group=GROUPS)
     def open_reader(self, topic: str, group: str | None) -> None:
