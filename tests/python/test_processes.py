@@ -37,7 +37,7 @@ def follow(path: str, topic: str, count: int, visibility: str, out: Any, ready: 
                     return
                 got.append((record.offset, bytes(record)))
             out.put(got)
-    except BaseException as e:  # noqa: BLE001 - reported to the parent as text
+    except BaseException as e:  # reported to the parent as text
         out.put(f"{type(e).__name__}: {e}")
 
 
@@ -120,7 +120,7 @@ def test_a_waiting_reader_wakes_when_the_wal_closes(tmp_path: Path) -> None:
     def wait() -> None:
         try:
             reader.next(timeout=WAIT_S)
-        except BaseException as e:  # noqa: BLE001
+        except BaseException as e:
             errors.append(e)
 
     t = threading.Thread(target=wait)
