@@ -138,7 +138,8 @@ class Reader:
     @property
     def lag(self) -> int: ...
     def next(self, timeout: float | None = None) -> Record | None:
-        """The next record; None when none is available. With `timeout` (seconds) it waits
+        """The next record; None when none is available (a read-only handle first catches
+        up with what the writer published). With `timeout` (seconds) it waits
         up to that long for one to be appended, in this process or another (it sleeps on a
         futex the append wakes, without polling the directory). `close()` from another
         thread ends the wait with `ClosedError`."""

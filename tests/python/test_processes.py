@@ -129,3 +129,19 @@ def test_a_waiting_reader_wakes_when_the_wal_closes(tmp_path: Path) -> None:
     t.join(WAIT_S)
     assert not t.is_alive()
     assert len(errors) == 1 and isinstance(errors[0], tidelog.ClosedError), errors
+
+
+def test_a_read_only_next_sees_what_the_writer_published(tmp_path: Path) -> None:
+    with tidelog.open(tmp_path, fsync="never", block_size=64 * 1024) as wal:
+        wal.append("t", value(0))
+        with tidelog.open(tmp_path, readonly=True) as ro:
+            reader = ro.reader("t", start="earliest")
+            # No timeout, no refresh: next() catches up by itself, across rolls too.
+            read = 0
+            for i in range(1, 500):
+                wal.append("t", value(i))
+                if i % 7 == 0:
+                    while (rec := reader.next()) is not None:
+                        assert (rec.offset, bytes(rec)) == (read, value(read))
+                        read += 1
+                    assert read == i + 1

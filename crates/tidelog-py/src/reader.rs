@@ -2,7 +2,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::PyType;
@@ -170,6 +170,13 @@ impl PyReader {
                 return Ok(Some(PyRecord::new(record)));
             }
             let Some(wait) = wait else {
+                // A read-only handle first catches up with what the writer published (no
+                // syscall when it stays in the same extent).
+                if self.wal.is_read_only()
+                    && attached(|| self.wal.wait_for_records(reader, Duration::ZERO))?
+                {
+                    return Ok(attached(|| reader.next_record())?.map(PyRecord::new));
+                }
                 return Ok(None);
             };
             let (wal, closing) = (&self.wal, &self.slot.closing);

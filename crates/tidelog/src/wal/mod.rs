@@ -391,7 +391,10 @@ impl Wal {
     /// (`tidelog.state`), which the writer's publish wakes, in this process or another,
     /// within microseconds. A read-only handle catches up with the writer on the way
     /// (as [`Wal::refresh`] does). `Closed` when the handle closes meanwhile; each sleep
-    /// lasts at most 100 ms, so a lost wake-up costs no more.
+    /// lasts at most 100 ms, so a lost wake-up costs no more. With a zero `timeout` it
+    /// only catches up: the cheap way for a read-only handle to see what the writer
+    /// published since (no syscall while the writer stays in the same extent), where
+    /// [`Wal::refresh`] always reads the directory again.
     pub fn wait_for_records(&self, reader: &Reader, timeout: Duration) -> Result<bool> {
         follow::wait(&self.state, reader, timeout)
     }
