@@ -484,41 +484,28 @@ impl TopicSlot {
     /// A consistent read of the published snapshot; `None` while the writer changes it for
     /// longer than a few tries, or once the slot is no longer this topic's.
     pub fn snapshot(&self) -> Option<Snapshot> {
-        for _ in 0..64 {
-            let before = self.load(S_PUB_SEQ, Ordering::Acquire);
-            if before & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
-            let block = self.load(S_BLOCK, Ordering::Relaxed);
+        let snap = self.read_consistent(S_PUB_SEQ, || {
+            let block = u32::try_from(self.load(S_BLOCK, Ordering::Relaxed)).ok()?;
             let (records, end) = unpack(self.load(S_PUBLISHED, Ordering::Relaxed));
-            let snap = Snapshot {
+            Some(Snapshot {
                 tail: ExtentEnd {
                     file_seq: self.load(S_FILE_SEQ, Ordering::Relaxed),
-                    block_index: u32::try_from(block).ok()?,
+                    block_index: block,
                     first_offset: self.load(S_FIRST_OFFSET, Ordering::Relaxed),
                     records,
                     end,
                 },
                 next_offset: self.load(S_NEXT_OFFSET, Ordering::Relaxed),
                 max_timestamp_us: self.load(S_MAX_TIMESTAMP, Ordering::Relaxed),
-            };
-            fence(Ordering::Acquire);
-            if self.load(S_PUB_SEQ, Ordering::Relaxed) == before {
-                return self.is_valid().then_some(snap);
-            }
-        }
-        None
+            })
+        })??;
+        self.is_valid().then_some(snap)
     }
 
-    /// The last `FINALS` extents a roll closed, newest first, read consistently.
+    /// The last `FINALS` extents a roll closed, newest first, read consistently (none while
+    /// a roll writes for longer than a few tries).
     pub fn finals(&self) -> Vec<ExtentEnd> {
-        for _ in 0..64 {
-            let before = self.load(S_ROLL_SEQ, Ordering::Acquire);
-            if before & 1 == 1 {
-                std::hint::spin_loop();
-                continue;
-            }
+        self.read_consistent(S_ROLL_SEQ, || {
             let rolls = self.load(S_ROLLS, Ordering::Relaxed);
             let mut out = Vec::new();
             for back in 1..=rolls.min(FINALS as u64) {
@@ -535,12 +522,27 @@ impl TopicSlot {
                     end,
                 });
             }
+            out
+        })
+        .unwrap_or_default()
+    }
+
+    /// Runs `read` between two loads of the sequence word `seq` until both are the same
+    /// even value (the writer changed nothing meanwhile); `None` after a few tries.
+    fn read_consistent<T>(&self, seq: usize, read: impl Fn() -> T) -> Option<T> {
+        for _ in 0..64 {
+            let before = self.load(seq, Ordering::Acquire);
+            if before & 1 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let value = read();
             fence(Ordering::Acquire);
-            if self.load(S_ROLL_SEQ, Ordering::Relaxed) == before {
-                return out;
+            if self.load(seq, Ordering::Relaxed) == before {
+                return Some(value);
             }
         }
-        Vec::new()
+        None
     }
 
     /// The offset after the newest published record (one word: no snapshot).

@@ -17,7 +17,7 @@ use std::thread;
 use std::time::Duration;
 
 use crate::common::{
-    ChildSession, Fnv, child_command, child_commands, child_env, geometry, reply, small,
+    ChildSession, Fnv, child_command, child_commands, child_env, earliest, geometry, reply, small,
     stream_payload, tempdir,
 };
 use tidelog::{Config, Error, Reader, ReaderOptions, StartPosition, Visibility, Wal};
@@ -29,22 +29,11 @@ fn value(i: u64) -> Vec<u8> {
     stream_payload(7, i, 10 + (i * 37 % 700) as usize)
 }
 
-fn earliest(wal: &Wal, topic: &str, visibility: Visibility) -> Reader {
-    wal.reader_with(
-        topic,
-        ReaderOptions::default()
-            .start(StartPosition::Earliest)
-            .visibility(visibility),
-    )
-    .expect("reader")
-}
-
-/// Reads records `from..want` of topic "t" in order through waits (each bounded by
-/// `WAIT`), then returns the checksum of records `0..want` read again from the start;
+/// Reads records `from..to` of topic "t" in order through waits (each bounded by `WAIT`);
 /// panics on a gap, a wrong value or a wait that times out.
-fn read_through_waits(wal: &Wal, reader: &mut Reader, from: u64, want: u64) -> u64 {
+fn read_on(wal: &Wal, reader: &mut Reader, from: u64, to: u64) {
     let mut next = from;
-    while next < want {
+    while next < to {
         match reader.next().expect("next") {
             Some(rec) => {
                 assert_eq!((rec.offset, rec.value), (next, value(next).as_slice()));
@@ -56,6 +45,11 @@ fn read_through_waits(wal: &Wal, reader: &mut Reader, from: u64, want: u64) -> u
             ),
         }
     }
+}
+
+/// [`read_on`], then the checksum of records `0..want` read again from the start.
+fn read_through_waits(wal: &Wal, reader: &mut Reader, from: u64, want: u64) -> u64 {
+    read_on(wal, reader, from, want);
     let mut sum = Fnv::default();
     let mut check = earliest(wal, "t", Visibility::Published);
     for i in 0..want {
@@ -224,16 +218,7 @@ fn a_read_only_handle_follows_a_restarted_writer() {
     for i in 1..200 {
         assert_eq!(second.append("t", &value(i)).expect("append"), i);
     }
-    let mut next = 1;
-    while next < 200 {
-        match reader.next().expect("next") {
-            Some(rec) => {
-                assert_eq!((rec.offset, rec.value), (next, value(next).as_slice()));
-                next += 1;
-            }
-            None => assert!(ro.wait_for_records(&reader, WAIT).expect("wait")),
-        }
-    }
+    read_on(&ro, &mut reader, 1, 200);
 }
 
 /// Overwrites the whole state file with `byte`.
@@ -370,15 +355,6 @@ fn a_reader_that_may_not_write_the_state_file_still_follows_the_writer() {
             }
         }
     });
-    let mut next = 0;
-    while next < 300 {
-        match reader.next().expect("next") {
-            Some(rec) => {
-                assert_eq!((rec.offset, rec.value), (next, value(next).as_slice()));
-                next += 1;
-            }
-            None => assert!(ro.wait_for_records(&reader, WAIT).expect("wait")),
-        }
-    }
+    read_on(&ro, &mut reader, 0, 300);
     writer.join().expect("writer");
 }

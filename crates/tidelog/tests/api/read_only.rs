@@ -21,7 +21,7 @@ use crate::common::{
     ChildSession, Fnv, child_command, child_commands, child_env, reply, small, stream_payload,
     tempdir,
 };
-use tidelog::{CommitMode, Error, Reader, ReaderOptions, StartPosition, Visibility, Wal};
+use tidelog::{CommitMode, Error, Reader, ReaderOptions, Visibility, Wal};
 
 const WAIT: Duration = Duration::from_secs(30);
 
@@ -35,13 +35,7 @@ fn earliest(wal: &Wal, topic: &str) -> Reader {
 }
 
 fn earliest_with(wal: &Wal, topic: &str, visibility: Visibility) -> Reader {
-    wal.reader_with(
-        topic,
-        ReaderOptions::default()
-            .start(StartPosition::Earliest)
-            .visibility(visibility),
-    )
-    .expect("reader")
+    crate::common::earliest(wal, topic, visibility)
 }
 
 /// Count and checksum of every record of every topic, read from the start.

@@ -305,6 +305,17 @@ pub fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> 
     out
 }
 
+/// A reader of `topic` from its first stored offset, with `visibility`.
+pub fn earliest(wal: &Wal, topic: &str, visibility: tidelog::Visibility) -> tidelog::Reader {
+    wal.reader_with(
+        topic,
+        tidelog::ReaderOptions::default()
+            .start(tidelog::StartPosition::Earliest)
+            .visibility(visibility),
+    )
+    .expect("reader")
+}
+
 /// Every record of `topic` from the first stored one, as `(offset, value)`.
 pub fn read_values(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
     read_all(wal, topic)
