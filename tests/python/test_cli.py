@@ -60,7 +60,9 @@ def test_stat_of_a_directory_written_from_python(tmp_path: Path) -> None:
     out = run("stat", str(tmp_path / "log"), "--json")
     assert out.returncode == 0, out.stderr
     topics = json.loads(out.stdout)["topics"]
-    assert [(t["topic"], t["next_offset"]) for t in topics] == [("clicks", 10)]
+    assert [(t["topic"], t["next_offset"], t["durable_offset"]) for t in topics] == [
+        ("clicks", 10, 10)
+    ]
 
 
 def test_bad_input_is_one_line_and_exit_2(tmp_path: Path) -> None:

@@ -277,10 +277,11 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
             .collect();
         let _ = writeln!(
             text,
-            "topic {name}: offsets {}..{} ({} records), {} B in {} extents",
+            "topic {name}: offsets {}..{} ({} records, durable below {}), {} B in {} extents",
             info.first_offset,
             info.next_offset,
             info.next_offset - info.first_offset,
+            info.durable_offset,
             info.bytes,
             info.extents
         );
@@ -304,11 +305,12 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
         }
         let _ = write!(
             topics,
-            "{}{{\"topic\":{},\"first_offset\":{},\"next_offset\":{},\"bytes\":{},\"extents\":{},\"groups\":[{gj}]}}",
+            "{}{{\"topic\":{},\"first_offset\":{},\"next_offset\":{},\"durable_offset\":{},\"bytes\":{},\"extents\":{},\"groups\":[{gj}]}}",
             if topics.is_empty() { "" } else { "," },
             quote(&name),
             info.first_offset,
             info.next_offset,
+            info.durable_offset,
             info.bytes,
             info.extents
         );
