@@ -17,6 +17,11 @@ Only the write or read loop is timed (perf_counter_ns, cyclic GC off); opening, 
 batch, each D2 record, and one D0 record in 64. Each system's read row reads back what its
 first D0 row wrote.
 
+Once per run (not per size), append to visible in another process (op "visible"): this
+process appends stamped 100-byte records, paced, and a spawned reader process asleep in
+`Reader.next(timeout=...)` measures how long each took to reach it; its baseline (a
+"ceiling" row) sends the same messages through a pipe to a process blocked in `os.read`.
+
 `tidelog bench` runs this file (benches/python/python_rows.py in the checkout it was built
 from) with a Python that has `tidelog` installed, once per round. By hand:
 
@@ -36,6 +41,7 @@ import gc
 import itertools
 import json
 import math
+import multiprocessing
 import os
 import shutil
 import sqlite3
@@ -45,6 +51,7 @@ import time
 import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
 from typing import Any
 
 try:
@@ -552,6 +559,184 @@ def rocksdict_read(path: str, w: Workload) -> tuple[int, int, int]:
         db.close()
 
 
+# ---- append to visible in another process --------------------------------------------------
+# The writer (this process) puts the CLOCK_MONOTONIC time in nanoseconds (one clock for the
+# whole machine) in each record's first 8 bytes just before appending it; a spawned reader
+# process, asleep in `Reader.next(timeout=...)`, subtracts it from the same clock as soon as
+# the call returns. The writer appends once per VISIBLE_PACE_S (sleeping, never spinning), so
+# the reader is asleep again before each record; the first records are a warm-up and are not
+# counted. The baseline sends the same messages through a pipe to a process blocked in
+# `os.read`: the kernel's own wake-up, with Python on both ends.
+
+VISIBLE_BYTES = 100
+VISIBLE_PACE_S = 200e-6
+# Timed samples: as many as --seconds holds at the pace, within these bounds...
+VISIBLE_SAMPLES_MIN = 100
+VISIBLE_SAMPLES_MAX = 2000
+# ...after a tenth as many warm-up records, at least this many.
+VISIBLE_WARM_UP_MIN = 20
+# A reader that sees no record for this long gives up (the writer appends every 200 us).
+VISIBLE_READ_TIMEOUT_S = 1.0
+# How long the writer waits for the reader process to be ready, and for its result.
+VISIBLE_CHILD_TIMEOUT_S = 30.0
+# The stamp (ns) and the sequence number (from 1), then filler up to VISIBLE_BYTES.
+VISIBLE_HEAD = struct.Struct("<QQ")
+VISIBLE_FILLER = bytes(VISIBLE_BYTES - VISIBLE_HEAD.size)
+VISIBLE_TOPIC = "visible"
+VISIBLE_LATENCY_OF = "record, append to read (the reader asleep before each)"
+VISIBLE_READY = "ready"
+
+
+def visible_counts(seconds: float) -> tuple[int, int]:
+    """Warm-up records and timed samples of a row with a budget of `seconds`."""
+    samples = min(VISIBLE_SAMPLES_MAX, max(VISIBLE_SAMPLES_MIN, int(seconds / VISIBLE_PACE_S)))
+    return max(VISIBLE_WARM_UP_MIN, samples // 10), samples
+
+
+def visible_latency(now: int, value: bytes, expected: int) -> int | None:
+    """Nanoseconds from the stamp in `value` to `now`; None for the setup record (stamp 0)
+    that creates the topic. The message must be the `expected`-th."""
+    stamp, seq = VISIBLE_HEAD.unpack_from(value)
+    if stamp == 0:
+        return None
+    if seq != expected:
+        raise RuntimeError(f"message {seq} arrived where {expected} was expected")
+    return now - stamp
+
+
+def visible_log_reader(path: str, count: int, conn: Connection) -> None:
+    """The reader process of the tidelog row (spawned): opens `path` read-only and reads
+    `count` stamped records from the end of the topic, asleep in `Reader.next(timeout=...)`
+    whenever none is there. Sends "ready" before the first wait, then the latencies (ns), or
+    the error as text."""
+    try:
+        wal = tidelog.open(path, readonly=True)
+        try:
+            reader = wal.reader(VISIBLE_TOPIC, start="latest", visibility="published")
+            clock, mono = time.clock_gettime_ns, time.CLOCK_MONOTONIC
+            next_record = reader.next
+            latencies: list[int] = []
+            conn.send(VISIBLE_READY)
+            gc.disable()
+            while len(latencies) < count:
+                record = next_record(timeout=VISIBLE_READ_TIMEOUT_S)
+                now = clock(mono)
+                if record is None:
+                    got = len(latencies)
+                    raise RuntimeError(
+                        f"no record for {VISIBLE_READ_TIMEOUT_S} s after {got} of {count}"
+                    )
+                ns = visible_latency(now, bytes(record), len(latencies) + 1)
+                if ns is not None:
+                    latencies.append(ns)
+            conn.send(latencies)
+        finally:
+            wal.close()
+    except Exception as err:
+        conn.send(f"{type(err).__name__}: {err}")
+
+
+def visible_pipe_reader(data: Connection, count: int, conn: Connection) -> None:
+    """The reader process of the baseline (spawned): reads `count` messages from the pipe
+    `data`, blocked in `os.read`; reports as `visible_log_reader` does."""
+    try:
+        fd = data.fileno()
+        read = os.read
+        clock, mono = time.clock_gettime_ns, time.CLOCK_MONOTONIC
+        latencies: list[int] = []
+        conn.send(VISIBLE_READY)
+        gc.disable()
+        for seq in range(1, count + 1):
+            # Messages are written whole (under PIPE_BUF), so a read returns one whole.
+            msg = read(fd, VISIBLE_BYTES)
+            now = clock(mono)
+            ns = visible_latency(now, msg, seq) if len(msg) == VISIBLE_BYTES else None
+            if ns is None:
+                raise RuntimeError(f"message {seq} of {count}: {len(msg)} bytes")
+            latencies.append(ns)
+        conn.send(latencies)
+    except Exception as err:
+        conn.send(f"{type(err).__name__}: {err}")
+
+
+def visible_receive(conn: Connection, what: str) -> Any:
+    """The reader process's next message: raises its error, or why none came."""
+    if not conn.poll(VISIBLE_CHILD_TIMEOUT_S):
+        raise RuntimeError(f"the reader process sent no {what} for {VISIBLE_CHILD_TIMEOUT_S} s")
+    try:
+        message = conn.recv()
+    except EOFError:
+        raise RuntimeError(f"the reader process ended before its {what}") from None
+    if isinstance(message, str) and message != VISIBLE_READY:
+        raise RuntimeError(f"the reader process failed: {message}")
+    return message
+
+
+def visible_run(
+    reader: Callable[..., None],
+    args: tuple[Any, ...],
+    send: Callable[[bytes], object],
+    count: int,
+    handoff: tuple[Connection, ...] = (),
+) -> list[int]:
+    """Spawns `reader(*args, count, conn)`, closes our copies of `handoff` once it has
+    started, and when it is ready sends `count` stamped messages with `send`, one per
+    VISIBLE_PACE_S; returns the latencies the reader measured."""
+    ctx = multiprocessing.get_context("spawn")
+    ours, theirs = ctx.Pipe()
+    proc = ctx.Process(target=reader, args=(*args, count, theirs), daemon=True)
+    proc.start()
+    try:
+        theirs.close()
+        for conn in handoff:
+            conn.close()
+        visible_receive(ours, "ready")
+        clock, mono, sleep = time.clock_gettime_ns, time.CLOCK_MONOTONIC, time.sleep
+        pack, filler = VISIBLE_HEAD.pack, VISIBLE_FILLER
+        gc.disable()
+        try:
+            for seq in range(1, count + 1):
+                sleep(VISIBLE_PACE_S)
+                send(pack(clock(mono), seq) + filler)
+        finally:
+            gc.enable()
+        latencies: list[int] = visible_receive(ours, "latencies")
+        return latencies
+    finally:
+        ours.close()
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
+def visible_tidelog(path: str, count: int) -> list[int]:
+    wal_path = os.path.join(path, "wal")
+    wal = tidelog.open(wal_path, fsync="never")
+    try:
+        writer = wal.writer(VISIBLE_TOPIC)
+        # The setup record (stamp 0, which the reader skips) creates the topic, so that the
+        # reader process can open it before the first timed append.
+        writer.append(bytes(VISIBLE_BYTES))
+        return visible_run(visible_log_reader, (wal_path,), writer.append, count)
+    finally:
+        wal.close()
+
+
+def visible_pipe(path: str, count: int) -> list[int]:
+    # On Linux a one-way multiprocessing pipe is an os.pipe(); the reader gets its read end.
+    readable, writable = multiprocessing.get_context("spawn").Pipe(duplex=False)
+    fd = writable.fileno()
+    write = os.write
+    try:
+        return visible_run(
+            visible_pipe_reader, (readable,), lambda msg: write(fd, msg), count, (readable,)
+        )
+    finally:
+        writable.close()
+        readable.close()
+
+
 # ---- the row plan --------------------------------------------------------------------------
 
 
@@ -575,19 +760,25 @@ class Spec:
     op: str
     latency_of: str | None
     run: Callable[..., Any] = field(compare=False)
+    # "ceiling" for a baseline; else tidelog's rows are "tidelog" and the others "peer".
+    kind: str | None = None
+    # The ceiling row this row is held against, where not the rule for its class.
+    ceiling: str | None = None
 
     def head(self, size: int) -> dict[str, Any]:
         head = {
             "system": self.system,
             "config": self.config,
             "lang": "python",
-            "kind": "tidelog" if self.system == "tidelog" else "peer",
+            "kind": self.kind or ("tidelog" if self.system == "tidelog" else "peer"),
             "class": self.cls,
             "op": self.op,
             "record_bytes": size,
             "threads": 1,
         }
-        if self.config in RING_CEILINGS:
+        if self.ceiling:
+            head["ceiling"] = self.ceiling
+        elif self.config in RING_CEILINGS:
             head["ceiling"] = RING_CEILINGS[self.config]
         return head
 
@@ -674,6 +865,41 @@ def systems() -> list[System]:
             ("D2", "record", "put/record, sync=True", rocksdict_write),
         ),
     ]
+
+
+VISIBLE_PIPE_WAKE = "pipe wake-up (Python)"
+VISIBLE_BASELINE = Spec(
+    VISIBLE_PIPE_WAKE,
+    "100 B os.write to a process blocked in os.read",
+    "D0",
+    "visible",
+    VISIBLE_LATENCY_OF,
+    visible_pipe,
+    kind="ceiling",
+)
+VISIBLE_TIDELOG = Spec(
+    "tidelog",
+    "append to visible: reader in another process blocked in Reader.next(timeout), fsync=never",
+    "D0",
+    "visible",
+    VISIBLE_LATENCY_OF,
+    visible_tidelog,
+    ceiling=VISIBLE_PIPE_WAKE,
+)
+
+
+def visible_chosen(only: str | None) -> list[Spec]:
+    """The append-to-visible rows `--only` keeps, baseline first: the baseline runs with the
+    tidelog row or when asked for itself."""
+    if only is None:
+        return [VISIBLE_BASELINE, VISIBLE_TIDELOG]
+    ours = only in VISIBLE_TIDELOG.system or only in VISIBLE_TIDELOG.config
+    base = ours or only in VISIBLE_BASELINE.system or only in VISIBLE_BASELINE.config
+    return [s for s, keep in ((VISIBLE_BASELINE, base), (VISIBLE_TIDELOG, ours)) if keep]
+
+
+def visible_missing(spec: Spec) -> str | None:
+    return not_installed(tidelog, "tidelog") if spec is VISIBLE_TIDELOG else None
 
 
 # ---- running -------------------------------------------------------------------------------
@@ -784,6 +1010,30 @@ class Runner:
         finally:
             shutil.rmtree(path, ignore_errors=True)
 
+    def visible(self, spec: Spec, seconds: float) -> None:
+        """Runs an append-to-visible row (`spec.run(path, count)` gives every latency, the
+        warm-up first)."""
+        path = self.fresh_dir(spec, VISIBLE_BYTES)
+        try:
+            self.settle()
+            warm, samples = visible_counts(seconds)
+            latencies: list[int] = spec.run(path, warm + samples)
+            timed = sorted(latencies[warm:])
+            if len(timed) != samples:
+                raise RuntimeError(f"{len(timed)} samples, {samples} expected")
+            row = spec.head(VISIBLE_BYTES)
+            row.update(
+                records=samples,
+                p50_us=nearest_rank(timed, 0.50) / 1e3,
+                p99_us=nearest_rank(timed, 0.99) / 1e3,
+                latency_of=spec.latency_of,
+            )
+            emit(row)
+        except Exception as err:
+            emit(failure(spec, VISIBLE_BYTES, err))
+        finally:
+            shutil.rmtree(path, ignore_errors=True)
+
     def system(self, system: System, w: Workload, chosen: list[Spec]) -> None:
         if system.missing:
             for spec in chosen:
@@ -847,6 +1097,12 @@ def main(argv: list[str] | None = None) -> int:
                         emit(skipped(spec, size, system.missing))
                     else:
                         emit({**spec.head(size), "latency_of": spec.latency_of, "planned": True})
+        for spec in visible_chosen(args.only):
+            missing = visible_missing(spec)
+            if missing:
+                emit(skipped(spec, VISIBLE_BYTES, missing))
+            else:
+                emit({**spec.head(VISIBLE_BYTES), "latency_of": spec.latency_of, "planned": True})
         return 0
 
     if not os.path.isdir(args.dir):
@@ -859,6 +1115,12 @@ def main(argv: list[str] | None = None) -> int:
             rows = chosen(system)
             if rows:
                 runner.system(system, w, rows)
+    for spec in visible_chosen(args.only):
+        missing = visible_missing(spec)
+        if missing:
+            emit(skipped(spec, VISIBLE_BYTES, missing))
+        else:
+            runner.visible(spec, args.seconds)
     return 0
 
 

@@ -99,6 +99,59 @@ fn a_tiny_run_reports_ceilings_rows_and_ratios() {
 }
 
 #[test]
+fn append_to_visible_rows_report_latencies_against_the_pipe() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scratch = tmp.path().to_str().expect("utf-8");
+    let mut args = TINY.to_vec();
+    args.extend([
+        "none",
+        "--only",
+        "append to visible",
+        "--dir",
+        scratch,
+        "--json",
+    ]);
+    let out = bench(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = report["rows"].as_array().expect("rows");
+    let pipe = rows
+        .iter()
+        .find(|r| r["kind"] == "ceiling" && r["system"] == "pipe wake-up")
+        .expect("the pipe baseline");
+    assert!(pipe["p99_us"].as_f64().expect("p99") > 0.0, "{pipe}");
+    let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["kind"] == "tidelog").collect();
+    assert_eq!(ours.len(), 2, "{ours:?}");
+    for row in ours {
+        assert_eq!(row["op"], "visible", "{row}");
+        assert!(row.get("skipped").is_none(), "{row}");
+        // --seconds 0.05 at one append per 200 us: 250 timed samples.
+        assert_eq!(row["records"], 250, "{row}");
+        let p50 = row["p50_us"].as_f64().expect("p50");
+        assert!(
+            p50 > 0.0 && p50 <= row["p99_us"].as_f64().expect("p99"),
+            "{row}"
+        );
+        assert_eq!(row["ceiling_name"], "pipe wake-up", "{row}");
+        assert!(
+            row["ratio_ceiling_p50"].as_f64().expect("ratio") > 0.0,
+            "{row}"
+        );
+        assert!(
+            row["ratio_ceiling_p99"].as_f64().expect("ratio") > 0.0,
+            "{row}"
+        );
+    }
+    // Their directories and the scratch directory are removed.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
 fn a_killed_runs_scratch_is_removed_by_the_next_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // No process has this id (above the kernel's pid_max ceiling of 2^22).

@@ -3,16 +3,19 @@
 //! same workloads, in interleaved rounds, and reports medians and ratios (docs/BENCHMARKS.md
 //! explains every row).
 //!
-//! The Rust rows and the ceilings run in this process. Two producers run as child
-//! processes, once per round, and print rows as JSON lines: the walrus peer (`walrus_peer`,
-//! a binary of this package) and the Python rows (`benches/python/python_rows.py`, run with
-//! a Python that has tidelog installed). The plots come from `benches/python/plot.py`. Both
-//! scripts are run from the checkout this program was built in.
+//! The Rust rows and the ceilings run in this process (the append-to-visible rows with their
+//! reader in a child process, `visible_reader`, a binary of this package). Two producers run
+//! as child processes, once per round, and print rows as JSON lines: the walrus peer
+//! (`walrus_peer`, a binary of this package) and the Python rows
+//! (`benches/python/python_rows.py`, run with a Python that has tidelog installed). The plots
+//! come from `benches/python/plot.py`. Both scripts are run from the checkout this program was
+//! built in.
 
 mod ceiling;
 mod engine;
 mod report;
 mod row;
+mod visible;
 
 use std::collections::BTreeMap;
 use std::ffi::OsString;
@@ -127,6 +130,21 @@ where
             1
         }
     }
+}
+
+/// The reader process of the append-to-visible rows (the `visible_reader` program): its
+/// arguments (the program name first) and its exit status.
+pub fn visible_reader<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<String> = args
+        .into_iter()
+        .skip(1)
+        .map(|a| a.into().to_string_lossy().into_owned())
+        .collect();
+    visible::reader_main(&args)
 }
 
 /// The validated plan of a run.
@@ -560,7 +578,8 @@ fn bandwidth_ceilings(
 /// How many rows of tidelog's own one round runs (for the progress bar).
 fn engine_row_count(plan: &Plan) -> u64 {
     let per_size_thread = engine::Mode::ALL.len() as u64 + 2 + 2;
-    plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1) + 1
+    // Per round: walrus's workload and the two append-to-visible rows.
+    plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1) + 1 + 2
 }
 
 /// One round's ceilings and tidelog's own rows, size by size.
@@ -645,6 +664,15 @@ fn engine_rows(
     progress.message("tidelog with walrus's workload");
     rows.extend(engine::walrus_workload(&fresh("walrus-workload"), b, wants));
     progress.inc(1);
+    progress.message("tidelog append to visible");
+    rows.extend(visible::rows(
+        &fresh("visible-other"),
+        &fresh("visible-same"),
+        b,
+        wants,
+        notes,
+    ));
+    progress.inc(2);
     rows
 }
 
