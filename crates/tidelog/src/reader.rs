@@ -451,6 +451,9 @@ impl Reader {
 
     /// The next record, borrowed from the mapping; `Ok(None)` when nothing more is published.
     /// A record that fails validation is an [`Error::Corruption`] and the reader stays put.
+    /// In a read-only handle, what the writing process published since appears after
+    /// [`crate::Wal::wait_for_records`] (a zero timeout only catches up) or
+    /// [`crate::Wal::refresh`].
     #[expect(
         clippy::should_implement_trait,
         reason = "a lending iterator, not an Iterator"
