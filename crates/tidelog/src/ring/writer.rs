@@ -645,7 +645,10 @@ fn complete(shared: &Shared, start: u64, buf: AlignedBuf, res: std::io::Result<(
     shared.space_cv.notify_all();
     drop(st);
     if let Some(end) = advanced {
-        shared.durable.store(end, Ordering::Release);
+        // A max, not a store: another completion may have advanced further since this one
+        // dropped the lock, and a store of the older end would move the durable offset back
+        // (its waiters would then wait for a write that already completed, for ever).
+        shared.durable.fetch_max(end, Ordering::AcqRel);
         shared.notify_done();
     }
 }
