@@ -18,26 +18,35 @@ use crate::topic::Topic;
 /// First and longest sleep of a reader that polls the directory (no shared state file).
 const POLL_MIN: Duration = Duration::from_micros(100);
 const POLL_MAX: Duration = Duration::from_millis(20);
+/// Least time between two directory reads of a catch-up: one that could not line the
+/// handle up with the slot (damage past the durable point) is not repeated at every wake.
+const DIRECTORY_READ_EVERY: Duration = Duration::from_millis(5);
 
 /// A read-only handle moves `topic` to what the writer reported in its slot: on the extent
 /// this handle already has, at once; after a roll, by a refresh that reads the extents the
-/// writer reported. Without a slot it does nothing (the caller polls with a refresh).
-pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<()> {
+/// writer reported (at most every `DIRECTORY_READ_EVERY`). Without a slot it does nothing
+/// (the caller polls with a refresh). False while the handle stays behind the slot.
+pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<bool> {
     let Some(slot) = state.follow.slot(topic) else {
-        return Ok(());
+        return Ok(true);
     };
-    let _one = state.follow.catching_up.lock().recover();
+    let mut last_read = state.follow.catching_up.lock().recover();
+    let mut lined_up = true;
     if let Some(snap) = slot.snapshot()
         && snap.next_offset > topic.next_offset()
         && !follow_tail(topic, &snap)
     {
-        let mut published = Published::default();
-        add_reported(&mut published, topic.id, &slot, &snap);
-        read_directory(state, &published)?;
-        follow_tail(topic, &snap);
+        lined_up = false;
+        if last_read.is_none_or(|at| at.elapsed() >= DIRECTORY_READ_EVERY) {
+            let mut published = Published::default();
+            add_reported(&mut published, topic.id, &slot, &snap);
+            *last_read = Some(Instant::now());
+            read_directory(state, &published)?;
+            lined_up = follow_tail(topic, &snap);
+        }
     }
     topic.note_durable(slot.durable_next().min(topic.next_offset()));
-    Ok(())
+    Ok(lined_up)
 }
 
 /// A read-only handle takes each topic's durable offset from its slot (at open).
@@ -53,7 +62,8 @@ pub(super) fn note_reported_durable(state: &State) {
 /// in every slot (topics this handle does not know yet included).
 pub(super) fn refresh(state: &State) -> Result<()> {
     let published = state.follow.reported();
-    let _one = state.follow.catching_up.lock().recover();
+    let mut last_read = state.follow.catching_up.lock().recover();
+    *last_read = Some(Instant::now());
     read_directory(state, &published)?;
     for topic in state.topics.all() {
         if let Some(slot) = state.follow.slot(&topic)
@@ -101,9 +111,8 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
     let mut poll = POLL_MIN;
     loop {
         state.check_open()?;
-        if read_only {
-            catch_up(state, &topic)?;
-        }
+        // Behind the slot after a catch-up: look again soon rather than at the next wake.
+        let behind = read_only && !catch_up(state, &topic)?;
         if topic.is_deleted() || visible_next(&topic, visibility) > position {
             return Ok(true);
         }
@@ -114,6 +123,11 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
             },
             None => WAIT_SLICE,
         };
+        if behind {
+            // The slot is ahead already: waking on it would not sleep at all.
+            std::thread::sleep(left.min(DIRECTORY_READ_EVERY));
+            continue;
+        }
         match state.follow.slot(&topic) {
             Some(slot) => {
                 let watch = match visibility {

@@ -19,8 +19,9 @@ const ATTACH_EVERY: Duration = Duration::from_millis(50);
 #[derive(Debug)]
 pub(crate) struct SharedLink {
     role: Role,
-    /// One catch-up at a time per handle (they move publication words forward only).
-    pub catching_up: Mutex<()>,
+    /// One catch-up at a time per handle (they move publication words forward only), and
+    /// when the last one read the directory.
+    pub catching_up: Mutex<Option<Instant>>,
 }
 
 #[derive(Debug)]
@@ -47,7 +48,7 @@ impl SharedLink {
     pub fn writer(shared: SharedState) -> SharedLink {
         SharedLink {
             role: Role::Writer(Mutex::new(Some(Arc::new(shared)))),
-            catching_up: Mutex::new(()),
+            catching_up: Mutex::new(None),
         }
     }
 
@@ -65,7 +66,7 @@ impl SharedLink {
         };
         SharedLink {
             role: Role::Reader(Mutex::new(link)),
-            catching_up: Mutex::new(()),
+            catching_up: Mutex::new(None),
         }
     }
 

@@ -358,3 +358,45 @@ fn a_reader_that_may_not_write_the_state_file_still_follows_the_writer() {
     read_on(&ro, &mut reader, 0, 300);
     writer.join().expect("writer");
 }
+
+#[test]
+fn damage_past_the_durable_point_is_never_read_and_reported_once_durable() {
+    let dir = tempdir();
+    let config = geometry(4, 64 * 1024);
+    let wal = Wal::open_with(dir.path(), config.clone()).expect("open");
+    wal.append("t", &value(0)).expect("append");
+    wal.flush().expect("flush");
+    let ro = Wal::open_read_only_with(dir.path(), config.clone()).expect("read-only open");
+    let mut reader = earliest(&ro, "t", Visibility::Published);
+    assert!(reader.next().expect("next").is_some());
+    // Record 1 is published, not durable, and then damaged in the page cache (a flipped
+    // bit in memory, or a stray write): the writer rolls on past it.
+    wal.append("t", &value(1)).expect("append");
+    let frame = crate::common::frame_of(dir.path(), "t", 1);
+    let byte = std::fs::read(&frame.file).expect("read")[frame.value_pos() as usize];
+    // In place (a positional write), never a rewrite of the whole file: it is mapped.
+    crate::common::patch(&frame.file, frame.value_pos(), &[!byte]);
+    let mut i = 2;
+    while wal.topic_info("t").expect("info").extents < 2 {
+        wal.append("t", &value(i)).expect("append");
+        i += 1;
+    }
+    // The reader never returns the damaged record nor anything past it, and its wait ends
+    // at the timeout.
+    assert!(
+        !ro.wait_for_records(&reader, Duration::from_millis(50))
+            .expect("wait")
+    );
+    assert!(reader.next().expect("next").is_none());
+    assert_eq!(reader.position(), 1);
+    // Once the writer makes the damage durable (and seals the extent), reading it reports
+    // it, and the reader stays put.
+    wal.flush().expect("flush");
+    ro.refresh().expect("refresh");
+    for _ in 0..2 {
+        assert!(
+            matches!(reader.next(), Err(Error::Corruption { offset: 1, .. })),
+            "damage below the durable point is corruption"
+        );
+    }
+}
