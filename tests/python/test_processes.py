@@ -9,6 +9,10 @@ a child can see a record is the shared state file. Timings belong to the benchma
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
+import shutil
+import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -145,3 +149,41 @@ def test_a_read_only_next_sees_what_the_writer_published(tmp_path: Path) -> None
                         assert (rec.offset, bytes(rec)) == (read, value(read))
                         read += 1
                     assert read == i + 1
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to drop to another user")
+def test_a_reader_without_write_permission_follows_the_writer() -> None:
+    """A reader in a process of another user, who may read the directory but not write it
+    (nor the state file), still sees each append without a flush: it maps the state file
+    read-only and polls its words."""
+    base = tempfile.mkdtemp(prefix="tidelog-perm-")
+    try:
+        os.chmod(base, 0o755)
+        with tidelog.open(base, fsync="never") as wal:
+            wal.append("t", value(0))
+            r, w = os.pipe()
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    os.close(r)
+                    os.setgid(65534)
+                    os.setuid(65534)
+                    with tidelog.open(base, readonly=True) as ro:
+                        reader = ro.reader("t", start="earliest")
+                        got = [bytes(reader.next(timeout=WAIT_S))]
+                        os.write(w, b"r")
+                        # The rest arrive one by one: the reader waits for most of them.
+                        got += [bytes(reader.next(timeout=WAIT_S)) for _ in range(99)]
+                        code = 0 if got == [value(i) for i in range(100)] else 2
+                finally:
+                    os._exit(code)
+            os.close(w)
+            assert os.read(r, 1) == b"r", "the child read the first record"
+            for i in range(1, 100):
+                wal.append("t", value(i))
+                time.sleep(0.001)
+            _, status = os.waitpid(pid, 0)
+            assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
