@@ -171,7 +171,7 @@ impl SharedState {
             _file: file,
             writable: true,
             generation: 0,
-            boot: boot_id(),
+            boot: boot_id(storage),
         };
         state.reset();
         Ok(state)
@@ -234,7 +234,7 @@ impl SharedState {
             _file: file,
             writable,
             generation: 0,
-            boot: boot_id(),
+            boot: boot_id(storage),
         };
         state.generation = state.current_generation()?;
         Some(state)
@@ -364,9 +364,13 @@ fn probe(id: u32) -> impl Iterator<Item = usize> {
     (0..SLOTS).map(move |i| (home + i) % SLOTS)
 }
 
-/// The kernel's boot id as two words; zeros where the kernel does not say.
-fn boot_id() -> [u64; 2] {
-    let text = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").unwrap_or_default();
+/// The kernel's boot id as two words; zeros where the kernel does not say (then a reader
+/// that reads it does not trust a writer that could not, and falls back to the directory).
+fn boot_id(storage: &dyn Storage) -> [u64; 2] {
+    let bytes = storage
+        .read_file(Path::new("/proc/sys/kernel/random/boot_id"))
+        .unwrap_or_default();
+    let text = String::from_utf8_lossy(&bytes);
     let hex: String = text.chars().filter(char::is_ascii_hexdigit).collect();
     let word = |r: std::ops::Range<usize>| {
         hex.get(r)
