@@ -137,6 +137,15 @@ pub struct Published {
     pub next: HashMap<u32, u64>,
 }
 
+impl Published {
+    /// Records that the extent at `block` of file `file_seq` holds published records up to
+    /// `end` (the furthest report wins).
+    pub fn add_end(&mut self, file_seq: u64, block: u32, end: u64) {
+        let known = self.ends.entry((file_seq, block)).or_insert(0);
+        *known = (*known).max(end);
+    }
+}
+
 /// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
 /// half-created files); read-only never writes and shows only durable records.
 ///

@@ -80,11 +80,7 @@ pub(super) fn refresh(state: &State) -> Result<()> {
 /// rolls closed, and its next offset.
 fn add_reported(published: &mut Published, id: u32, slot: &TopicSlot, snap: &Snapshot) {
     for e in slot.finals().into_iter().chain([snap.tail]) {
-        let end = published
-            .ends
-            .entry((e.file_seq, e.block_index))
-            .or_insert(0);
-        *end = (*end).max(e.end);
+        published.add_end(e.file_seq, e.block_index, e.end);
     }
     published.next.insert(id, snap.next_offset);
 }

@@ -78,11 +78,7 @@ impl SharedLink {
         {
             let (ends, next) = shared.reported();
             for e in ends {
-                let end = published
-                    .ends
-                    .entry((e.file_seq, e.block_index))
-                    .or_insert(0);
-                *end = (*end).max(e.end);
+                published.add_end(e.file_seq, e.block_index, e.end);
             }
             published.next.extend(next);
         }
