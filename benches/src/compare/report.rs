@@ -305,12 +305,11 @@ pub(crate) fn markdown(report: &Report) -> String {
     for m in report.rows.iter().filter(|m| m.row.kind == "ceiling") {
         let r = &m.row;
         if let Some(why) = &r.skipped {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | skipped: {why} ||||",
-                r.system,
-                r.config,
-                size_label(r.record_bytes),
+            skipped_line(
+                &mut s,
+                &[&r.system, &r.config, &size_label(r.record_bytes)],
+                why,
+                4,
             );
             continue;
         }
@@ -343,14 +342,17 @@ pub(crate) fn markdown(report: &Report) -> String {
     {
         let r = &m.row;
         if let Some(why) = &r.skipped {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | skipped: {why} |||||||||",
-                r.lang,
-                r.class,
-                r.config,
-                size_label(r.record_bytes),
-                r.threads
+            skipped_line(
+                &mut s,
+                &[
+                    &r.lang,
+                    &r.class,
+                    &r.config,
+                    &size_label(r.record_bytes),
+                    &r.threads.to_string(),
+                ],
+                why,
+                9,
             );
             continue;
         }
@@ -391,15 +393,18 @@ pub(crate) fn markdown(report: &Report) -> String {
     for m in report.rows.iter().filter(|m| m.row.kind == "peer") {
         let r = &m.row;
         if let Some(why) = &r.skipped {
-            let _ = writeln!(
-                s,
-                "| {} | {} | {} | {} | {} | {} | skipped: {why} |||||",
-                r.system,
-                r.lang,
-                r.class,
-                r.config,
-                size_label(r.record_bytes),
-                r.threads
+            skipped_line(
+                &mut s,
+                &[
+                    &r.system,
+                    &r.lang,
+                    &r.class,
+                    &r.config,
+                    &size_label(r.record_bytes),
+                    &r.threads.to_string(),
+                ],
+                why,
+                5,
             );
             continue;
         }
@@ -443,6 +448,17 @@ fn visible_targets(row: &Row) -> Option<(Option<f64>, f64)> {
     }
 }
 
+/// A table line for a row that did not run: its `lead` cells, the reason, then `empty`
+/// closing bars for the cells its table has left.
+fn skipped_line(s: &mut String, lead: &[&str], why: &str, empty: usize) {
+    let _ = writeln!(
+        s,
+        "| {} | skipped: {why} {}",
+        lead.join(" | "),
+        "|".repeat(empty)
+    );
+}
+
 /// The append-to-visible rows: their latency, their baseline's, the ratios and the targets.
 fn visible_table(s: &mut String, report: &Report) {
     let ours: Vec<&Merged> = report
@@ -462,12 +478,11 @@ fn visible_table(s: &mut String, report: &Report) {
     for m in ours {
         let r = &m.row;
         if let Some(why) = &r.skipped {
-            let _ = writeln!(
+            skipped_line(
                 s,
-                "| {} | {} | {} | skipped: {why} ||||||||||",
-                r.lang,
-                r.config,
-                size_label(r.record_bytes),
+                &[&r.lang, &r.config, &size_label(r.record_bytes)],
+                why,
+                10,
             );
             continue;
         }
@@ -629,6 +644,13 @@ mod tests {
         // Latency rows stay out of the throughput table.
         let throughput = md.split("### Append to visible").next().expect("md");
         assert!(!throughput.contains(other), "{md}");
+    }
+
+    #[test]
+    fn a_skipped_line_fills_the_cells_its_table_has_left() {
+        let mut s = String::new();
+        skipped_line(&mut s, &["a", "b", "100 B"], "no peer", 4);
+        assert_eq!(s, "| a | b | 100 B | skipped: no peer ||||\n");
     }
 
     #[test]
