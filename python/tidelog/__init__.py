@@ -44,6 +44,7 @@ from tidelog.exceptions import (
     InvalidArgumentError,
     InvalidTopicError,
     LimitExceededError,
+    LockTimeoutError,
     LockedError,
     NotFormattedError,
     OffsetOutOfRangeError,
@@ -69,6 +70,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTopicError",
     "LimitExceededError",
+    "LockTimeoutError",
     "LockedError",
     "NotFormattedError",
     "OffsetOutOfRangeError",
@@ -128,7 +130,9 @@ def commit_staged(
     while True:
         wait = min(_COMMIT_WAIT_SLICE, max(0.0, deadline - time.monotonic()))
         try:
-            wal = open(path, **options)
+            # Exclusive: beside a holder this waits for it to publish, and joins no
+            # other process's shared directory.
+            wal = open(path, **{**options, "exclusive": True})
         except exceptions.LockedError:
             # The holder publishes it; should it close before it saw the commit, the next
             # open does.

@@ -407,6 +407,7 @@ def open(
     staged_ttl_ms: int | None = 86400000,
     staged_adopt_bytes_min: int | None = 4194304,
     staged_adopt_bytes: int | None = None,
+    exclusive: bool = False,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -420,6 +421,11 @@ def open(
     of records becomes a data file of its own when its job is published (no record is
     copied); smaller ones are copied into their topics. `staged_adopt_bytes` is its earlier
     name, deprecated (a `DeprecationWarning`).
+
+    By default any number of processes of one host may open `path` at once and append to
+    any topic (shared mode; refused on network file systems). `exclusive=True` allows one
+    writing handle only: another open fails with `LockedError` (the ring backend always
+    works so).
     """
 
 @final

@@ -21,6 +21,7 @@ __all__ = [
     "InvalidArgumentError",
     "InvalidTopicError",
     "LimitExceededError",
+    "LockTimeoutError",
     "LockedError",
     "NotFormattedError",
     "OffsetOutOfRangeError",
@@ -88,6 +89,16 @@ class RingFullError(CapacityError):
 
 class LockedError(TidelogError, OSError):
     """Another handle, in this or another process, holds the directory for writing."""
+
+
+class LockTimeoutError(TidelogError, TimeoutError):
+    """A lock another process of the directory holds was not released within the wait: its
+    holder is alive but stopped or stuck. `lock` names it, `holder_pid` and `waited_ms`
+    say who and how long. A dead holder's lock is taken over, never reported."""
+
+    lock: str
+    holder_pid: int
+    waited_ms: int
 
 
 class ReadOnlyError(TidelogError):

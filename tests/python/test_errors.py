@@ -184,9 +184,11 @@ def test_capacity_freed_by_consumption(tmp_path: Path) -> None:
 
 
 def test_locked_by_second_open(tmp_path: Path) -> None:
-    with open_small(tmp_path):
+    with open_small(tmp_path, exclusive=True):
         with pytest.raises(tidelog.LockedError) as info:
             open_small(tmp_path)
+        with pytest.raises(tidelog.LockedError):
+            open_small(tmp_path, exclusive=True)
         assert isinstance(info.value, OSError)
         assert isinstance(info.value, tidelog.TidelogError)
         # Read-only handles take no lock.

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import tidelog
-from conftest import open_small
+from conftest import BACKEND, open_small
 
 # Every test runs on the mmap and the ring backend (see conftest.py).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -84,14 +84,45 @@ def test_forked_child_gets_forked_error(tmp_path: Path) -> None:
         reader.close()
 
 
-def test_forked_child_cannot_take_the_lock_but_can_read(tmp_path: Path) -> None:
+def test_forked_child_opens_its_own_shared_handle(tmp_path: Path) -> None:
     with open_small(tmp_path) as wal:
+        wal.append("t", b"parent")
+
+        def child() -> int:
+            # The inherited handle is the parent's; a new one is the child's own.
+            try:
+                wal.append("t", b"inherited")
+            except tidelog.ForkedError:
+                pass
+            else:
+                return 1
+            if BACKEND["name"] == "ring":
+                # The ring backend is single-process.
+                try:
+                    open_small(tmp_path)
+                except tidelog.LockedError:
+                    return 0
+                return 3
+            with open_small(tmp_path) as own:
+                own.append("t", b"child")
+                return 0 if bytes(own.read("t", 0)) == b"parent" else 2
+
+        assert in_child(child) == 0
+        if BACKEND["name"] == "ring":
+            return
+        assert wal.append("t", b"parent again") == 2
+        reader = wal.reader("t", start="earliest")
+        assert [bytes(r.value) for r in reader] == [b"parent", b"child", b"parent again"]
+
+
+def test_forked_child_cannot_take_an_exclusive_lock_but_can_read(tmp_path: Path) -> None:
+    with open_small(tmp_path, exclusive=True) as wal:
         wal.append("t", b"durable")
         wal.flush()
 
         def child() -> int:
             try:
-                open_small(tmp_path)
+                open_small(tmp_path, exclusive=True)
             except tidelog.LockedError:
                 pass
             else:

@@ -187,3 +187,178 @@ def test_a_reader_without_write_permission_follows_the_writer() -> None:
             assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0, status
     finally:
         shutil.rmtree(base, ignore_errors=True)
+
+
+# Appenders in several processes (shared mode, the default).
+
+
+def tagged(worker: int, seq: int) -> bytes:
+    return b"%d:%d:" % (worker, seq) + b"x" * (seq % 50)
+
+
+def parse(v: bytes) -> tuple[int, int]:
+    worker, seq, _ = v.split(b":", 2)
+    return int(worker), int(seq)
+
+
+def append_worker(path: str, worker: int, count: int) -> int:
+    """Pool worker: opens `path` (shared) and appends `count` tagged records to "t" (single
+    appends and batches) and one per pass to its own topic."""
+    with tidelog.open(path, block_size=64 * 1024) as wal:
+        seq = 0
+        while seq < count:
+            if seq % 5 == 2 and seq + 3 <= count:
+                wal.append_batch("t", [tagged(worker, s) for s in range(seq, seq + 3)])
+                seq += 3
+            else:
+                wal.append("t", tagged(worker, seq))
+                seq += 1
+            wal.append(f"own-{worker}", tagged(worker, seq))
+    return worker
+
+
+def check_dense(records: list[tuple[int, bytes]]) -> dict[int, list[int]]:
+    """Offsets 0..n-1, each worker's sequence numbers increasing; returns them by worker."""
+    per_worker: dict[int, list[int]] = {}
+    for i, (offset, v) in enumerate(records):
+        assert offset == i, "offsets must be dense"
+        worker, seq = parse(v)
+        assert v == tagged(worker, seq)
+        seqs = per_worker.setdefault(worker, [])
+        assert not seqs or seqs[-1] < seq, f"worker {worker} out of order at {offset}"
+        seqs.append(seq)
+    return per_worker
+
+
+def read_topic(wal: tidelog.Wal, topic: str) -> list[tuple[int, bytes]]:
+    return [(r.offset, bytes(r)) for r in wal.reader(topic, start="earliest")]
+
+
+@pytest.mark.parametrize("method", ["spawn", "fork", "forkserver"])
+def test_a_pool_of_appenders_shares_one_directory(tmp_path: Path, method: str) -> None:
+    workers, count = 4, 600
+    # The parent holds the directory too (as a web app's master would) while the pool works.
+    with tidelog.open(tmp_path, block_size=64 * 1024) as wal:
+        wal.append("t", tagged(99, 0))
+        with mp.get_context(method).Pool(workers) as pool:
+            done = pool.starmap(append_worker, [(str(tmp_path), w, count) for w in range(workers)])
+        assert sorted(done) == list(range(workers))
+        for handle in (wal,):
+            per_worker = check_dense(read_topic(handle, "t"))
+            assert per_worker[99] == [0]
+            for w in range(workers):
+                assert per_worker[w] == list(range(count))
+                own = read_topic(handle, f"own-{w}")
+                check_dense(own)
+        assert sorted(wal.topics()) == ["own-0", "own-1", "own-2", "own-3", "t"]
+    # From the files alone, after every process closed.
+    with tidelog.open(tmp_path, exclusive=True) as wal:
+        assert len(check_dense(read_topic(wal, "t"))) == workers + 1
+
+
+def tail_worker(path: str, count: int, out: Any) -> None:
+    """Child: appends `count` records, one by one, while the parent tails them."""
+    try:
+        with tidelog.open(path) as wal:
+            for i in range(count):
+                wal.append("tail", tagged(os.getpid(), i))
+        out.put("ok")
+    except BaseException as e:  # reported to the parent as text
+        out.put(f"{type(e).__name__}: {e}")
+
+
+def test_a_reader_tails_appenders_of_other_processes(tmp_path: Path) -> None:
+    count = 500
+    ctx = mp.get_context("spawn")
+    with tidelog.open(tmp_path) as wal:
+        wal.append("tail", tagged(0, 0))
+        reader = wal.reader("tail", start="earliest")
+        out = ctx.Queue()
+        procs = [ctx.Process(target=tail_worker, args=(str(tmp_path), count, out)) for _ in range(2)]
+        for p in procs:
+            p.start()
+        got = []
+        while len(got) < 1 + 2 * count:
+            record = reader.next(timeout=WAIT_S)
+            assert record is not None, f"record {len(got)} did not come within {WAIT_S} s"
+            got.append((record.offset, bytes(record)))
+        assert [out.get(timeout=WAIT_S) for _ in procs] == ["ok", "ok"]
+        for p in procs:
+            p.join(WAIT_S)
+        per_worker = check_dense(got)
+        assert sorted(len(s) for s in per_worker.values()) == [1, count, count]
+
+
+def chaos_worker(path: str, worker: int, acks: str) -> None:
+    """Chaos child: appends tagged records until killed; after each append returns it
+    records the sequence number in `acks` (the record is acknowledged)."""
+    fd = os.open(acks, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    with tidelog.open(path, fsync="never", block_size=64 * 1024) as wal:
+        seq = 0
+        while True:
+            if seq % 4 == 1:
+                wal.append_batch("c", [tagged(worker, s) for s in range(seq, seq + 2)])
+                seq += 2
+            else:
+                wal.append("c", tagged(worker, seq))
+                seq += 1
+            os.write(fd, b"%d\n" % (seq - 1))
+
+
+def test_kill_9_among_appenders_loses_no_acknowledged_record(tmp_path: Path) -> None:
+    """A chaos loop: three appender processes; a killer SIGKILLs one every 20-80 ms (in
+    the middle of an append, holding a topic lock, rolling) and starts a new one. Every
+    acknowledged record must be there, offsets dense, each writer's records in order, and
+    the survivors must never stall behind a dead one."""
+    import random
+    import signal
+
+    ctx = mp.get_context("fork")
+    rng = random.Random(20)
+    acks_dir = tmp_path / "acks"
+    acks_dir.mkdir()
+    data = tmp_path / "data"
+    next_worker = 0
+    live: dict[int, Any] = {}
+
+    def spawn() -> None:
+        nonlocal next_worker
+        worker = next_worker
+        next_worker += 1
+        p = ctx.Process(target=chaos_worker, args=(str(data), worker, str(acks_dir / str(worker))))
+        p.start()
+        live[worker] = p
+
+    with tidelog.open(data, block_size=64 * 1024) as wal:
+        wal.append("c", tagged(1_000_000, 0))
+        for _ in range(3):
+            spawn()
+        deadline = time.monotonic() + 6.0
+        kills = 0
+        while time.monotonic() < deadline:
+            time.sleep(rng.uniform(0.02, 0.08))
+            victim = rng.choice(sorted(live))
+            os.kill(live[victim].pid, signal.SIGKILL)
+            live.pop(victim).join(WAIT_S)
+            kills += 1
+            spawn()
+        # The parent still appends at once: no lock is left to a dead holder.
+        start = time.monotonic()
+        wal.append("c", tagged(1_000_000, 1))
+        assert time.monotonic() - start < 1.0
+        for p in live.values():
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(WAIT_S)
+        records = read_topic(wal, "c")
+    per_worker = check_dense(records)
+    acked = 0
+    for worker in range(next_worker):
+        lines = (acks_dir / str(worker)).read_text().split()
+        seqs = set(per_worker.get(worker, []))
+        for line in lines:
+            assert int(line) in seqs, f"worker {worker}'s acknowledged record {line} is lost"
+        acked += len(lines)
+    assert kills > 20 and acked > 1000, (kills, acked)
+    # And from the files alone.
+    with tidelog.open(data, exclusive=True) as wal:
+        assert read_topic(wal, "c") == records

@@ -33,6 +33,7 @@ exception_classes! {
     capacity => "CapacityError",
     disk_full => "DiskFullError",
     locked => "LockedError",
+    lock_timeout => "LockTimeoutError",
     read_only => "ReadOnlyError",
     closed => "ClosedError",
     forked => "ForkedError",
@@ -84,6 +85,17 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         }
         Error::Locked { path } => {
             let e = locked(py)?.call1((libc::EAGAIN, message, path.display().to_string()))?;
+            return Ok(PyErr::from_value(e));
+        }
+        Error::LockTimeout {
+            lock,
+            holder_pid,
+            waited_ms,
+        } => {
+            let e = lock_timeout(py)?.call1((libc::ETIMEDOUT, message))?;
+            e.setattr("lock", lock)?;
+            e.setattr("holder_pid", holder_pid)?;
+            e.setattr("waited_ms", waited_ms)?;
             return Ok(PyErr::from_value(e));
         }
         Error::Poisoned { op, path, errno } => {

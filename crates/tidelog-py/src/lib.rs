@@ -51,6 +51,7 @@ use crate::options::OpenOptions;
     staged_ttl_ms = Some(tidelog::STAGED_TTL_DEFAULT_MS),
     staged_adopt_bytes_min = None,
     staged_adopt_bytes = None,
+    exclusive = false,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -58,7 +59,7 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
-    staged_adopt_bytes=None)")]
+    staged_adopt_bytes=None, exclusive=False)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -87,6 +88,7 @@ fn open(
     staged_ttl_ms: Option<u64>,
     staged_adopt_bytes_min: Option<u64>,
     staged_adopt_bytes: Option<u64>,
+    exclusive: bool,
 ) -> PyResult<wal::PyWal> {
     let staged_adopt_bytes_min =
         options::staged_adopt_bytes_min(py, staged_adopt_bytes_min, staged_adopt_bytes)?;
@@ -110,7 +112,8 @@ fn open(
     }
     .config()?
     .staged_ttl_ms(staged_ttl_ms)
-    .staged_adopt_bytes_min(staged_adopt_bytes_min);
+    .staged_adopt_bytes_min(staged_adopt_bytes_min)
+    .exclusive(exclusive);
     let shown = path.display().to_string();
     let wal = detached(py, || {
         if readonly {

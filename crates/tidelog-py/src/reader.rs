@@ -170,9 +170,9 @@ impl PyReader {
                 return Ok(Some(PyRecord::new(record)));
             }
             let Some(wait) = wait else {
-                // A read-only handle first catches up with what the writer published (no
-                // syscall when it stays in the same extent).
-                if self.wal.is_read_only()
+                // A handle that other processes append to first catches up with what they
+                // published (no syscall while they stay in the same extent).
+                if self.wal.follows_others()
                     && attached(|| self.wal.wait_for_records(reader, Duration::ZERO))?
                 {
                     return Ok(attached(|| reader.next_record())?.map(PyRecord::new));
@@ -203,7 +203,12 @@ impl PyReader {
             }));
         }
         self.with(py, |reader| {
-            let records = detached(py, || reader.next_batch(max_records, max_bytes))?;
+            let records = detached(py, || {
+                if self.wal.follows_others() {
+                    self.wal.wait_for_records(reader, Duration::ZERO)?;
+                }
+                reader.next_batch(max_records, max_bytes)
+            })?;
             Ok(records.into_iter().map(PyRecord::new).collect())
         })
     }

@@ -21,7 +21,12 @@ use crate::file::DataFile;
 use crate::format;
 use crate::io::Storage;
 use crate::poison::Recover;
+use crate::shared::{Cursor, HeaderLock, SharedState};
 use crate::spin::SpinLock;
+
+/// Longest an allocation waits for another process's hold of the allocator (a live holder
+/// creates a file at most: a stopped one is reported).
+pub const SHARED_LOCK_WAIT: Duration = Duration::from_secs(10);
 
 #[derive(Debug, Default)]
 struct AllocState {
@@ -59,6 +64,8 @@ pub struct BlockAllocator {
     doomed: Mutex<Vec<Arc<DataFile>>>,
     /// Every live data file by sequence number (the spare included).
     files: RwLock<BTreeMap<u64, Arc<DataFile>>>,
+    /// Shared mode: the cursor lives in the shared state file, under its allocator lock.
+    shared: std::sync::OnceLock<Arc<SharedState>>,
 }
 
 impl BlockAllocator {
@@ -91,12 +98,24 @@ impl BlockAllocator {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             doomed: Mutex::new(Vec::new()),
             files: RwLock::new(files),
+            shared: std::sync::OnceLock::new(),
         }
+    }
+
+    /// Shared mode: allocations move the cursor of `shared` (under its allocator lock)
+    /// instead of this handle's, and create data files on demand (no spare).
+    pub fn share(&self, shared: Arc<SharedState>) {
+        let _ = self.shared.set(shared);
     }
 
     /// Every live data file, by sequence number.
     pub fn files(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Arc<DataFile>>> {
         self.files.read().recover()
+    }
+
+    /// Adds a file another process made (shared mode), unless it is known.
+    pub fn add_file(&self, file: Arc<DataFile>) {
+        self.files.write().recover().entry(file.seq).or_insert(file);
     }
 
     /// Replaces the file table (a read-only refresh).
@@ -253,6 +272,9 @@ impl BlockAllocator {
         // Each file carries its own geometry, so the block count is computed per file.
         let count_for =
             |f: &DataFile| Extent::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
+        if let Some(shared) = self.shared.get() {
+            return self.take_shared(shared, storage, count_for);
+        }
         loop {
             // Under the spin lock: move the cursor, or switch to the spare. The file that stops
             // being current is sealed and queued (a mutex) after the lock is released.
@@ -292,6 +314,88 @@ impl BlockAllocator {
                 None => self.prepare_spare(storage)?,
             }
         }
+    }
+
+    /// Shared mode's [`BlockAllocator::take`]: under the allocator lock of the shared state
+    /// file, the extent continues after the cursor's file's last block handed out (by any
+    /// process), or starts a new file.
+    fn take_shared(
+        &self,
+        shared: &SharedState,
+        storage: &dyn Storage,
+        count_for: impl Fn(&DataFile) -> u64,
+    ) -> Result<(Arc<DataFile>, u32, u32)> {
+        let _lock = shared.lock(HeaderLock::Alloc, SHARED_LOCK_WAIT)?;
+        crate::process::crash_point("alloc-locked");
+        let cursor = shared.cursor();
+        if let Some((seq, next_block)) = cursor.current
+            && let Some(file) = self.file_by_seq(storage, seq)?
+        {
+            let count = count_for(&file);
+            if u64::from(next_block) + count <= u64::from(file.extent_count) {
+                let count = count as u32;
+                shared.store_cursor(Cursor {
+                    current: Some((seq, next_block + count)),
+                    ..cursor
+                });
+                file.counters.allocate(count);
+                return Ok((file, next_block, count));
+            }
+            // No extent goes there any more (whether this handle's counts cover them all
+            // decides whether it may delete the file: see `State::counts_files_alone`).
+            if file.counters.seal_allocation() {
+                self.doom(&file);
+            }
+        }
+        // The number first, so a creation cut short never hands it out twice.
+        let seq = cursor.next_file_seq;
+        shared.store_cursor(Cursor {
+            next_file_seq: seq + 1,
+            ..cursor
+        });
+        self.reserve_space(format::FILE_HEADER_BYTES, Duration::ZERO)?;
+        let file = DataFile::create(
+            storage,
+            &self.dir,
+            seq,
+            self.file_size_bytes,
+            self.block_size_bytes,
+        )
+        .inspect_err(|_| {
+            self.disk_bytes
+                .fetch_sub(format::FILE_HEADER_BYTES, Ordering::AcqRel);
+        })?;
+        self.next_seq.fetch_max(seq + 1, Ordering::AcqRel);
+        self.files.write().recover().insert(seq, Arc::clone(&file));
+        let count = count_for(&file);
+        if count > u64::from(file.extent_count) {
+            return Err(Error::limit(
+                "blocks per extent",
+                count,
+                u64::from(file.extent_count),
+            ));
+        }
+        let count = count as u32;
+        shared.store_cursor(Cursor {
+            current: Some((seq, count)),
+            next_file_seq: seq + 1,
+        });
+        file.counters.allocate(count);
+        Ok((file, 0, count))
+    }
+
+    /// The data file `seq`: the one this handle has, or opened now (another process made
+    /// it); `None` when it is gone.
+    pub fn file_by_seq(&self, storage: &dyn Storage, seq: u64) -> Result<Option<Arc<DataFile>>> {
+        if let Some(f) = self.files.read().recover().get(&seq) {
+            return Ok(Some(Arc::clone(f)));
+        }
+        let path = self.dir.join(crate::file::data_file_name(seq));
+        let Some(file) = DataFile::open(storage, &path, true)? else {
+            return Ok(None);
+        };
+        let mut files = self.files.write().recover();
+        Ok(Some(Arc::clone(files.entry(seq).or_insert(file))))
     }
 
     /// Creates the next data file unless a spare is already waiting. Called by the background
@@ -335,8 +439,23 @@ impl BlockAllocator {
         install: impl FnOnce(u64) -> Result<Arc<DataFile>>,
     ) -> Result<Arc<DataFile>> {
         let _create = self.create.lock().recover();
-        let seq = self.next_seq.load(Ordering::Acquire);
+        let lock = match self.shared.get() {
+            Some(shared) => Some((shared, shared.lock(HeaderLock::Alloc, SHARED_LOCK_WAIT)?)),
+            None => None,
+        };
+        let seq = match &lock {
+            Some((shared, _)) => {
+                let cursor = shared.cursor();
+                shared.store_cursor(Cursor {
+                    next_file_seq: cursor.next_file_seq + 1,
+                    ..cursor
+                });
+                cursor.next_file_seq
+            }
+            None => self.next_seq.load(Ordering::Acquire),
+        };
         let file = install(seq)?;
+        drop(lock);
         self.next_seq.store(seq + 1, Ordering::Release);
         self.files.write().recover().insert(seq, Arc::clone(&file));
         self.account_file(&file);
@@ -350,6 +469,9 @@ impl BlockAllocator {
     /// True when the current file is at least half used and no spare is ready: time for the
     /// background thread to make one.
     pub fn wants_spare(&self) -> bool {
+        if self.shared.get().is_some() {
+            return false;
+        }
         let st = self.state.lock();
         st.spare.is_none()
             && st

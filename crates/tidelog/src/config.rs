@@ -167,6 +167,11 @@ pub struct Config {
     /// file when its job is published (its records are not copied); a smaller one is
     /// copied into its topics (no small file per micro-batch). Default 4 MiB.
     pub staged_adopt_bytes_min: u64,
+    /// One writing handle per directory, in any process: a second writable open fails with
+    /// `Locked` (the ring backend always works so). `false` (the default) is shared mode:
+    /// any number of processes of one host open the directory at once and append to any
+    /// topic (see `docs/ARCHITECTURE.md`, "Many processes").
+    pub exclusive: bool,
 }
 
 impl Default for Config {
@@ -190,11 +195,24 @@ impl Default for Config {
             ring: None,
             staged_ttl_ms: Some(STAGED_TTL_DEFAULT_MS),
             staged_adopt_bytes_min: STAGED_ADOPT_BYTES_DEFAULT,
+            exclusive: false,
         }
     }
 }
 
 impl Config {
+    /// Sets [`Config::exclusive`].
+    pub fn exclusive(mut self, exclusive: bool) -> Self {
+        self.exclusive = exclusive;
+        self
+    }
+
+    /// True when handles of this configuration share the directory with other processes:
+    /// not exclusive, and no ring.
+    pub fn is_shared(&self) -> bool {
+        !self.exclusive && self.ring.is_none()
+    }
+
     /// Sets [`Config::file_size_bytes`].
     pub fn file_size_bytes(mut self, bytes: u64) -> Self {
         self.file_size_bytes = bytes;

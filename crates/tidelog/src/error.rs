@@ -72,6 +72,18 @@ pub enum Error {
         /// The data directory.
         path: PathBuf,
     },
+    /// A lock another process of the directory holds (shared mode) was not released within
+    /// the wait: its holder is alive but stopped or stuck (a process stopped by `SIGSTOP`, a
+    /// debugger). A dead holder's lock is taken over, never reported. Nothing was written;
+    /// a retry may succeed.
+    LockTimeout {
+        /// The lock: `"topic"`, `"allocator"`, `"topic table"`.
+        lock: &'static str,
+        /// The pid of the process holding it.
+        holder_pid: u32,
+        /// How long this call waited.
+        waited_ms: u64,
+    },
     /// The handle was opened read-only and the operation writes.
     ReadOnly,
     /// The handle was closed.
@@ -220,6 +232,15 @@ impl fmt::Display for Error {
                 f,
                 "directory {} is in use: another handle holds it open for writing",
                 path.display()
+            ),
+            Error::LockTimeout {
+                lock,
+                holder_pid,
+                waited_ms,
+            } => write!(
+                f,
+                "the {lock} lock is held by process {holder_pid}, alive but not releasing it \
+                 (stopped?), after waiting {waited_ms} ms"
             ),
             Error::ReadOnly => write!(f, "the log was opened read-only"),
             Error::Closed => write!(f, "the log is closed"),

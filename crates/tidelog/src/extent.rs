@@ -264,6 +264,12 @@ impl Extent {
         self.published.store(pack(count, end), Ordering::Release);
     }
 
+    /// Publishes `(count, end)` unless more is published already: a follower's move, which
+    /// may race this process's own appender (shared mode); both only grow.
+    pub fn publish_at_least(&self, count: u64, end: u64) {
+        self.published.fetch_max(pack(count, end), Ordering::AcqRel);
+    }
+
     /// `(count, end)` once the extent will take no more records.
     #[inline]
     pub fn final_state(&self) -> Option<(u64, u64)> {
@@ -542,6 +548,70 @@ impl Extent {
         st.sealed_on_disk = sealing;
         st.clean_on_disk = clean;
         Ok(sealing)
+    }
+
+    /// Shared mode's [`Extent::sync`]: other processes append to and sync this extent too.
+    /// The data is made durable without any lock (the page cache is one, so any process's
+    /// msync covers everyone's bytes); the progress slot, the footer and the seal are
+    /// written only under the topic's append lock (`lock`, `None` when it could not be had
+    /// in time: the slot waits for the next pass, the data is durable all the same), and
+    /// never over what another process wrote there: a seal stays, a retired extent stays,
+    /// a durable end never moves back. Returns true when the extent is sealed (here or by
+    /// another process) or retired: nothing more to do.
+    pub fn sync_shared<G>(
+        &self,
+        storage: &dyn Storage,
+        topic: &str,
+        closing: bool,
+        lock: impl FnOnce() -> Option<G>,
+    ) -> Result<bool> {
+        let mut st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return Ok(true);
+        }
+        let (count, end) = self.published();
+        let sealing = self.final_state() == Some((count, end));
+        let map = &self.file.map;
+        let path = &self.file.path;
+        if end > st.synced_end {
+            storage
+                .sync_map(
+                    map,
+                    path,
+                    self.abs(st.synced_end),
+                    (end - st.synced_end) as usize,
+                )
+                .map_err(|e| Error::io("msync", path, e))?;
+            st.synced_end = end;
+        }
+        if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
+            return Ok(false);
+        }
+        let Some(_guard) = lock() else {
+            return Ok(false);
+        };
+        let mut disk = [0u8; format::PG_LEN];
+        map.copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
+        if let Some(p) = Progress::decode(&disk) {
+            match p.state {
+                ProgressState::Sealed => {
+                    st.sealed_on_disk = true;
+                    return Ok(true);
+                }
+                ProgressState::Deleted | ProgressState::Consumed => {
+                    st.deleted = true;
+                    return Ok(true);
+                }
+                // Another process claimed more, or as much (a close still marks it clean).
+                _ if !sealing && (p.durable_end > end || (p.durable_end == end && !closing)) => {
+                    st.progress_end = st.progress_end.max(p.durable_end);
+                    return Ok(false);
+                }
+                _ => {}
+            }
+        }
+        drop(st);
+        self.sync(storage, topic, closing)
     }
 
     /// The published range not yet made durable, `(from, count, end)` with `count` the

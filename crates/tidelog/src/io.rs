@@ -161,6 +161,21 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
         self.try_lock(&file, path)?;
         Ok(file)
     }
+    /// Opens `path` as [`Storage::lock_file`] does and takes a shared lock on it (shared-mode
+    /// handles: they exclude exclusive ones, not each other).
+    fn lock_file_shared(&self, path: &Path) -> io::Result<File> {
+        let file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(path)?;
+        match file.try_lock_shared() {
+            Ok(()) => Ok(file),
+            Err(fs::TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
+            Err(fs::TryLockError::Error(e)) => Err(e),
+        }
+    }
     /// True when callers may bypass this trait and submit writes on the file descriptor
     /// directly (the ring's io_uring path). Only the real file system says yes, so every
     /// fault-injecting implementation sees all I/O.
@@ -340,6 +355,45 @@ impl Storage for StdStorage {
 fn fallocate(fd: i32, offset: i64, len: i64) -> i32 {
     // SAFETY: fallocate takes no pointers; an invalid fd only yields EBADF.
     unsafe { libc::fallocate(fd, 0, offset, len) }
+}
+
+/// The file system type (`statfs`'s `f_type`) of the one holding `path`.
+pub(crate) fn fs_magic(path: &Path) -> io::Result<i64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from(io::ErrorKind::InvalidInput))?;
+    statfs_type(&c)
+}
+
+#[expect(unsafe_code, reason = "statfs has no safe wrapper in std")]
+fn statfs_type(path: &std::ffi::CStr) -> io::Result<i64> {
+    // SAFETY: `statfs` is a plain C struct of integers; all-zero is a valid value of it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is a NUL-terminated string alive for the call; `st` is a valid, writable
+    // `statfs` on this frame.
+    let rc = unsafe { libc::statfs(path.as_ptr(), &raw mut st) };
+    if rc == 0 {
+        Ok(st.f_type as i64)
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+/// The name of the network file system of type `magic` (`statfs`), if it is one: NFS,
+/// SMB/CIFS, 9p, AFS, Ceph, Lustre, GlusterFS and other FUSE mounts.
+pub(crate) fn network_fs_name(magic: i64) -> Option<&'static str> {
+    match magic {
+        0x6969 => Some("NFS"),
+        0x517B => Some("SMB"),
+        0xFE53_4D42 => Some("SMB2"),
+        0xFF53_4D42 => Some("CIFS"),
+        0x0102_1997 => Some("9p"),
+        0x5346_414F => Some("AFS"),
+        0x00C3_6400 => Some("Ceph"),
+        0x0BD0_0BD0 => Some("Lustre"),
+        0x6573_5546 => Some("FUSE"),
+        _ => None,
+    }
 }
 
 /// How an armed fault point fails (test support, hidden from the docs).

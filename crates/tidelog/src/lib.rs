@@ -49,6 +49,7 @@ pub mod internals;
 pub mod io;
 mod journal;
 mod mmap;
+mod ofd;
 mod poison;
 mod prefault;
 mod process;

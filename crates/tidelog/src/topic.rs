@@ -28,7 +28,7 @@ use crate::poison::Recover;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
 pub use crate::record::Append;
 use crate::ring::RingAppend;
-use crate::shared::{ExtentEnd, Snapshot, TopicSlot, Watch};
+use crate::shared::{ExtentEnd, NO_EXTENT, Snapshot, TopicSlot, Watch};
 use crate::spin::{SpinGuard, SpinLock};
 use crate::sync::SyncQueue;
 
@@ -187,12 +187,16 @@ impl Topic {
     /// published and durable now.
     pub fn attach_slot(&self, slot: TopicSlot) {
         let next = self.next_offset();
-        if let Some(tail) = self.chain().last() {
-            slot.publish(extent_end(tail), next, tail.max_timestamp_us());
+        // An extent with no record published is named as none: another process that
+        // recovers the directory drops it.
+        if let Some(last) = self.chain().last().filter(|b| b.published().0 > 0) {
+            // A recovered extent the writer does not continue in is closed.
+            let closed = self.tail().block.is_none();
+            slot.publish(extent_end(last), next, last.max_timestamp_us(), closed);
         } else {
             slot.publish(
                 ExtentEnd {
-                    file_seq: 0,
+                    file_seq: NO_EXTENT,
                     block_index: 0,
                     first_offset: next,
                     records: 0,
@@ -200,10 +204,102 @@ impl Topic {
                 },
                 next,
                 0,
+                false,
             );
         }
         slot.note_durable(self.durable_next());
         let _ = self.slot.set(slot);
+    }
+
+    /// Gives the topic the slot another process reports it in (shared mode), reporting
+    /// nothing: that process's report is newer than this handle's.
+    pub fn set_slot(&self, slot: TopicSlot) {
+        self.note_durable(slot.durable_next().min(self.next_offset()));
+        let _ = self.slot.set(slot);
+    }
+
+    /// Shared mode, under the topic's append lock: moves the tail to what the slot `snap`
+    /// reports (other processes appended meanwhile). `block` is this handle's copy of the
+    /// extent `snap` names (`None`: the topic has no extent yet). False when the report does
+    /// not fit it (nothing is moved).
+    pub fn line_up(&self, block: Option<&Arc<Extent>>, snap: &Snapshot) -> bool {
+        let mut tail = self.tail();
+        let Some(block) = block else {
+            // No extent, or this handle's own empty one (recovered, not reported).
+            let fits = snap.next_offset >= tail.next_offset
+                && (tail.block.is_none()
+                    || (tail.count == 0 && tail.next_offset == snap.next_offset));
+            if fits {
+                tail.next_offset = snap.next_offset;
+                drop(tail);
+                self.published_next
+                    .fetch_max(snap.next_offset, Ordering::AcqRel);
+            }
+            return fits;
+        };
+        let (records, end) = (snap.tail.records, snap.tail.end);
+        // A closed extent's records may reach past this open's footer reserve (written
+        // under a coarser index interval), never past the extent.
+        let limit = if snap.closed {
+            block.len
+        } else {
+            block.data_limit
+        };
+        let fits = end <= limit
+            && end >= format::BLOCK_HEADER_BYTES
+            && block.first_offset.checked_add(records) == Some(snap.next_offset)
+            && (snap.closed || block.final_state().is_none());
+        if !fits {
+            return false;
+        }
+        if snap.closed {
+            // Nobody appends there again: the next append here rolls.
+            if block.final_state().is_none() {
+                block.publish_at_least(records, end);
+                block.set_final(records, end);
+            }
+            if let Some(old) = tail.block.take() {
+                old.release_writer();
+            }
+            tail.pos = 0;
+            tail.count = 0;
+            tail.last_index_pos = None;
+            tail.prefaulted_to = 0;
+            tail.next_offset = snap.next_offset;
+            tail.max_ts = tail.max_ts.max(snap.max_timestamp_us);
+            drop(tail);
+            self.published_next
+                .fetch_max(snap.next_offset, Ordering::AcqRel);
+            return true;
+        }
+        let same = tail.block.as_ref().is_some_and(|b| Arc::ptr_eq(b, block));
+        if !same {
+            // Held only where this handle allocated it (its file's counts have it); the
+            // file's deletion is decided by a handle alone anyway.
+            if let Some(old) = tail.block.take() {
+                old.release_writer();
+            }
+            tail.last_index_pos = None;
+            tail.prefaulted_to = 0;
+            self.unsynced.lock().recover().push(Arc::clone(block));
+        }
+        if !same || tail.pos != end {
+            // Index entries of records other processes wrote are not known here: the next
+            // record this handle writes gets one.
+            if tail.pos != end {
+                tail.last_index_pos = None;
+            }
+            tail.block = Some(Arc::clone(block));
+            tail.pos = end;
+            tail.count = records;
+            tail.next_offset = snap.next_offset;
+            tail.max_ts = tail.max_ts.max(snap.max_timestamp_us);
+            block.set_max_timestamp(block.max_timestamp_us().max(snap.max_timestamp_us));
+            block.publish_at_least(records, end);
+            self.published_next
+                .fetch_max(snap.next_offset, Ordering::AcqRel);
+        }
+        true
     }
 
     /// The topic's slot in the shared state file, if it has one.
@@ -254,7 +350,7 @@ impl Topic {
             && (records > known_records) == (end > known_end);
         if fits && records > known_records {
             block.set_max_timestamp(block.max_timestamp_us().max(snap.max_timestamp_us));
-            block.publish(records, end);
+            block.publish_at_least(records, end);
             self.published_next.fetch_max(next_offset, Ordering::AcqRel);
         }
         fits
@@ -283,8 +379,9 @@ impl Topic {
         drop(tail);
         drop(slow);
         // Bounded: between its reservation and its publish an append only checksums and
-        // copies (or `pwrite`s) its records and waits for its predecessors to publish.
-        while self.next_offset() != reserved {
+        // copies (or `pwrite`s) its records and waits for its predecessors to publish. In
+        // shared mode other processes' records may be published past this handle's tail.
+        while self.next_offset() < reserved {
             std::thread::yield_now();
         }
         true
@@ -304,7 +401,7 @@ impl Topic {
         drop(tail);
         drop(slow);
         // Bounded as in `stop_appends`.
-        while self.next_offset() != reserved {
+        while self.next_offset() < reserved {
             std::thread::yield_now();
         }
         Ok(reserved)
@@ -375,7 +472,7 @@ impl Topic {
         drop(tail);
         let slot = self.slot.get();
         if let (Some(slot), Some(last)) = (slot, self.chain().last()) {
-            slot.publish(extent_end(last), next, last.max_timestamp_us());
+            slot.publish(extent_end(last), next, last.max_timestamp_us(), true);
         }
         self.published_next.store(next, Ordering::Release);
         if let Some(slot) = slot {
@@ -663,6 +760,7 @@ impl Topic {
             pos += format::frame_padded_len(r.payload_len());
         }
         debug_assert_eq!(pos, start_pos + total);
+        crate::process::crash_point("append-copied");
         reserved.publish();
         Ok((first..first + n, ring))
     }
@@ -753,7 +851,7 @@ impl Topic {
                 end,
                 ..extent_end(block)
             };
-            slot.publish(tail, next, block.max_timestamp_us());
+            slot.publish(tail, next, block.max_timestamp_us(), false);
         }
         self.published_next.store(next, Ordering::Release);
         if self.parked.load(Ordering::Relaxed) > 0 {

@@ -146,6 +146,15 @@ impl Published {
     }
 }
 
+/// What a recovery that does not repair covers: every topic, or one (a shared-mode handle
+/// lining one topic up with other processes' appends, while its other topics may be
+/// appended to), and whether new files are mapped writable (shared mode appends to them).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Scope {
+    pub only_topic: Option<u32>,
+    pub map_writable: bool,
+}
+
 /// Recovers the directory. `writable` repairs (cuts torn tails, drops orphan extents, removes
 /// half-created files); read-only never writes and shows only durable records.
 ///
@@ -160,14 +169,21 @@ pub fn recover(
     known_files: &BTreeMap<u64, Arc<DataFile>>,
     known: &Known,
     published: &Published,
+    scope: Scope,
 ) -> Result<Recovered> {
     let mut out = Recovered::default();
     let (listed, unfinished) = list_files(storage, dir)?;
     if writable {
         remove_unfinished(storage, &unfinished)?;
     }
-    let listing = open_files(storage, &listed, writable, known_files, &mut out)?;
-    let grouped = group_by_topic(listing.found, writable, &mut out.next_topic_id)?;
+    let map_writable = writable || scope.map_writable;
+    let listing = open_files(storage, &listed, map_writable, known_files, &mut out)?;
+    let mut grouped = group_by_topic(listing.found, writable, &mut out.next_topic_id)?;
+    if let Some(id) = scope.only_topic {
+        grouped
+            .by_topic
+            .retain(|_, extents| extents.iter().any(|f| f.id.topic_id == id));
+    }
     let recovery = Recovery {
         storage,
         writable,

@@ -11,7 +11,28 @@ use crate::poison::PanicGuard;
 pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     state.check_writable()?;
     let _panic = PanicGuard::new(&state.sync.poison, "topic deletion (it panicked)");
-    let topic = state.topics.get(name)?;
+    // Shared mode: only while no other process shares the directory, with every extent
+    // other processes added to the topic in its chain.
+    let Some(_turn) = state.housekeeping_turn() else {
+        return Err(Error::Locked {
+            path: state.dir.clone(),
+        });
+    };
+    let topic = match state.topics.get(name) {
+        Err(Error::UnknownTopic { .. }) if state.topics.is_shared_mode() => state
+            .topics
+            .find_shared(name)
+            .ok_or_else(|| Error::UnknownTopic {
+                topic: name.to_owned(),
+            })?,
+        other => other?,
+    };
+    if let Some(slot) = topic.slot()
+        && state.topics.is_shared_mode()
+    {
+        let _lock = slot.lock(crate::alloc::SHARED_LOCK_WAIT)?;
+        super::follow::line_up(state, &topic, slot)?;
+    }
     if !topic.stop_appends(true) {
         return Err(Error::UnknownTopic {
             topic: name.to_owned(),

@@ -18,6 +18,7 @@ use crate::journal::Journal;
 use crate::record::Append;
 use crate::ring::entry::decode;
 use crate::ring::{RingAppend, format::RING_START};
+use crate::shared::TopicGuard;
 use crate::sync::{AppendHandle, GroupLimits, SyncQueue, Turn};
 use crate::topic::{Ctx, ReservedWrite, Topic};
 
@@ -113,6 +114,7 @@ impl Strategy {
         topic: &Topic,
         records: &[Append<'_>],
         opts: WriteOpts,
+        held: Option<TopicGuard<'_>>,
     ) -> Result<Range<u64>> {
         match self {
             Strategy::Ring(journal) => {
@@ -132,6 +134,8 @@ impl Strategy {
                     ..env.ctx
                 };
                 let (offsets, _) = topic.append(&ctx, records)?;
+                // Published: other processes may append while this one waits for the sync.
+                drop(held);
                 let ticket = env
                     .sync
                     .ticket(payload_bytes(records), false, Some(in_flight));
@@ -149,6 +153,7 @@ impl Strategy {
         topic: &Topic,
         records: &[Append<'_>],
         opts: WriteOpts,
+        held: Option<TopicGuard<'_>>,
     ) -> Result<AppendHandle> {
         match self {
             Strategy::Ring(journal) => {
@@ -163,6 +168,7 @@ impl Strategy {
                     ..env.ctx
                 };
                 let (offsets, _) = topic.append(&ctx, records)?;
+                drop(held);
                 let ticket = env
                     .sync
                     .ticket(payload_bytes(records), urgent, Some(in_flight));

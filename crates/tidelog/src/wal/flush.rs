@@ -3,6 +3,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
 
 use super::topics::Topics;
 use crate::error::{Error, Result};
@@ -12,6 +13,10 @@ use crate::io::Storage;
 use crate::poison::Recover;
 use crate::sync::SyncQueue;
 use crate::topic::Topic;
+
+/// Longest a sync waits for a topic's append lock (shared mode) before it leaves the
+/// progress slot to the next pass (the data is durable without it).
+const PROGRESS_LOCK_WAIT: Duration = Duration::from_secs(1);
 
 /// Flushes the data files of one handle; one pass at a time.
 #[derive(Debug)]
@@ -61,7 +66,7 @@ impl Flusher {
             let mut sealed = Vec::new();
             for block in topic.unsynced() {
                 // A consumed extent's file may already be gone: nothing left to make durable.
-                if block.is_consumed() || block.sync(self.storage.as_ref(), &topic.name, closing)? {
+                if block.is_consumed() || self.sync_extent(&topic, &block, closing)? {
                     sealed.push(block);
                 }
             }
@@ -73,12 +78,30 @@ impl Flusher {
         Ok(())
     }
 
+    /// Syncs `block` of `topic` (see `Extent::sync`); in shared mode its progress slot and
+    /// seal are written under the topic's append lock, if it comes within
+    /// `PROGRESS_LOCK_WAIT` (see `Extent::sync_shared`).
+    fn sync_extent(&self, topic: &Topic, block: &Extent, closing: bool) -> Result<bool> {
+        let storage = self.storage.as_ref();
+        match topic.slot().filter(|_| self.topics.is_shared_mode()) {
+            Some(slot) => block.sync_shared(storage, &topic.name, closing, || {
+                slot.lock(PROGRESS_LOCK_WAIT).ok()
+            }),
+            None => block.sync(storage, &topic.name, closing),
+        }
+    }
+
     /// A group commit's I/O: makes the data published so far durable with one msync per
     /// data file, over the span of its extents with new data (one journal commit per file,
     /// however many topics wrote to it), then writes the progress slots that claim it and
     /// syncs them (one more msync per file), so the durable point on disk covers every record
     /// this commit acknowledges: recovery and read-only handles see them as durable.
     pub fn sync_group(&self) -> Result<()> {
+        if self.topics.is_shared_mode() {
+            // Other processes write these progress slots too: one extent at a time, each
+            // under its topic's append lock.
+            return self.flush_extents(false);
+        }
         let _flushing = self.hold();
         let (spans, published) = self.unsynced_spans();
         for (lo, hi, blocks) in spans.into_values() {

@@ -8,11 +8,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use super::state::State;
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::Result;
 use crate::poison::Recover;
 use crate::reader::{Reader, Visibility, visible_next};
-use crate::recovery::{self, Published};
-use crate::shared::{Snapshot, TopicSlot, WAIT_SLICE, Watch};
+use crate::recovery::{self, Known, Published, Scope};
+use crate::shared::{NO_EXTENT, Snapshot, TopicSlot, WAIT_SLICE, Watch};
 use crate::topic::Topic;
 
 /// First and longest sleep of a reader that polls the directory (no shared state file).
@@ -22,14 +23,28 @@ const POLL_MAX: Duration = Duration::from_millis(20);
 /// handle up with the slot (damage past the durable point) is not repeated at every wake.
 const DIRECTORY_READ_EVERY: Duration = Duration::from_millis(5);
 
-/// A read-only handle moves `topic` to what the writer reported in its slot: on the extent
-/// this handle already has, at once; after a roll, by a refresh that reads the extents the
-/// writer reported (at most every `DIRECTORY_READ_EVERY`). Without a slot it does nothing
-/// (the caller polls with a refresh). False while the handle stays behind the slot.
+/// A handle moves `topic` to what other processes reported in its slot: on the extent this
+/// handle already has, at once; after a roll, by reading the extents they reported (a
+/// read-only handle at most every `DIRECTORY_READ_EVERY`; a shared-mode one under the
+/// topic's append lock, see [`line_up`]). Without a slot it does nothing (the caller polls
+/// with a refresh). False while the handle stays behind the slot.
 pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<bool> {
     let Some(slot) = state.follow.slot(topic) else {
         return Ok(true);
     };
+    if state.topics.is_shared_mode() {
+        // Another process rolled: line the topic up under its append lock, so no appender
+        // of this handle works on the extents the directory read restores.
+        if let Some(snap) = slot.snapshot()
+            && snap.next_offset > topic.next_offset()
+            && !follow_tail(topic, &snap)
+        {
+            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+            line_up(state, topic, &slot)?;
+        }
+        topic.note_durable(slot.durable_next().min(topic.next_offset()));
+        return Ok(true);
+    }
     let mut last_read = state.follow.catching_up.lock().recover();
     let mut lined_up = true;
     if let Some(snap) = slot.snapshot()
@@ -41,7 +56,7 @@ pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<bool> {
             let mut published = Published::default();
             add_reported(&mut published, topic.id, &slot, &snap);
             *last_read = Some(Instant::now());
-            read_directory(state, &published)?;
+            read_directory(state, &published, None)?;
             lined_up = follow_tail(topic, &snap);
         }
     }
@@ -64,7 +79,7 @@ pub(super) fn refresh(state: &State) -> Result<()> {
     let published = state.follow.reported();
     let mut last_read = state.follow.catching_up.lock().recover();
     *last_read = Some(Instant::now());
-    read_directory(state, &published)?;
+    read_directory(state, &published, None)?;
     for topic in state.topics.all() {
         if let Some(slot) = state.follow.slot(&topic)
             && let Some(snap) = slot.snapshot()
@@ -74,6 +89,54 @@ pub(super) fn refresh(state: &State) -> Result<()> {
     }
     note_reported_durable(state);
     Ok(())
+}
+
+/// Shared mode, under `topic`'s append lock: moves its tail to what the slot reports, other
+/// processes' appends included. After another process's roll, the extents it added are read
+/// from the directory first (this topic's only: the handle's other topics may be appended
+/// to meanwhile).
+pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
+    let Some(snap) = slot.snapshot() else {
+        return Err(crate::Error::UnknownTopic {
+            topic: topic.name.clone(),
+        });
+    };
+    if snap.tail.file_seq == NO_EXTENT {
+        return lined(topic, topic.line_up(None, &snap));
+    }
+    let key = (snap.tail.file_seq, snap.tail.block_index);
+    let find = || {
+        topic
+            .chain()
+            .last()
+            .filter(|b| (b.file.seq, b.block_index) == key)
+            .cloned()
+    };
+    if let Some(block) = find()
+        && topic.line_up(Some(&block), &snap)
+    {
+        return Ok(());
+    }
+    let mut published = Published::default();
+    add_reported(&mut published, topic.id, slot, &snap);
+    let _one = state.follow.catching_up.lock().recover();
+    read_directory(state, &published, Some(topic))?;
+    let block = find();
+    lined(topic, block.is_some_and(|b| topic.line_up(Some(&b), &snap)))
+}
+
+/// `line_up`'s verdict: a slot that names what the directory does not hold is damage.
+fn lined(topic: &Topic, ok: bool) -> Result<()> {
+    if ok {
+        return Ok(());
+    }
+    Err(crate::Error::Corruption {
+        topic: topic.name.clone(),
+        offset: topic.next_offset(),
+        path: Default::default(),
+        position: 0,
+        reason: "the shared state file names an extent the directory does not hold".to_owned(),
+    })
 }
 
 /// What the slot of topic `id` reports: its newest extent's end, those of the extents
@@ -104,11 +167,13 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
     let visibility = reader.visibility();
     let position = reader.position();
     let read_only = state.status.is_read_only();
+    // Handles whose topics other processes append to follow them like read-only ones.
+    let following = read_only || state.topics.is_shared_mode();
     let mut poll = POLL_MIN;
     loop {
         state.check_open()?;
         // Behind the slot after a catch-up: look again soon rather than at the next wake.
-        let behind = read_only && !catch_up(state, &topic)?;
+        let behind = following && !catch_up(state, &topic)?;
         if topic.is_deleted() || visible_next(&topic, visibility) > position {
             return Ok(true);
         }
@@ -131,7 +196,7 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
                     Visibility::Durable => Watch::Durable,
                 };
                 slot.wait(watch, left, || {
-                    let moved = if read_only {
+                    let moved = if following {
                         match visibility {
                             Visibility::Published => slot.next_offset() > topic.next_offset(),
                             Visibility::Durable => slot.durable_next() > position,
@@ -146,27 +211,48 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
                 std::thread::sleep(poll.min(left));
                 poll = (poll * 2).min(POLL_MAX);
                 if read_only {
-                    read_directory(state, &Published::default())?;
+                    read_directory(state, &Published::default(), None)?;
                 }
             }
         }
     }
 }
 
-/// Picks up what the writing process made durable since the last refresh, and the records
-/// it reported `published` beyond that (read-only).
-fn read_directory(state: &State, published: &Published) -> Result<()> {
+/// Picks up what the writing processes made durable since the last refresh, and the
+/// records they reported `published` beyond that: for every topic (read-only), or for
+/// `only` (a shared-mode handle lining it up: its extents are this handle's own objects).
+fn read_directory(state: &State, published: &Published, only: Option<&Topic>) -> Result<()> {
     let files = state.alloc.files().clone();
     let mut recovery = state.recovered.lock().recover();
+    let shared_mode = state.topics.is_shared_mode();
+    let chains: Known;
+    let known = match only {
+        Some(topic) => {
+            chains = topic
+                .chain()
+                .into_iter()
+                .map(|b| ((b.file.seq, b.block_index), b))
+                .collect();
+            &chains
+        }
+        None => &recovery.known,
+    };
     let recovered = recovery::recover(
         &state.dir,
         &state.config,
         state.storage.as_ref(),
         false,
         &files,
-        &recovery.known,
+        known,
         published,
+        Scope {
+            only_topic: only.map(|t| t.id),
+            map_writable: shared_mode,
+        },
     )?;
+    if let Some(topic) = only {
+        return follow_one(state, topic, recovered);
+    }
     let mut seen = HashSet::new();
     let mut all_present = HashSet::new();
     for t in recovered.topics {
@@ -207,5 +293,26 @@ fn read_directory(state: &State, published: &Published) -> Result<()> {
     recovery.known.retain(|key, _| all_present.contains(key));
     state.alloc.replace_files(recovered.files);
     recovery.report = recovered.report;
+    Ok(())
+}
+
+/// Shared mode: adds to `topic` the extents other processes rolled to, as `recovered`
+/// (of that topic alone) found them; extents it knows were reused, and those before the
+/// new ones are final now.
+fn follow_one(state: &State, topic: &Topic, recovered: recovery::Recovered) -> Result<()> {
+    for file in recovered.files.into_values() {
+        state.alloc.add_file(file);
+    }
+    let Some(t) = recovered.topics.into_iter().find(|t| t.id == topic.id) else {
+        return Ok(());
+    };
+    let existing = topic.chain();
+    let added: Vec<_> = t
+        .chain
+        .iter()
+        .filter(|b| !existing.iter().any(|e| Arc::ptr_eq(e, b)))
+        .cloned()
+        .collect();
+    topic.extend_read_only(added, t.tail.next_offset);
     Ok(())
 }

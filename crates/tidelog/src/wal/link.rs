@@ -55,7 +55,7 @@ impl SharedLink {
     /// A read-only handle's link: attaches to the file of `dir` if a writer of this boot
     /// built it (and again later, when one does).
     pub fn reader(storage: Arc<dyn Storage>, dir: &Path) -> SharedLink {
-        let shared = SharedState::attach(storage.as_ref(), dir);
+        let shared = SharedState::attach(&storage, dir);
         let link = ReaderLink {
             storage,
             dir: dir.to_owned(),
@@ -130,7 +130,7 @@ impl SharedLink {
                 .attached_at
                 .is_none_or(|at| at.elapsed() >= ATTACH_EVERY)
         {
-            link.shared = SharedState::attach(link.storage.as_ref(), &link.dir).map(Arc::new);
+            link.shared = SharedState::attach(&link.storage, &link.dir).map(Arc::new);
             link.slots.clear();
             link.attached_at = Some(Instant::now());
         }

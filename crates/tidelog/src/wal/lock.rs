@@ -1,21 +1,38 @@
-//! The data directory's advisory lock: one writing handle per directory.
+//! The data directory's advisory locks. An exclusive handle holds an exclusive `flock` on
+//! `LOCK`. Shared-mode handles hold a shared `flock` there (so neither kind opens beside
+//! the other) and byte locks of their own open file description (`ofd`): `INIT_BYTE` while
+//! they open (one opener at a time), `ALONE_BYTE` shared for their life (an opener that can
+//! take it exclusively is the only one: it recovers and rebuilds the shared state), and
+//! their process slot's byte (`shared::PROCESS_BYTE + slot`), which tells other processes
+//! they are alive.
 
 use std::fs::File;
+use std::os::fd::AsRawFd;
 use std::path::Path;
 use std::sync::Mutex;
+use std::time::{Duration, Instant};
 
 use crate::cursor::CURSOR_DIR;
 use crate::error::{Error, Result};
 use crate::io::Storage;
+use crate::ofd::{self, Kind};
 use crate::poison::Recover;
+use crate::shared::{PROCESS_BYTE, PROCESSES, SharedState};
 
 /// Name of the lock file in a data directory.
 pub const LOCK_FILE: &str = "LOCK";
+/// Held exclusively by a shared-mode open from its lock to its last step.
+pub const INIT_BYTE: u64 = 0;
+/// Held shared by every shared-mode handle; exclusively only by one alone.
+pub const ALONE_BYTE: u64 = 1;
+/// Longest a shared-mode open waits for another open (its recovery) to finish.
+const OPEN_WAIT: Duration = Duration::from_secs(120);
 
 /// The lock a writing handle holds on its directory (none for a read-only handle).
 #[derive(Debug)]
 pub(crate) struct DirLock {
     file: Mutex<Option<File>>,
+    shared: bool,
 }
 
 impl DirLock {
@@ -35,6 +52,7 @@ impl DirLock {
         }
         Ok(DirLock {
             file: Mutex::new(None),
+            shared: false,
         })
     }
 
@@ -53,7 +71,137 @@ impl DirLock {
         };
         let lock = DirLock {
             file: Mutex::new(Some(file)),
+            shared: false,
         };
+        make_cursor_dir(storage, dir)?;
+        Ok(lock)
+    }
+
+    /// Shared mode: takes the shared `flock` (`Locked` beside an exclusive handle), then the
+    /// open's turn (waiting for another open's recovery), then tries `ALONE_BYTE`
+    /// exclusively. Returns the lock and whether this handle is the only one: it then
+    /// recovers the directory and rebuilds the shared state, and calls
+    /// [`DirLock::opened`] after.
+    pub fn take_shared(storage: &dyn Storage, dir: &Path) -> Result<(DirLock, bool)> {
+        create_dir(storage, dir)?;
+        let path = dir.join(LOCK_FILE);
+        let file = match storage.lock_file_shared(&path) {
+            Ok(file) => file,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                return Err(Error::Locked {
+                    path: dir.to_owned(),
+                });
+            }
+            Err(e) => return Err(Error::io("lock directory", &path, e)),
+        };
+        let lock_err = |e| Error::io("lock directory", &path, e);
+        let start = Instant::now();
+        while !ofd::try_lock(&file, INIT_BYTE, Kind::Exclusive).map_err(lock_err)? {
+            if start.elapsed() >= OPEN_WAIT {
+                return Err(Error::Locked {
+                    path: dir.to_owned(),
+                });
+            }
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        let alone = ofd::try_lock(&file, ALONE_BYTE, Kind::Exclusive).map_err(lock_err)?;
+        if !alone && !ofd::try_lock(&file, ALONE_BYTE, Kind::Shared).map_err(lock_err)? {
+            // Only a handle alone holds it exclusively, and only while it opens, which the
+            // init byte excludes.
+            return Err(Error::Locked {
+                path: dir.to_owned(),
+            });
+        }
+        crate::process::detach_in_children(file.as_raw_fd());
+        let lock = DirLock {
+            file: Mutex::new(Some(file)),
+            shared: true,
+        };
+        make_cursor_dir(storage, dir)?;
+        Ok((lock, alone))
+    }
+
+    /// Shared mode, the open's last step: takes a free process slot (its byte) and registers
+    /// it in `shared`, lets other handles join (`ALONE_BYTE` shared) and ends the open's
+    /// turn.
+    pub fn opened(&self, shared: &SharedState, dir: &Path, alone: bool) -> Result<()> {
+        let guard = self.file.lock().recover();
+        let Some(file) = guard.as_ref() else {
+            return Err(Error::Closed);
+        };
+        let path = dir.join(LOCK_FILE);
+        let lock_err = |e| Error::io("lock directory", &path, e);
+        let mut slot = None;
+        for i in 0..PROCESSES as u32 {
+            if ofd::try_lock(file, PROCESS_BYTE + u64::from(i), Kind::Exclusive)
+                .map_err(lock_err)?
+            {
+                slot = Some(i);
+                break;
+            }
+        }
+        let Some(slot) = slot else {
+            return Err(Error::limit(
+                "processes sharing a directory",
+                PROCESSES as u64 + 1,
+                PROCESSES as u64,
+            ));
+        };
+        shared.register(file.try_clone().map_err(lock_err)?, slot, alone)?;
+        ofd::try_lock(file, ALONE_BYTE, Kind::Shared).map_err(lock_err)?;
+        ofd::unlock(file, INIT_BYTE).map_err(lock_err)?;
+        Ok(())
+    }
+
+    /// True when no other shared-mode handle holds the directory now (always for an
+    /// exclusive one): work that needs every process's view to agree (deleting files,
+    /// publishing staged jobs, marking an extent clean) runs only then. Takes the open's
+    /// turn while it looks, so no handle joins meanwhile; the caller gets it back to hold
+    /// while it works, released when dropped.
+    pub fn alone(&self) -> Option<AloneGuard<'_>> {
+        if !self.shared {
+            return Some(AloneGuard { lock: None });
+        }
+        let guard = self.file.lock().recover();
+        let file = guard.as_ref()?;
+        if !ofd::try_lock(file, INIT_BYTE, Kind::Exclusive).unwrap_or(false) {
+            return None;
+        }
+        let alone = ofd::try_lock(file, ALONE_BYTE, Kind::Exclusive).unwrap_or(false);
+        if alone {
+            let _ = ofd::try_lock(file, ALONE_BYTE, Kind::Shared);
+            drop(guard);
+            return Some(AloneGuard { lock: Some(self) });
+        }
+        let _ = ofd::unlock(file, INIT_BYTE);
+        None
+    }
+
+    /// Shared mode.
+    pub fn is_shared(&self) -> bool {
+        self.shared
+    }
+}
+
+/// While held, no shared-mode handle opens the directory (see [`DirLock::alone`]).
+#[derive(Debug)]
+pub(crate) struct AloneGuard<'a> {
+    lock: Option<&'a DirLock>,
+}
+
+impl Drop for AloneGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock
+            && let Some(file) = lock.file.lock().recover().as_ref()
+        {
+            let _ = ofd::unlock(file, INIT_BYTE);
+        }
+    }
+}
+
+/// Creates the cursor directory of `dir` if it is missing.
+fn make_cursor_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
+    {
         let cursors = dir.join(CURSOR_DIR);
         if !crate::io::exists(storage, &cursors) {
             storage
@@ -63,23 +211,33 @@ impl DirLock {
                 .sync_dir(dir)
                 .map_err(|e| Error::io("fsync directory", dir, e))?;
         }
-        Ok(lock)
     }
+    Ok(())
+}
 
+impl DirLock {
     /// Releases the lock explicitly: a child process being spawned at this moment holds a
     /// copy of the descriptor until its exec, and a flock belongs to the shared open file,
     /// so only an explicit unlock frees it at once.
     pub fn release(&self) {
         if let Some(file) = self.file.lock().recover().take() {
+            crate::process::keep_in_children(file.as_raw_fd());
             // Closing the file below releases the lock anyway once every copy is gone.
             let _ = file.unlock();
+            if self.shared {
+                // The shared state's copy of this description (its liveness) may outlive the
+                // handle in a reader: drop every byte lock now.
+                let _ = ofd::unlock_all(&file);
+            }
         }
     }
 
     /// Closes our descriptor without unlocking: in a forked child the lock is the parent's
     /// too (flock belongs to the shared open file description), and unlocking would free it.
     pub fn forget(&self) {
-        drop(self.file.lock().recover().take());
+        if let Some(file) = self.file.lock().recover().take() {
+            crate::process::keep_in_children(file.as_raw_fd());
+        }
     }
 }
 

@@ -242,6 +242,8 @@ impl Wal {
         let state = &self.state;
         state.check_open()?;
         let t = state.topics.get(topic)?;
+        // What other processes published so far: a reader from the latest starts after it.
+        self.follow_others(&t)?;
         let cursor = match &options.group {
             Some(group) => {
                 validate_name(group)?;
@@ -264,7 +266,26 @@ impl Wal {
     pub fn read(&self, topic: &str, offset: u64) -> Result<Record> {
         self.state.check_open()?;
         let topic = self.state.topics.get(topic)?;
+        if offset >= topic.next_offset() {
+            self.follow_others(&topic)?;
+        }
         reader::read_at(&topic, offset)
+    }
+
+    /// True when other processes append to what this handle reads: a read-only handle, or
+    /// a shared-mode one. Its readers see their records after a catch-up, which
+    /// [`Wal::wait_for_records`] makes (with a zero timeout, at once) and every new reader
+    /// makes at its start.
+    pub fn follows_others(&self) -> bool {
+        self.state.status.is_read_only() || self.state.topics.is_shared_mode()
+    }
+
+    /// Catches `topic` up with other processes' appends (shared mode and read-only handles).
+    fn follow_others(&self, topic: &Arc<Topic>) -> Result<()> {
+        if self.follows_others() {
+            follow::catch_up(&self.state, topic)?;
+        }
+        Ok(())
     }
 
     /// Makes every record appended so far durable (msync of the dirty ranges of each
@@ -292,6 +313,9 @@ impl Wal {
         let state = &self.state;
         state.check_open()?;
         let t = state.topics.get(topic)?;
+        if state.topics.is_shared_mode() {
+            follow::catch_up(state, &t)?;
+        }
         Ok(TopicInfo {
             name: t.name.clone(),
             first_offset: t.first_offset(),
@@ -461,7 +485,9 @@ pub fn commit_staged(
         let slice = deadline
             .saturating_duration_since(Instant::now())
             .min(COMMIT_WAIT_SLICE);
-        match Wal::open_with(dir, config.clone()) {
+        // Exclusive: beside a holder this waits for it to publish, and joins no other
+        // process's shared directory (which would leave its file deletion to the next open).
+        match Wal::open_with(dir, config.clone().exclusive(true)) {
             // Opening publishes every committed job (or sets it aside).
             // Still there after that: an abort held it; look again after a while.
             Ok(wal) => {

@@ -10,7 +10,7 @@ use super::flush::Flusher;
 use super::link::SharedLink;
 use super::lock::DirLock;
 use super::state::{RecoveryState, State};
-use super::topics::Topics;
+use super::topics::{Slots, Topics};
 use crate::alloc::BlockAllocator;
 use crate::clock::Clock;
 use crate::config::Config;
@@ -20,8 +20,8 @@ use crate::io::Storage;
 use crate::poison::Recover;
 use crate::prefault::Prefaulter;
 use crate::reclaim::Reclaimer;
-use crate::recovery::{self, Known, Recovered};
-use crate::shared::SharedState;
+use crate::recovery::{self, Known, Published, Recovered, Scope};
+use crate::shared::{Cursor, SharedState};
 use crate::stage;
 use crate::status::Status;
 use crate::sync::SyncQueue;
@@ -35,6 +35,9 @@ pub(super) fn open_state(
     read_only: bool,
 ) -> Result<Arc<State>> {
     config.validate()?;
+    if !read_only && config.is_shared() {
+        return open_shared(dir, config, storage);
+    }
     let dir_lock = if read_only {
         DirLock::none(storage.as_ref(), dir)?
     } else {
@@ -60,14 +63,128 @@ pub(super) fn open_state(
         &BTreeMap::new(),
         &HashMap::new(),
         &published,
+        Scope::default(),
     )?;
     let follow = match follow {
         Some(follow) => follow,
-        None => SharedLink::writer(SharedState::rebuild(storage.as_ref(), dir)?),
+        None => SharedLink::writer(SharedState::rebuild(
+            &storage,
+            dir,
+            cursor_of(&recovered),
+            recovered.next_topic_id,
+        )?),
     };
+    let slots = Slots::Claim;
     Ok(Arc::new(assemble(
-        dir, config, storage, read_only, dir_lock, durable, recovered, follow,
-    )))
+        dir, config, storage, read_only, dir_lock, durable, recovered, follow, slots,
+    )?))
+}
+
+/// Shared mode's open: the first handle (alone) recovers the directory as an exclusive one
+/// does and rebuilds the shared state file; a later one reads the directory without
+/// repairing anything, as other processes' appends and the shared state file report it.
+fn open_shared(dir: &Path, config: Config, storage: Arc<dyn Storage>) -> Result<Arc<State>> {
+    let (dir_lock, alone) = DirLock::take_shared(storage.as_ref(), dir)?;
+    refuse_network_fs(dir)?;
+    let durable = Strategy::open(dir, &config, &storage, false)?;
+    let (recovered, shared) = if alone {
+        let mut recovered = recovery::recover(
+            dir,
+            &config,
+            storage.as_ref(),
+            true,
+            &BTreeMap::new(),
+            &HashMap::new(),
+            &Published::default(),
+            Scope::default(),
+        )?;
+        // Files are made on demand under the shared cursor: a spare is removed, so no
+        // process reads it as a file with extents to come.
+        if let Some(spare) = recovered.spare.take() {
+            recovered.files.remove(&spare.seq);
+            storage
+                .remove_file(&spare.path)
+                .map_err(|e| crate::Error::io("remove spare data file", &spare.path, e))?;
+        }
+        let shared = SharedState::rebuild(
+            &storage,
+            dir,
+            cursor_of(&recovered),
+            recovered.next_topic_id,
+        )?;
+        (recovered, shared)
+    } else {
+        let shared = SharedState::attach(&storage, dir).ok_or_else(|| {
+            crate::Error::invalid(
+                "shared state",
+                format!(
+                    "another process holds {} in shared mode but its {} is not current",
+                    dir.display(),
+                    crate::shared::STATE_FILE
+                ),
+            )
+        })?;
+        let shared = Arc::new(shared);
+        let mut published = Published::default();
+        let (ends, next) = shared.reported();
+        for e in ends {
+            published.add_end(e.file_seq, e.block_index, e.end);
+        }
+        published.next.extend(next);
+        let recovered = recovery::recover(
+            dir,
+            &config,
+            storage.as_ref(),
+            false,
+            &BTreeMap::new(),
+            &HashMap::new(),
+            &published,
+            Scope {
+                only_topic: None,
+                map_writable: true,
+            },
+        )?;
+        let shared = Arc::try_unwrap(shared).map_err(|_| crate::Error::Closed)?;
+        (recovered, shared)
+    };
+    dir_lock.opened(&shared, dir, alone)?;
+    let follow = SharedLink::writer(shared);
+    let slots = if alone { Slots::Claim } else { Slots::Find };
+    let state = assemble(
+        dir, config, storage, false, dir_lock, durable, recovered, follow, slots,
+    )?;
+    if let Some(shared) = state.follow.writer_state() {
+        state.alloc.share(shared);
+    }
+    Ok(Arc::new(state))
+}
+
+/// Shared mode relies on one page cache and one kernel's locks: a network file system
+/// gives neither across hosts, so it is refused.
+fn refuse_network_fs(dir: &Path) -> Result<()> {
+    let kind = crate::io::fs_magic(dir).map_err(|e| crate::Error::io("statfs", dir, e))?;
+    if let Some(name) = crate::io::network_fs_name(kind) {
+        return Err(crate::Error::invalid(
+            "exclusive",
+            format!(
+                "{} is on {name}, a network file system: shared mode needs one host's page \
+                 cache and locks; open it with exclusive=True",
+                dir.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// The shared allocator cursor from what recovery placed.
+fn cursor_of(recovered: &Recovered) -> Cursor {
+    Cursor {
+        current: recovered
+            .alloc_current
+            .as_ref()
+            .map(|(f, block)| (f.seq, *block)),
+        next_file_seq: recovered.next_seq,
+    }
 }
 
 /// The state of a handle from what recovery found.
@@ -84,12 +201,14 @@ fn assemble(
     durable: Strategy,
     recovered: Recovered,
     follow: SharedLink,
-) -> State {
+    slots: Slots,
+) -> Result<State> {
+    let shared_mode = dir_lock.is_shared();
     let mut known = Known::new();
     let mut topics = Vec::new();
     for t in recovered.topics {
         let topic = Arc::new(Topic::new(t.name, t.id));
-        if read_only {
+        if read_only || shared_mode {
             for b in &t.chain {
                 known.insert((b.file.seq, b.block_index), Arc::clone(b));
             }
@@ -102,7 +221,9 @@ fn assemble(
         topics,
         recovered.next_topic_id,
         follow.writer_state(),
-    ));
+        slots,
+        shared_mode,
+    )?);
     let alloc = Arc::new(allocator(
         dir,
         &config,
@@ -128,7 +249,7 @@ fn assemble(
         record_bytes_max: config.effective_max_record_bytes(),
         batch_bytes_max: config.effective_max_batch_bytes(),
     };
-    State {
+    Ok(State {
         dir: dir.to_owned(),
         config,
         storage,
@@ -150,7 +271,7 @@ fn assemble(
         ingest_lock: Mutex::new(()),
         dir_lock,
         follow,
-    }
+    })
 }
 
 /// The block allocator over the recovered files. For a writable handle, every file but the
@@ -199,6 +320,10 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
         recovered.report.ring_records_replayed = replayed;
         recovered.report.ring_records_held = held;
     }
+    // A shared-mode handle that joined others leaves the rest to housekeeping's turn.
+    let Some(_turn) = state.housekeeping_turn() else {
+        return state.cursors.load_all(state.storage.as_ref(), &state.dir);
+    };
     // Committed staged jobs (one cut by a crash resumes from its ledger) go in before any
     // new append could take the offsets the ledger gives them.
     state.ingest_committed()?;
@@ -208,6 +333,10 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
     state.cursors.load_all(state.storage.as_ref(), &state.dir)?;
     for topic in state.topics.all() {
         state.reclaim.reclaim_topic(&topic);
+    }
+    if !state.counts_files_alone() {
+        drop(state.alloc.take_doomed());
+        return Ok(());
     }
     // A file that cannot be unlinked now is retried by the housekeeping thread.
     let (failed, result) = state.reclaim.delete_doomed();
@@ -234,7 +363,10 @@ pub(super) fn close(state: &State) -> Result<()> {
             topic.stop_appends(false);
         }
         state.sync.wait_idle();
-        result = state.flusher.flush_pass(true);
+        // `Clean` says nothing follows: in shared mode only a handle alone may say so.
+        let alone = state.housekeeping_turn();
+        result = state.flusher.flush_pass(alone.is_some());
+        drop(alone);
         let closed = state.durable.close(state.storage.as_ref(), result.is_ok());
         result = result.and(closed);
     }

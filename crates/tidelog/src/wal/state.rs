@@ -155,6 +155,27 @@ impl State {
     }
 }
 
+impl State {
+    /// Housekeeping's turn: `Some` while no other process shares the directory (always for
+    /// an exclusive handle), holding off new opens until dropped. Retention, publishing
+    /// staged jobs and file deletion run only then, so every process's view agrees.
+    pub fn housekeeping_turn(&self) -> Option<super::lock::AloneGuard<'_>> {
+        self.dir_lock.alone()
+    }
+
+    /// Whether this handle's per-file counts cover every extent, so a file they say is done
+    /// may be deleted: always for an exclusive handle; in shared mode, only while no other
+    /// process opened the directory since this handle did (one that did may have allocated
+    /// in any file). A handle that cannot delete leaves files to the next open alone.
+    pub fn counts_files_alone(&self) -> bool {
+        !self.dir_lock.is_shared()
+            || self
+                .follow
+                .writer_state()
+                .is_some_and(|s| !s.joined_since())
+    }
+}
+
 impl Drop for State {
     fn drop(&mut self) {
         if self.status.is_forked() {

@@ -153,6 +153,10 @@ fn housekeeping_loop(state: &State) {
             // A failure here is retried by the allocating thread, which reports it.
             let _ = state.alloc.prepare_spare(state.storage.as_ref());
         }
+        // In shared mode, only while no other process shares the directory.
+        let Some(_turn) = state.housekeeping_turn() else {
+            continue;
+        };
         for topic in state.topics.all() {
             if !state.config.retention_for(&topic.name).is_unlimited() {
                 state.reclaim.reclaim_topic(&topic);
@@ -167,6 +171,13 @@ fn housekeeping_loop(state: &State) {
             if let Err(e) = state.remove_abandoned_staged() {
                 state.reclaim.report(e);
             }
+        }
+        if !state.counts_files_alone() {
+            // Another process allocated in files this handle counts: their deletion waits
+            // for the next open alone, which counts every extent.
+            drop(state.alloc.take_doomed());
+            retry.clear();
+            continue;
         }
         // Failed unlinks wait for the next tick, so a persistent failure does not spin.
         for file in retry.drain(..) {

@@ -3,10 +3,11 @@
 use std::collections::HashMap;
 use std::sync::{Arc, RwLock};
 
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::format::validate_name;
 use crate::poison::Recover;
-use crate::shared::SharedState;
+use crate::shared::{HeaderLock, SharedState};
 use crate::topic::Topic;
 
 #[derive(Debug, Default)]
@@ -22,37 +23,67 @@ pub(crate) struct Topics {
     /// The writer's shared state file: each topic gets its slot there before its first
     /// append. `None` once the table was cleared (close).
     shared: RwLock<Option<Arc<SharedState>>>,
+    /// Shared mode: other processes create topics too; names and ids come from the shared
+    /// state file, under its topic lock.
+    shared_mode: bool,
+}
+
+/// How a new table's topics get their slots.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Slots {
+    /// The first opener (or an exclusive one): each topic claims a slot and reports its
+    /// state there.
+    Claim,
+    /// A shared-mode handle that joined others: each topic takes the slot they report in.
+    Find,
 }
 
 impl Topics {
     /// A table holding `topics`, with new ids from `next_id` up (and above every id given).
     /// With the writer's `shared` state file, every topic gets its slot there.
-    pub fn new(topics: Vec<Arc<Topic>>, next_id: u32, shared: Option<Arc<SharedState>>) -> Topics {
+    pub fn new(
+        topics: Vec<Arc<Topic>>,
+        next_id: u32,
+        shared: Option<Arc<SharedState>>,
+        slots: Slots,
+        shared_mode: bool,
+    ) -> Result<Topics> {
         let mut table = Table {
             by_name: HashMap::new(),
             next_id,
         };
         for topic in topics {
             table.next_id = table.next_id.max(topic.id.saturating_add(1));
-            if let Some(slot) = shared.as_ref().and_then(|s| s.claim(topic.id)) {
-                topic.attach_slot(slot);
+            if let Some(s) = shared.as_ref() {
+                match slots {
+                    Slots::Claim => {
+                        if let Some(slot) = s.claim(topic.id, &topic.name)? {
+                            topic.attach_slot(slot);
+                        }
+                    }
+                    Slots::Find => {
+                        if let Some(slot) = s.find(topic.id) {
+                            topic.set_slot(slot);
+                        }
+                    }
+                }
             }
             table.by_name.insert(topic.name.clone(), topic);
         }
-        Topics {
+        Ok(Topics {
             table: RwLock::new(table),
             shared: RwLock::new(shared),
-        }
+            shared_mode,
+        })
     }
 
     /// The topic `name`, or [`Error::UnknownTopic`].
+    /// In shared mode, a topic another process created since is found too.
     pub fn get(&self, name: &str) -> Result<Arc<Topic>> {
         validate_name(name)?;
-        let table = self.table.read().recover();
-        table
-            .by_name
-            .get(name)
-            .cloned()
+        let found = self.table.read().recover().by_name.get(name).cloned();
+        found
+            .or_else(|| self.find_shared(name))
             .ok_or_else(|| Error::UnknownTopic {
                 topic: name.to_owned(),
             })
@@ -68,6 +99,9 @@ impl Topics {
         if let Some(t) = table.by_name.get(name) {
             return Ok(Arc::clone(t));
         }
+        if self.shared_mode {
+            return self.create_shared(&mut table, name, topics_max);
+        }
         let count = table.by_name.len() as u64;
         if count >= topics_max {
             return Err(Error::limit("max_topics", count + 1, topics_max));
@@ -78,11 +112,81 @@ impl Topics {
         })?;
         let topic = Arc::new(Topic::new(name.to_owned(), id));
         let shared = self.shared.read().recover().clone();
-        if let Some(slot) = shared.and_then(|s| s.claim(id)) {
+        if let Some(shared) = shared
+            && let Some(slot) = shared.claim(id, name)?
+        {
             topic.attach_slot(slot);
         }
         table.by_name.insert(name.to_owned(), Arc::clone(&topic));
         Ok(topic)
+    }
+
+    /// Shared mode: the topic `name` as another process created it, or created here with
+    /// the next id of the shared state file and a slot there (under its topic lock).
+    fn create_shared(&self, table: &mut Table, name: &str, topics_max: u64) -> Result<Arc<Topic>> {
+        let shared = self.shared.read().recover().clone().ok_or(Error::Closed)?;
+        let _lock = shared.lock(HeaderLock::Topics, SHARED_LOCK_WAIT)?;
+        if let Some((id, slot)) = shared.find_name(name) {
+            let topic = Arc::new(Topic::new(name.to_owned(), id));
+            topic.set_slot(slot);
+            table.by_name.insert(name.to_owned(), Arc::clone(&topic));
+            return Ok(topic);
+        }
+        let count = shared.topic_count();
+        if count >= topics_max {
+            return Err(Error::limit("max_topics", count + 1, topics_max));
+        }
+        let id = shared.take_topic_id().ok_or_else(|| {
+            Error::limit("topic ids", u64::from(u32::MAX) + 1, u64::from(u32::MAX))
+        })?;
+        let slot = shared.claim(id, name)?.ok_or_else(|| {
+            Error::limit(
+                "topics with a slot (shared mode)",
+                count + 1,
+                crate::shared::SLOTS as u64,
+            )
+        })?;
+        let topic = Arc::new(Topic::new(name.to_owned(), id));
+        topic.attach_slot(slot);
+        table.next_id = table.next_id.max(id.saturating_add(1));
+        table.by_name.insert(name.to_owned(), Arc::clone(&topic));
+        Ok(topic)
+    }
+
+    /// Shared mode: the topic `name` if another process created it since this handle
+    /// looked (a reader's lookup), with its slot.
+    pub fn find_shared(&self, name: &str) -> Option<Arc<Topic>> {
+        if !self.shared_mode {
+            return None;
+        }
+        let shared = self.shared.read().recover().clone()?;
+        let (id, slot) = shared.find_name(name)?;
+        let mut table = self.table.write().recover();
+        if let Some(t) = table.by_name.get(name) {
+            return Some(Arc::clone(t));
+        }
+        let topic = Arc::new(Topic::new(name.to_owned(), id));
+        topic.set_slot(slot);
+        table.by_name.insert(name.to_owned(), Arc::clone(&topic));
+        Some(topic)
+    }
+
+    /// Shared mode: the names of the topics other processes report, with their ids.
+    pub fn shared_named(&self) -> Vec<(String, u32)> {
+        if !self.shared_mode {
+            return Vec::new();
+        }
+        self.shared
+            .read()
+            .recover()
+            .as_ref()
+            .map(|s| s.named())
+            .unwrap_or_default()
+    }
+
+    /// Shared mode.
+    pub fn is_shared_mode(&self) -> bool {
+        self.shared_mode
     }
 
     /// The topic `name` with id `id` as a read-only refresh found it: a known topic under
@@ -113,7 +217,8 @@ impl Topics {
             .collect()
     }
 
-    /// The names of every live topic, sorted.
+    /// The names of every live topic, sorted (in shared mode, those other processes
+    /// created included).
     pub fn names(&self) -> Vec<String> {
         let mut names: Vec<String> = self
             .table
@@ -123,7 +228,9 @@ impl Topics {
             .keys()
             .cloned()
             .collect();
+        names.extend(self.shared_named().into_iter().map(|(name, _)| name));
         names.sort();
+        names.dedup();
         names
     }
 

@@ -6,11 +6,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::durability::WriteOpts;
+use super::follow;
 use super::state::State;
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::config::Durability;
 use crate::error::Result;
 use crate::poison::PanicGuard;
 use crate::record::Append;
+use crate::shared::TopicGuard;
 use crate::sync::AppendHandle;
 use crate::topic::Topic;
 
@@ -38,9 +41,35 @@ pub(super) fn append_checked(
     opts: WriteOpts,
 ) -> Result<Range<u64>> {
     let _panic = PanicGuard::new(&state.sync.poison, "append");
+    let held = lock_topic(state, topic)?;
     state
         .durable
-        .append(&state.appending(opts), topic, records, opts)
+        .append(&state.appending(opts), topic, records, opts, held)
+}
+
+/// Shared mode: takes `topic`'s append lock and lines its tail up with what other
+/// processes appended (`None` otherwise). Released once the records are published, before
+/// any wait for durability.
+fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'t>>> {
+    if !state.topics.is_shared_mode() {
+        return Ok(None);
+    }
+    let Some(slot) = topic.slot() else {
+        return Err(crate::Error::limit(
+            "topics with a slot (shared mode)",
+            crate::shared::SLOTS as u64 + 1,
+            crate::shared::SLOTS as u64,
+        ));
+    };
+    let guard = slot.lock(SHARED_LOCK_WAIT)?;
+    if !slot.is_valid() {
+        return Err(crate::Error::UnknownTopic {
+            topic: topic.name.clone(),
+        });
+    }
+    follow::line_up(state, topic, slot)?;
+    crate::process::crash_point("append-locked");
+    Ok(Some(guard))
 }
 
 /// Appends `records` to `topic` and returns at once with a handle that completes once they
@@ -64,9 +93,10 @@ pub(super) fn append_async_checked(
     opts: WriteOpts,
 ) -> Result<AppendHandle> {
     let _panic = PanicGuard::new(&state.sync.poison, "append");
+    let held = lock_topic(state, topic)?;
     state
         .durable
-        .append_async(&state.appending(opts), topic, records, opts)
+        .append_async(&state.appending(opts), topic, records, opts, held)
 }
 
 /// Appends to one topic. Cheap to clone; `Send + Sync`.

@@ -397,7 +397,7 @@ fn errors_render_and_carry_errno_only_for_io() {
     let errors = [
         wal.read("nope", 0).map(drop).expect_err("unknown"),
         wal.append("", b"").map(drop).expect_err("invalid"),
-        Wal::open_with(dir.path(), small())
+        Wal::open_with(dir.path(), small().exclusive(true))
             .map(drop)
             .expect_err("locked"),
         Wal::open_with(dir.path(), small().sync_interval_ms(0))

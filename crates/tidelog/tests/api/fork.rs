@@ -37,7 +37,7 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
 #[test]
 fn inherited_handle_fails_in_the_child_and_the_parent_carries_on() {
     let dir = common::tempdir();
-    let wal = Wal::open_with(dir.path(), common::small()).unwrap();
+    let wal = Wal::open_with(dir.path(), common::small().exclusive(true)).unwrap();
     let writer = wal.writer("t").unwrap();
     writer.append(b"before fork").unwrap();
     // Taken (and dropped) only in the child's copy of memory.

@@ -110,9 +110,13 @@ impl Storage for GateStorage {
         StdStorage.set_len(file, path, len)
     }
     fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        // Data files' reservations only (not the shared state file's pages).
+        let data = path.extension().is_some_and(|e| e == "tdl");
         self.pass(|st| {
-            let hold = st.hold_allocates > 0;
-            st.hold_allocates = st.hold_allocates.saturating_sub(1);
+            let hold = data && st.hold_allocates > 0;
+            if hold {
+                st.hold_allocates -= 1;
+            }
             hold
         });
         StdStorage.allocate(file, path, offset, len)

@@ -1,5 +1,6 @@
-//! Goal: one directory has at most one writable handle, in this process or any other, until
-//! that handle is closed; separate directories are fully independent.
+//! Goal: an exclusive handle (`Config::exclusive`) is the directory's only writable handle,
+//! in this process or any other, until it is closed; separate directories are fully
+//! independent. (Shared mode, the default: `processes.rs`.)
 //!
 //! Method: a second `Wal::open` of a held directory must fail with `Error::Locked`, in the
 //! same process and in a child process (this test binary re-executed; the child reports its
@@ -23,7 +24,7 @@ fn child_process_entry() {
     let Some((dir, _mode)) = child_env() else {
         return;
     };
-    match Wal::open_with(&dir, small()) {
+    match Wal::open_with(&dir, small().exclusive(true)) {
         Ok(wal) => {
             let next = wal.topic_info("t").map(|i| i.next_offset).unwrap_or(0);
             wal.close().expect("child close");
@@ -47,10 +48,10 @@ fn open_in_child(dir: &std::path::Path) -> String {
 #[test]
 fn second_open_in_the_same_process_is_locked() {
     let dir = tempdir();
-    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("open");
     wal.append("t", b"one").expect("append");
     for _ in 0..3 {
-        match Wal::open_with(dir.path(), small()) {
+        match Wal::open_with(dir.path(), small().exclusive(true)) {
             Err(Error::Locked { path }) => assert_eq!(path, dir.path()),
             other => panic!("expected Locked, got {other:?}"),
         }
@@ -60,25 +61,25 @@ fn second_open_in_the_same_process_is_locked() {
     // A refused open leaves the holder working.
     assert_eq!(wal.append("t", b"two").expect("append"), 1);
     // Read-only handles take no lock.
-    let ro = Wal::open_read_only_with(dir.path(), small()).expect("read-only open");
+    let ro = Wal::open_read_only_with(dir.path(), small().exclusive(true)).expect("read-only open");
     drop(ro);
 
     wal.close().expect("close");
-    let wal = Wal::open_with(dir.path(), small()).expect("reopen after close");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("reopen after close");
     assert_eq!(wal.topic_info("t").expect("info").next_offset, 2);
     assert!(matches!(
-        Wal::open_with(dir.path(), small()),
+        Wal::open_with(dir.path(), small().exclusive(true)),
         Err(Error::Locked { .. })
     ));
     drop(wal);
-    let wal = Wal::open_with(dir.path(), small()).expect("reopen after drop");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("reopen after drop");
     drop(wal);
 }
 
 #[test]
 fn closing_releases_the_lock_even_with_live_writers_and_readers() {
     let dir = tempdir();
-    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("open");
     let writer = wal.writer("t").expect("writer");
     writer.append(b"x").expect("append");
     let mut reader = wal
@@ -87,7 +88,8 @@ fn closing_releases_the_lock_even_with_live_writers_and_readers() {
     drop(wal);
 
     // The writer and reader outlive the dropped (closed) handle but no longer hold the lock.
-    let wal = Wal::open_with(dir.path(), small()).expect("reopen while old writer lives");
+    let wal =
+        Wal::open_with(dir.path(), small().exclusive(true)).expect("reopen while old writer lives");
     assert!(matches!(writer.append(b"late"), Err(Error::Closed)));
     assert!(matches!(reader.next(), Err(Error::Closed)));
     assert_eq!(wal.append("t", b"y").expect("append"), 1);
@@ -96,7 +98,7 @@ fn closing_releases_the_lock_even_with_live_writers_and_readers() {
 #[test]
 fn second_open_from_another_process_is_locked() {
     let dir = tempdir();
-    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("open");
     for i in 0..5 {
         wal.append("t", &[i]).expect("append");
     }
@@ -108,7 +110,7 @@ fn second_open_from_another_process_is_locked() {
 
     assert_eq!(open_in_child(dir.path()), "opened next=6");
     // And ours again after the child closed.
-    let wal = Wal::open_with(dir.path(), small()).expect("reopen");
+    let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("reopen");
     assert_eq!(wal.topic_info("t").expect("info").next_offset, 6);
 }
 
@@ -120,7 +122,7 @@ fn two_directories_in_two_threads() {
         for (tag, dir) in dirs.iter().enumerate() {
             s.spawn(move || {
                 let tag = tag as u32;
-                let wal = Wal::open_with(dir.path(), small()).expect("open");
+                let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("open");
                 for seq in 0..RECORDS {
                     let topic = if seq % 2 == 0 { "shared-name" } else { "own" };
                     wal.append(topic, &tagged_value(tag, seq, 200))
@@ -131,7 +133,7 @@ fn two_directories_in_two_threads() {
         }
     });
     for (tag, dir) in dirs.iter().enumerate() {
-        let wal = Wal::open_with(dir.path(), small()).expect("reopen");
+        let wal = Wal::open_with(dir.path(), small().exclusive(true)).expect("reopen");
         assert_eq!(wal.topics(), ["own", "shared-name"]);
         for (topic, parity) in [("shared-name", 0), ("own", 1)] {
             let mut r = wal

@@ -17,6 +17,7 @@ mod index_interval;
 mod lock_waits;
 mod locking;
 mod many_topics;
+mod processes;
 mod read_only;
 mod reopen;
 mod round_trip;

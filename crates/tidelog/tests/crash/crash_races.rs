@@ -498,20 +498,16 @@ fn a_read_only_handle_refreshing_while_the_writer_deletes_and_recreates_reads_no
             .unwrap_or_else(|e| panic!("refresh {refreshes}: {e:?}"));
         refreshes += 1;
         // "a" only grows: dense from 0, each value its own.
-        let a_info = ro.topic_info("a").unwrap();
+        // (A new reader catches up with the writer: the range is read after it.)
         let got = common::read_all(&ro, "a");
+        let a_info = ro.topic_info("a").unwrap();
         assert_eq!(got.len() as u64, a_info.next_offset, "a: next_offset");
         for (i, (offset, _, v)) in got.iter().enumerate() {
             assert_eq!(*offset, i as u64);
             assert!(*v == named_value(format!("a/{i}/"), 100), "a@{i} differs");
         }
-        let info = match ro.topic_info("x") {
-            Ok(info) => info,
-            Err(Error::UnknownTopic { .. }) => continue,
-            Err(e) => panic!("topic_info(x): {e:?}"),
-        };
-        // The writer deletes and re-creates "x" meanwhile, now and then.
-        std::thread::sleep(Duration::from_micros(rng.range(0, 3000)));
+        // A new reader catches up with what the writer published: the topic's range is
+        // read after it.
         let mut reader =
             match ro.reader_with("x", ReaderOptions::default().start(StartPosition::Earliest)) {
                 Ok(r) => r,
@@ -523,6 +519,13 @@ fn a_read_only_handle_refreshing_while_the_writer_deletes_and_recreates_reads_no
                     continue;
                 }
             };
+        let info = match ro.topic_info("x") {
+            Ok(info) => info,
+            Err(Error::UnknownTopic { .. }) => continue,
+            Err(e) => panic!("topic_info(x): {e:?}"),
+        };
+        // The writer deletes and re-creates "x" meanwhile, now and then.
+        std::thread::sleep(Duration::from_micros(rng.range(0, 3000)));
         let mut round = None;
         let mut n = 0;
         let ended = loop {

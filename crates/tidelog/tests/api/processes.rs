@@ -1,0 +1,269 @@
+//! Goal: in shared mode (the default) any number of processes append to one directory, to
+//! one topic and to their own: per-topic offsets stay dense, each process's records keep
+//! its order, every acknowledged record is there byte for byte (in every process's view,
+//! and after all of them closed); a process killed while it holds a topic's append lock
+//! (its record copied, not published) blocks the others for a bounded repair only, and its
+//! unpublished record is never seen; a stopped holder is reported, not broken into; an
+//! exclusive handle and shared ones exclude each other.
+//!
+//! Method: the test binary re-executes itself as child appenders (`child_process_entry`);
+//! named crash points (`TIDELOG_CRASH_AT`) kill or stop a child at a chosen step.
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::HashMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{self, child_command, child_env, geometry, tempdir};
+use tidelog::{Append, Config, Error, Wal};
+
+const SHARED_TOPIC: &str = "shared";
+
+fn cfg() -> Config {
+    // Small extents: the appenders roll often, and roll after each other.
+    geometry(16, 64 * 1024)
+}
+
+/// `(child, seq)` tagged value, padded so records differ in length.
+fn value(child: u32, seq: u64) -> Vec<u8> {
+    let mut v = format!("{child}:{seq}:").into_bytes();
+    v.resize(v.len() + (seq % 97) as usize, b'x');
+    v
+}
+
+fn parse(v: &[u8]) -> (u32, u64) {
+    let text = std::str::from_utf8(v).unwrap();
+    let mut parts = text.split(':');
+    (
+        parts.next().unwrap().parse().unwrap(),
+        parts.next().unwrap().parse().unwrap(),
+    )
+}
+
+/// Child: `append:CHILD:COUNT` appends COUNT records to the shared topic (singles and
+/// batches) and as many to its own; `hold:CHILD` appends until a crash point stops it.
+#[test]
+fn child_process_entry() {
+    let Some((dir, mode)) = child_env() else {
+        return;
+    };
+    let parts: Vec<&str> = mode.split(':').collect();
+    let child: u32 = parts[1].parse().unwrap();
+    let wal = Wal::open_with(&dir, cfg()).unwrap();
+    let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
+    let own = format!("own-{child}");
+    let mut seq = 0;
+    while seq < count {
+        if seq % 7 == 3 && seq + 3 <= count {
+            let values: Vec<Vec<u8>> = (seq..seq + 3).map(|s| value(child, s)).collect();
+            let records: Vec<Append<'_>> = values.iter().map(|v| Append::value(v)).collect();
+            wal.append_batch_records(SHARED_TOPIC, &records).unwrap();
+        } else {
+            wal.append(SHARED_TOPIC, &value(child, seq)).unwrap();
+        }
+        wal.append(&own, &value(child, seq)).unwrap();
+        seq += if seq % 7 == 3 && seq + 3 <= count {
+            3
+        } else {
+            1
+        };
+    }
+    wal.close().unwrap();
+}
+
+/// The loop passes of a child appending `count` records to the shared topic: one record
+/// of its own topic each.
+fn iterations(count: u64) -> u64 {
+    let (mut seq, mut n) = (0, 0);
+    while seq < count {
+        seq += if seq % 7 == 3 && seq + 3 <= count {
+            3
+        } else {
+            1
+        };
+        n += 1;
+    }
+    n
+}
+
+/// Every record of `topic` in `wal`, by offset.
+/// (A reader made now starts caught up with every process's appends.)
+fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
+    common::read_all(wal, topic)
+        .into_iter()
+        .map(|(offset, _, value)| (offset, value))
+        .collect()
+}
+
+/// Offsets dense from 0, and each child's sequence numbers strictly increasing; returns
+/// the records per child.
+fn check_topic(records: &[(u64, Vec<u8>)]) -> HashMap<u32, Vec<u64>> {
+    let mut per_child: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (i, (offset, v)) in records.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets must be dense");
+        let (child, seq) = parse(v);
+        assert_eq!(*v, value(child, seq), "record {offset} differs");
+        let seqs = per_child.entry(child).or_default();
+        assert!(
+            seqs.last().is_none_or(|last| *last < seq),
+            "child {child}'s records out of order at offset {offset}"
+        );
+        seqs.push(seq);
+    }
+    per_child
+}
+
+#[test]
+fn processes_append_to_one_topic_and_their_own() {
+    const CHILDREN: u32 = 4;
+    const COUNT: u64 = 1500;
+    let dir = tempdir();
+    // The parent holds the directory too, and appends while the children do.
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let mut children: Vec<_> = (1..=CHILDREN)
+        .map(|c| {
+            child_command(module_path!(), dir.path(), &format!("append:{c}:{COUNT}"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for seq in 0..COUNT {
+        wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    }
+    for child in &mut children {
+        assert!(child.wait().unwrap().success(), "an appender failed");
+    }
+    let check = |wal: &Wal| {
+        let shared = read_all(wal, SHARED_TOPIC);
+        let per_child = check_topic(&shared);
+        for c in 0..=CHILDREN {
+            let seqs = &per_child[&c];
+            assert_eq!(seqs.len() as u64, COUNT, "child {c}'s records");
+            assert!(seqs.iter().copied().eq(0..COUNT), "child {c}'s sequence");
+        }
+        for c in 1..=CHILDREN {
+            let own = read_all(wal, &format!("own-{c}"));
+            assert_eq!(own.len() as u64, iterations(COUNT));
+            check_topic(&own);
+        }
+    };
+    // The parent sees every child's records (other processes' rolls included)...
+    check(&wal);
+    // ...and so does a fresh handle after everyone closed, from the files alone.
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    check(&wal);
+}
+
+#[test]
+fn exclusive_and_shared_handles_exclude_each_other() {
+    let dir = tempdir();
+    let shared = Wal::open_with(dir.path(), cfg()).unwrap();
+    let second = Wal::open_with(dir.path(), cfg()).unwrap();
+    assert!(matches!(
+        Wal::open_with(dir.path(), cfg().exclusive(true)),
+        Err(Error::Locked { .. })
+    ));
+    shared.close().unwrap();
+    second.close().unwrap();
+    let exclusive = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    assert!(matches!(
+        Wal::open_with(dir.path(), cfg()),
+        Err(Error::Locked { .. })
+    ));
+    exclusive.close().unwrap();
+}
+
+/// Kills a child at its `n`th pass through `point` and returns once it is dead.
+fn kill_child_at(dir: &Path, point: &str, n: u64) {
+    let mut child = child_command(module_path!(), dir, "hold:9")
+        .env("TIDELOG_CRASH_AT", format!("kill:{point}:{n}"))
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "the child must die at its crash point");
+}
+
+#[test]
+fn a_holder_killed_mid_append_is_taken_over() {
+    for point in ["append-locked", "append-copied"] {
+        let dir = tempdir();
+        let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+        wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+        // The child dies holding the append lock: at its 40th append, after the lock (and
+        // after copying its record, not published).
+        kill_child_at(dir.path(), point, 40);
+        let start = Instant::now();
+        wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
+        assert!(
+            start.elapsed() < Duration::from_secs(1),
+            "{point}: the repair took {:?}",
+            start.elapsed()
+        );
+        let records = read_all(&wal, SHARED_TOPIC);
+        let per_child = check_topic(&records);
+        // The child's first 39 appends (some batches) went in; its 40th never shows.
+        let child = &per_child[&9];
+        assert!(!child.is_empty() && child.len() < 45, "{point}: {child:?}");
+        assert_eq!(per_child[&0], vec![0, 1]);
+        wal.close().unwrap();
+        let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+        assert_eq!(
+            read_all(&wal, SHARED_TOPIC),
+            records,
+            "{point}: after reopen"
+        );
+    }
+}
+
+#[test]
+fn a_holder_killed_while_allocating_is_taken_over() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // Its first roll (after the topic's first extent fills) dies holding the allocator.
+    kill_child_at(dir.path(), "alloc-locked", 2);
+    for seq in 1..2000 {
+        wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    }
+    let records = read_all(&wal, SHARED_TOPIC);
+    let per_child = check_topic(&records);
+    assert_eq!(per_child[&0].len(), 2000);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    assert_eq!(read_all(&wal, SHARED_TOPIC), records);
+}
+
+#[test]
+fn a_stopped_holder_is_reported_not_broken_into() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    let mut child = child_command(module_path!(), dir.path(), "hold:9")
+        .env("TIDELOG_CRASH_AT", "stop:append-locked:5")
+        .spawn()
+        .unwrap();
+    // Until the child stopped holding the lock.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let mut seq = 1;
+    let err = loop {
+        match wal.append(SHARED_TOPIC, &value(0, seq)) {
+            Ok(_) => {
+                seq += 1;
+                assert!(Instant::now() < deadline, "the child never stopped");
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            Err(e) => break e,
+        }
+    };
+    let Error::LockTimeout { holder_pid, .. } = err else {
+        panic!("expected LockTimeout, got {err:?}");
+    };
+    assert_eq!(holder_pid, child.id());
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // Dead now: taken over.
+    wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    check_topic(&read_all(&wal, SHARED_TOPIC));
+}
