@@ -412,6 +412,7 @@ def test_exception_hierarchy() -> None:
         e.DiskFullError: (e.CapacityError, OSError),
         e.RingFullError: (e.CapacityError,),
         e.LockedError: (e.TidelogError, OSError),
+        e.LockTimeoutError: (e.TidelogError, TimeoutError, OSError),
         e.ReadOnlyError: (e.TidelogError,),
         e.ClosedError: (e.TidelogError, ValueError),
         e.ForkedError: (e.TidelogError,),

@@ -163,7 +163,8 @@ fn bad_input_is_one_line_and_exit_2() {
     let out = tidelog(&["produce", &dir_arg(&dir), "bad/topic"], "x\n");
     assert_eq!(out.status.code(), Some(2));
     // A directory another handle holds for writing.
-    let holder = tidelog::Wal::open(&dir).expect("hold the directory");
+    let holder = tidelog::Wal::open_with(&dir, tidelog::Config::default().exclusive(true))
+        .expect("hold the directory");
     let out = tidelog(&["produce", &dir_arg(&dir), "t"], "y\n");
     assert_eq!(out.status.code(), Some(2));
     assert!(

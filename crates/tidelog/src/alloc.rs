@@ -65,7 +65,8 @@ pub struct BlockAllocator {
     /// Every live data file by sequence number (the spare included).
     files: RwLock<BTreeMap<u64, Arc<DataFile>>>,
     /// Shared mode: the cursor lives in the shared state file, under its allocator lock.
-    shared: std::sync::OnceLock<Arc<SharedState>>,
+    /// `None` once cleared (close).
+    shared: RwLock<Option<Arc<SharedState>>>,
 }
 
 impl BlockAllocator {
@@ -98,14 +99,19 @@ impl BlockAllocator {
             shutting_down: std::sync::atomic::AtomicBool::new(false),
             doomed: Mutex::new(Vec::new()),
             files: RwLock::new(files),
-            shared: std::sync::OnceLock::new(),
+            shared: RwLock::new(None),
         }
     }
 
     /// Shared mode: allocations move the cursor of `shared` (under its allocator lock)
     /// instead of this handle's, and create data files on demand (no spare).
     pub fn share(&self, shared: Arc<SharedState>) {
-        let _ = self.shared.set(shared);
+        *self.shared.write().recover() = Some(shared);
+    }
+
+    /// The shared state file in shared mode.
+    fn shared(&self) -> Option<Arc<SharedState>> {
+        self.shared.read().recover().clone()
     }
 
     /// Every live data file, by sequence number.
@@ -130,8 +136,10 @@ impl BlockAllocator {
         self.space.1.notify_all();
     }
 
-    /// Drops every file reference the allocator holds (close).
+    /// Drops every file reference the allocator holds (close), the shared state file's
+    /// included.
     pub fn clear(&self) {
+        drop(self.shared.write().recover().take());
         self.files.write().recover().clear();
         // Dropped after the lock is released: a last reference unmaps and closes the file.
         let files = {
@@ -272,8 +280,8 @@ impl BlockAllocator {
         // Each file carries its own geometry, so the block count is computed per file.
         let count_for =
             |f: &DataFile| Extent::blocks_needed(frame_bytes, f.header.block_size_bytes, interval);
-        if let Some(shared) = self.shared.get() {
-            return self.take_shared(shared, storage, count_for);
+        if let Some(shared) = self.shared() {
+            return self.take_shared(&shared, storage, count_for);
         }
         loop {
             // Under the spin lock: move the cursor, or switch to the spare. The file that stops
@@ -439,7 +447,8 @@ impl BlockAllocator {
         install: impl FnOnce(u64) -> Result<Arc<DataFile>>,
     ) -> Result<Arc<DataFile>> {
         let _create = self.create.lock().recover();
-        let lock = match self.shared.get() {
+        let shared = self.shared();
+        let lock = match &shared {
             Some(shared) => Some((shared, shared.lock(HeaderLock::Alloc, SHARED_LOCK_WAIT)?)),
             None => None,
         };
@@ -469,7 +478,7 @@ impl BlockAllocator {
     /// True when the current file is at least half used and no spare is ready: time for the
     /// background thread to make one.
     pub fn wants_spare(&self) -> bool {
-        if self.shared.get().is_some() {
+        if self.shared.read().recover().is_some() {
             return false;
         }
         let st = self.state.lock();

@@ -108,6 +108,45 @@ pub fn cursor_file_name(topic: &str, group: &str) -> String {
     format!("#{hash:016x}.{CURSOR_SUFFIX}")
 }
 
+/// Longest a commit waits for another process's commit to the same cursor.
+const COMMIT_TURN_WAIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A commit's turn on a cursor file (an open-file-description lock on its first byte,
+/// released when dropped): commits of one group from several processes take turns.
+struct CommitTurn(File);
+
+impl CommitTurn {
+    /// Takes the turn through a copy of `file`'s descriptor (the same open file description).
+    fn take(file: &File, path: &Path) -> Result<CommitTurn> {
+        let file = file
+            .try_clone()
+            .map_err(|e| Error::io("lock cursor", path, e))?;
+        let start = std::time::Instant::now();
+        loop {
+            match crate::ofd::try_lock(&file, 0, crate::ofd::Kind::Exclusive) {
+                Ok(true) => return Ok(CommitTurn(file)),
+                Ok(false) if start.elapsed() < COMMIT_TURN_WAIT => {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                }
+                Ok(false) => {
+                    return Err(Error::LockTimeout {
+                        lock: "cursor",
+                        holder_pid: 0,
+                        waited_ms: COMMIT_TURN_WAIT.as_millis() as u64,
+                    });
+                }
+                Err(e) => return Err(Error::io("lock cursor", path, e)),
+            }
+        }
+    }
+}
+
+impl Drop for CommitTurn {
+    fn drop(&mut self) {
+        let _ = crate::ofd::unlock(&self.0, 0);
+    }
+}
+
 #[derive(Debug)]
 struct CursorInner {
     file: Option<File>,
@@ -163,7 +202,9 @@ impl CursorFile {
         inner.newest.as_ref().map(|r| r.offset)
     }
 
-    /// Durably records `offset` as the group's position.
+    /// Durably records `offset` as the group's position. Commits of one group from several
+    /// processes (shared mode) take turns on the file, each after reading the newest commit
+    /// on disk: the newest is never overwritten, and the last commit wins.
     pub fn commit(&self, storage: &dyn Storage, offset: u64) -> Result<()> {
         let mut inner = self.inner.lock().recover();
         if inner.deleted {
@@ -172,6 +213,21 @@ impl CursorFile {
                 group: self.group.clone(),
             });
         }
+        if inner.file.is_none() {
+            match storage.open(&self.path, true) {
+                Ok(f) => inner.file = Some(f),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(Error::io("open cursor", &self.path, e)),
+            }
+        }
+        let turn = match inner.file.as_ref() {
+            Some(file) => {
+                let turn = CommitTurn::take(file, &self.path)?;
+                inner.newest = Some(self.read_newest(storage, file)?);
+                Some(turn)
+            }
+            None => None,
+        };
         if inner.newest.as_ref().is_some_and(|r| r.offset == offset) {
             return Ok(());
         }
@@ -197,8 +253,19 @@ impl CursorFile {
         storage
             .sync_file(file, &self.path)
             .map_err(|e| Error::io("fdatasync cursor", &self.path, e))?;
+        drop(turn);
         inner.newest = Some(record);
         Ok(())
+    }
+
+    /// The newest valid commit in `file`, as any process left it.
+    fn read_newest(&self, storage: &dyn Storage, file: &File) -> Result<CursorRecord> {
+        let mut buf = vec![0u8; 2 * CURSOR_SLOT_BYTES];
+        let n = storage
+            .read_at(file, &self.path, &mut buf, 0)
+            .map_err(|e| Error::io("read cursor", &self.path, e))?;
+        buf.truncate(n);
+        newest_slot(&buf, &self.path)
     }
 
     /// Opens the cursor file for the next commit. A missing one is created whole: written

@@ -587,9 +587,16 @@ impl Extent {
         if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
+        // The topic's lock before this extent's sync state, never after: an appender holding
+        // the lock may restore the extent's sync state (a line-up after another's roll).
+        drop(st);
         let Some(_guard) = lock() else {
             return Ok(false);
         };
+        let mut st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return Ok(true);
+        }
         let mut disk = [0u8; format::PG_LEN];
         map.copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
         if let Some(p) = Progress::decode(&disk) {

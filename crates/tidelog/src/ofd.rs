@@ -96,6 +96,7 @@ pub fn held_by_other(file: &File, byte: u64) -> io::Result<bool> {
 }
 
 #[cfg(test)]
+#[expect(clippy::unwrap_used, reason = "a test")]
 mod tests {
     use super::*;
 

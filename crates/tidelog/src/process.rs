@@ -37,15 +37,17 @@ extern "C" fn on_fork_child() {
     reason = "open, dup2 and close have no async-signal-safe wrapper"
 )]
 fn detach_fd(fd: i32) {
-    // SAFETY: a NUL-terminated static path; open, dup2 and close take no other pointers and
-    // are async-signal-safe. On failure the descriptor is left as it was.
-    unsafe {
-        let null = libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC);
-        if null >= 0 {
-            libc::dup2(null, fd);
-            libc::close(null);
-        }
+    // SAFETY: a NUL-terminated static path, alive for the call; open is async-signal-safe.
+    let null = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR | libc::O_CLOEXEC) };
+    if null < 0 {
+        // The descriptor is left as it was.
+        return;
     }
+    // SAFETY: dup2 takes no pointers and is async-signal-safe; `fd` is registered, so it is
+    // open and owned by a handle that closes it later (now on /dev/null).
+    unsafe { libc::dup2(null, fd) };
+    // SAFETY: closes the descriptor opened above, which nothing else owns.
+    unsafe { libc::close(null) };
 }
 
 /// Registers `fd` to be detached in forked children (see `LOCK_FD`). False when the table

@@ -218,6 +218,20 @@ impl Topic {
         let _ = self.slot.set(slot);
     }
 
+    /// Shared mode, under the topic's append lock: true when the tail is where the slot
+    /// `snap` says (no other process appended since this handle's last append): the
+    /// common case, a few loads.
+    #[inline]
+    pub fn is_lined_up(&self, snap: &Snapshot) -> bool {
+        let tail = self.tail();
+        !snap.closed
+            && tail.next_offset == snap.next_offset
+            && tail.block.as_ref().is_some_and(|b| {
+                (b.file.seq, b.block_index) == (snap.tail.file_seq, snap.tail.block_index)
+                    && tail.pos == snap.tail.end
+            })
+    }
+
     /// Shared mode, under the topic's append lock: moves the tail to what the slot `snap`
     /// reports (other processes appended meanwhile). `block` is this handle's copy of the
     /// extent `snap` names (`None`: the topic has no extent yet). False when the report does
@@ -240,19 +254,18 @@ impl Topic {
         let (records, end) = (snap.tail.records, snap.tail.end);
         // A closed extent's records may reach past this open's footer reserve (written
         // under a coarser index interval), never past the extent.
-        let limit = if snap.closed {
-            block.len
-        } else {
-            block.data_limit
-        };
+        // An extent this handle knows as final where the slot's snapshot ends (a roll whose
+        // writer died before its first publish, seen by this handle) is closed too.
+        let closed = snap.closed || block.final_state() == Some((records, end));
+        let limit = if closed { block.len } else { block.data_limit };
         let fits = end <= limit
             && end >= format::BLOCK_HEADER_BYTES
             && block.first_offset.checked_add(records) == Some(snap.next_offset)
-            && (snap.closed || block.final_state().is_none());
+            && (closed || block.final_state().is_none());
         if !fits {
             return false;
         }
-        if snap.closed {
+        if closed {
             // Nobody appends there again: the next append here rolls.
             if block.final_state().is_none() {
                 block.publish_at_least(records, end);

@@ -27,6 +27,10 @@ pub(super) struct TopicChain {
     pub(super) expected: Option<u64>,
     /// An extent followed a gap: it and every later one are dropped.
     pub(super) dropping: bool,
+    /// A read-only recovery's last placed extent and where it ends: final once a later
+    /// extent with records joins the chain (one with none, an allocation whose writer died
+    /// before its first publish, does not end it: another process may still append there).
+    pub(super) ends_if_followed: Option<(Arc<Extent>, u64, u64)>,
 }
 
 impl Recovery<'_> {
@@ -59,6 +63,7 @@ impl Recovery<'_> {
             tail: Tail::default(),
             expected: None,
             dropping: false,
+            ends_if_followed: None,
         };
         let firsts: Vec<u64> = extents.iter().map(|f| f.id.first_offset).collect();
         for (i, f) in extents.into_iter().enumerate() {
@@ -104,12 +109,22 @@ impl Recovery<'_> {
         if topic.dropping || topic.expected.is_some_and(|e| e != f.id.first_offset) {
             return self.drop_after_gap(topic, &f, &block, report);
         }
+        let before = topic.ends_if_followed.take();
         let kept = match f.progress {
             Some(p) if p.state == ProgressState::Sealed => {
                 self.restore_sealed(topic, &f, &block, p, report)?
             }
             _ => self.restore_scanned(topic, &f, &block, next_first, report)?,
         };
+        match before {
+            Some((before, count, end)) if kept => before.set_final(count, end),
+            // An extent without records does not end the one before.
+            before => {
+                if topic.ends_if_followed.is_none() {
+                    topic.ends_if_followed = before;
+                }
+            }
+        }
         if kept {
             report.extents += 1;
             topic.chain.push(block);
@@ -332,11 +347,13 @@ impl Recovery<'_> {
             topic.tail.pos = s.end;
             topic.tail.count = s.count;
             topic.tail.last_index_pos = s.last_index_pos;
-        } else if self.writable || !is_last {
-            // Never append after a recovered tail: stale bytes may follow it. In a
-            // read-only handle an extent followed by another is complete: the writer moved
-            // on, so readers move on too.
+        } else if self.writable {
+            // Never append after a recovered tail: stale bytes may follow it.
             block.set_final(s.count, s.end);
+        } else if !is_last {
+            // In a read-only recovery an extent followed by another with records is
+            // complete: the writers moved on, so readers move on too.
+            topic.ends_if_followed = Some((Arc::clone(block), s.count, s.end));
         }
         if self.writable {
             topic.unsynced.push(Arc::clone(block));

@@ -161,6 +161,10 @@ pub struct Scope {
 /// The steps: list the files, read each one's identity and progress slots, group the
 /// extents by topic, build and check each topic's chain (repairing as it goes when
 /// `writable`), then place the allocator.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what a recovery reuses and covers, each from its caller's state"
+)]
 pub fn recover(
     dir: &Path,
     config: &Config,

@@ -250,7 +250,19 @@ impl TopicSlot {
     /// A consistent read of the published snapshot; `None` while publishers overtake the
     /// read for longer than a few tries, or once the slot is no longer this topic's.
     pub fn snapshot(&self) -> Option<Snapshot> {
-        let snap = self.read_consistent(S_PUB_SEQ, |s| {
+        let snap = self.read_snapshot()?;
+        self.is_valid().then_some(snap)
+    }
+
+    /// [`TopicSlot::snapshot`] for the holder of the append lock of a shared-mode handle:
+    /// its file cannot be rebuilt while it is open, so only the key is checked.
+    pub fn snapshot_held(&self) -> Option<Snapshot> {
+        let snap = self.read_snapshot()?;
+        (self.load(S_KEY, Ordering::Acquire) == self.key).then_some(snap)
+    }
+
+    fn read_snapshot(&self) -> Option<Snapshot> {
+        self.read_consistent(S_PUB_SEQ, |s| {
             let copy = S_COPIES + ((s / 2) % 2) as usize * COPY_BYTES;
             let block_word = self.load(copy + C_BLOCK, Ordering::Relaxed);
             let block = u32::try_from(block_word & !CLOSED).ok()?;
@@ -268,8 +280,7 @@ impl TopicSlot {
                 max_timestamp_us: self.load(copy + C_MAX_TIMESTAMP, Ordering::Relaxed),
                 closed: block_word & CLOSED != 0,
             })
-        })??;
-        self.is_valid().then_some(snap)
+        })?
     }
 
     /// The last `FINALS` extents a roll closed, newest first, read consistently (none while

@@ -96,13 +96,17 @@ pub(super) fn refresh(state: &State) -> Result<()> {
 /// from the directory first (this topic's only: the handle's other topics may be appended
 /// to meanwhile).
 pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
-    let Some(snap) = slot.snapshot() else {
+    // A released slot: another process deleted the topic.
+    let Some(snap) = slot.snapshot_held() else {
         return Err(crate::Error::UnknownTopic {
             topic: topic.name.clone(),
         });
     };
+    if topic.is_lined_up(&snap) {
+        return Ok(());
+    }
     if snap.tail.file_seq == NO_EXTENT {
-        return lined(topic, topic.line_up(None, &snap));
+        return lined(topic, &snap, topic.line_up(None, &snap));
     }
     let key = (snap.tail.file_seq, snap.tail.block_index);
     let find = || {
@@ -122,20 +126,34 @@ pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<
     let _one = state.follow.catching_up.lock().recover();
     read_directory(state, &published, Some(topic))?;
     let block = find();
-    lined(topic, block.is_some_and(|b| topic.line_up(Some(&b), &snap)))
+    lined(topic, &snap, block.is_some_and(|b| topic.line_up(Some(&b), &snap)))
 }
 
 /// `line_up`'s verdict: a slot that names what the directory does not hold is damage.
-fn lined(topic: &Topic, ok: bool) -> Result<()> {
+fn lined(topic: &Topic, snap: &Snapshot, ok: bool) -> Result<()> {
     if ok {
         return Ok(());
     }
+    let chain: Vec<_> = topic
+        .chain()
+        .iter()
+        .rev()
+        .take(3)
+        .map(|b| {
+            let (records, end) = b.published();
+            (b.file.seq, b.block_index, b.first_offset, records, end, b.final_state())
+        })
+        .collect();
     Err(crate::Error::Corruption {
         topic: topic.name.clone(),
         offset: topic.next_offset(),
         path: Default::default(),
         position: 0,
-        reason: "the shared state file names an extent the directory does not hold".to_owned(),
+        reason: format!(
+            "the shared state file names an extent the directory does not hold: {snap:?}; \
+             this handle's last extents (file, block, first offset, records, end, final): \
+             {chain:?}"
+        ),
     })
 }
 

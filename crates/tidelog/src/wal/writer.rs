@@ -62,11 +62,6 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
         ));
     };
     let guard = slot.lock(SHARED_LOCK_WAIT)?;
-    if !slot.is_valid() {
-        return Err(crate::Error::UnknownTopic {
-            topic: topic.name.clone(),
-        });
-    }
     follow::line_up(state, topic, slot)?;
     crate::process::crash_point("append-locked");
     Ok(Some(guard))

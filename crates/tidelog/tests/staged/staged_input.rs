@@ -410,7 +410,8 @@ fn a_publish_that_stops_after_its_ledger_poisons_the_handle_until_reopened() {
     let faults = FaultStorage::new();
     let wal = Wal::open_with_storage(d, config(), Arc::new(faults.clone())).expect("open");
     stage_part(d, "job", "p0", "a", 8);
-    faults.arm(points::ALLOCATE, Fault::Always(libc::ENOSPC));
+    // The data files' reservations (not the shared state file's page for the new topic).
+    faults.arm_for(points::ALLOCATE, Some(".tdl"), Fault::Always(libc::ENOSPC));
     let err = wal.commit_staged("job", &["p0"]).expect_err("no space");
     assert!(matches!(err, Error::DiskFull { .. }), "{err:?}");
     assert!(job_dir(d, "job").join(stage::INGEST_FILE).exists());
