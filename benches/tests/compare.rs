@@ -152,6 +152,70 @@ fn append_to_visible_rows_report_latencies_against_the_pipe() {
 }
 
 #[test]
+fn many_processes_rows_report_aggregate_rates_against_their_baselines() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let scratch = tmp.path().to_str().expect("utf-8");
+    let mut args = TINY.to_vec();
+    args.extend([
+        "none",
+        "--only",
+        "many processes",
+        "--dir",
+        scratch,
+        "--json",
+    ]);
+    let out = bench(&args);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).expect("json");
+    let rows = report["rows"].as_array().expect("rows");
+    let fsync = rows
+        .iter()
+        .find(|r| {
+            r["kind"] == "ceiling" && r["system"] == "write+fdatasync per record, 8 processes"
+        })
+        .expect("the fdatasync baseline");
+    assert!(
+        fsync["records_per_s"].as_f64().expect("rate") > 0.0,
+        "{fsync}"
+    );
+    assert_eq!(fsync["threads"], 8, "{fsync}");
+    let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["kind"] == "tidelog").collect();
+    assert_eq!(ours.len(), 5, "{ours:?}");
+    let mut held = 0;
+    for row in &ours {
+        assert_eq!(row["op"], "processes", "{row}");
+        assert!(row.get("skipped").is_none(), "{row}");
+        assert!(row["records_per_s"].as_f64().expect("rate") > 0.0, "{row}");
+        let config = row["config"].as_str().expect("config");
+        let procs = row["threads"].as_u64().expect("processes");
+        let expected = if config.contains("exclusive") {
+            assert_eq!(procs, 1, "{row}");
+            None
+        } else if procs == 1 {
+            Some("many processes: 1 process, exclusive mode, fsync interval")
+        } else if procs == 4 {
+            Some("many processes: 1 process, shared mode (the default), fsync interval")
+        } else {
+            assert!(config.contains("fsync always"), "{row}");
+            Some("write+fdatasync per record, 8 processes")
+        };
+        assert_eq!(row["ceiling_name"].as_str(), expected, "{row}");
+        if expected.is_some() {
+            held += 1;
+            assert!(row["ratio_ceiling"].as_f64().expect("ratio") > 0.0, "{row}");
+        }
+    }
+    assert_eq!(held, 4);
+    // Their directories and the scratch directory are removed.
+    let left: Vec<_> = std::fs::read_dir(tmp.path())
+        .expect("read_dir")
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+}
+
+#[test]
 fn a_killed_runs_scratch_is_removed_by_the_next_run() {
     let tmp = tempfile::tempdir().expect("tempdir");
     // No process has this id (above the kernel's pid_max ceiling of 2^22).

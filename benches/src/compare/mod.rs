@@ -4,15 +4,17 @@
 //! explains every row).
 //!
 //! The Rust rows and the ceilings run in this process (the append-to-visible rows with their
-//! reader in a child process, `visible_reader`, a binary of this package). Two producers run
-//! as child processes, once per round, and print rows as JSON lines: the walrus peer
-//! (`walrus_peer`, a binary of this package) and the Python rows
+//! reader in a child process, `visible_reader`, and the many-processes rows with their
+//! appenders in child processes, `process_appender`, binaries of this package). Two
+//! producers run as child processes, once per round, and print rows as JSON lines: the
+//! walrus peer (`walrus_peer`, a binary of this package) and the Python rows
 //! (`benches/python/python_rows.py`, run with a Python that has tidelog installed). The plots
 //! come from `benches/python/plot.py`. Both scripts are run from the checkout this program was
 //! built in.
 
 mod ceiling;
 mod engine;
+mod processes;
 mod report;
 mod row;
 mod visible;
@@ -67,7 +69,8 @@ struct BenchArgs {
     /// Most payload bytes one row writes in one round.
     #[arg(long, default_value_t = 256 * MIB)]
     max_bytes: u64,
-    /// Only rows whose system or configuration contains this text (ceilings always run).
+    /// Only rows whose system or configuration contains this text (ceilings always run);
+    /// e.g. "append to visible", "many processes".
     #[arg(long)]
     only: Option<String>,
     /// Python with tidelog installed, for the Python rows (default: $TIDELOG_PYTHON, else
@@ -145,6 +148,21 @@ where
         .map(|a| a.into().to_string_lossy().into_owned())
         .collect();
     visible::reader_main(&args)
+}
+
+/// A child process of the many-processes rows (the `process_appender` program): its
+/// arguments (the program name first) and its exit status.
+pub fn process_appender<I, T>(args: I) -> u8
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    let args: Vec<String> = args
+        .into_iter()
+        .skip(1)
+        .map(|a| a.into().to_string_lossy().into_owned())
+        .collect();
+    processes::appender_main(&args)
 }
 
 /// The validated plan of a run.
@@ -578,8 +596,12 @@ fn bandwidth_ceilings(
 /// How many rows of tidelog's own one round runs (for the progress bar).
 fn engine_row_count(plan: &Plan) -> u64 {
     let per_size_thread = engine::Mode::ALL.len() as u64 + 2 + 2;
-    // Per round: walrus's workload and the two append-to-visible rows.
-    plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1) + 1 + 2
+    // Per round: walrus's workload, the two append-to-visible rows and the many-processes
+    // rows.
+    plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1)
+        + 1
+        + 2
+        + processes::ROWS
 }
 
 /// One round's ceilings and tidelog's own rows, size by size.
@@ -673,6 +695,9 @@ fn engine_rows(
         notes,
     ));
     progress.inc(2);
+    progress.message("tidelog from many processes");
+    rows.extend(processes::rows(&fresh("processes"), b, wants, notes));
+    progress.inc(processes::ROWS);
     rows
 }
 

@@ -7,6 +7,7 @@ use std::fmt::Write as _;
 use serde::Serialize;
 
 use super::ceiling;
+use super::processes;
 use super::row::{Row, size_label};
 use super::visible;
 
@@ -76,6 +77,8 @@ fn ceiling_for(row: &Row) -> Option<&str> {
         return Some(c);
     }
     Some(match (row.op.as_str(), row.class.as_str()) {
+        // Each many-processes row names its own baseline; one that names none has none.
+        (processes::OP, _) => return None,
         (visible::OP, _) => visible::PIPE_WAKE,
         ("read", _) => ceiling::PAGE_CACHE_READ,
         (_, "D0") => ceiling::MMAP_WRITE,
@@ -125,11 +128,13 @@ pub(crate) fn merge(
             by_key.entry(key).or_default().push((r, row));
         }
     }
-    // Every (ceiling name, size) per round, for per-round ratios.
+    // Every (ceiling name, size) per round, for per-round ratios; a many-processes row's
+    // baseline may also be another tidelog row of that section, named by its configuration.
     let ceiling_row = |round: usize, name: &str, size: u64| -> Option<&Row> {
-        rounds[round]
-            .iter()
-            .find(|c| c.kind == "ceiling" && c.system == name && c.record_bytes == size)
+        rounds[round].iter().find(|c| {
+            c.record_bytes == size
+                && ((c.kind == "ceiling" && c.system == name) || processes::is_baseline(c, name))
+        })
     };
     let ceiling_at = |round: usize, name: &str, size: u64| -> Option<f64> {
         ceiling_row(round, name, size).and_then(|c| c.records_per_s)
@@ -338,7 +343,7 @@ pub(crate) fn markdown(report: &Report) -> String {
     for m in report
         .rows
         .iter()
-        .filter(|m| m.row.kind == "tidelog" && m.row.op != visible::OP)
+        .filter(|m| m.row.kind == "tidelog" && m.row.op != visible::OP && m.row.op != processes::OP)
     {
         let r = &m.row;
         if let Some(why) = &r.skipped {
@@ -383,6 +388,7 @@ pub(crate) fn markdown(report: &Report) -> String {
     }
 
     visible_table(&mut s, report);
+    processes_table(&mut s, report);
 
     let _ = writeln!(s, "\n### Peers\n");
     let _ = writeln!(
@@ -525,6 +531,70 @@ fn visible_table(s: &mut String, report: &Report) {
     }
 }
 
+/// The many-processes rows: aggregate rates, their baseline's, the ratios and the targets.
+fn processes_table(s: &mut String, report: &Report) {
+    let ours: Vec<&Merged> = report
+        .rows
+        .iter()
+        .filter(|m| m.row.kind == "tidelog" && m.row.op == processes::OP)
+        .collect();
+    if ours.is_empty() {
+        return;
+    }
+    let _ = writeln!(s, "\n### Many processes\n");
+    let _ = writeln!(
+        s,
+        "| class | how | size | procs | records/s | MB/s | p50 µs | p99 µs | baseline | its records/s | x baseline | target | met? |"
+    );
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|---|---|");
+    for m in ours {
+        let r = &m.row;
+        if let Some(why) = &r.skipped {
+            skipped_line(
+                s,
+                &[
+                    &r.class,
+                    processes::label(&r.config),
+                    &size_label(r.record_bytes),
+                    &r.threads.to_string(),
+                ],
+                why,
+                9,
+            );
+            continue;
+        }
+        let baseline = m.ceiling_name.as_deref().and_then(|name| {
+            report.rows.iter().find(|c| {
+                c.row.record_bytes == r.record_bytes
+                    && ((c.row.kind == "ceiling" && c.row.system == name)
+                        || processes::is_baseline(&c.row, name))
+            })
+        });
+        let (target, met) = match processes::target(&r.config) {
+            None => ("-".to_owned(), "-"),
+            Some(t) => (
+                format!("≥ {t:.1}x"),
+                m.ratio_ceiling.map_or("-", |x| yes_no(x >= t)),
+            ),
+        };
+        let _ = writeln!(
+            s,
+            "| {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {} | {target} | {met} |",
+            r.class,
+            processes::label(&r.config),
+            size_label(r.record_bytes),
+            r.threads,
+            num(r.records_per_s),
+            num(r.mb_per_s),
+            num(r.p50_us),
+            num(r.p99_us),
+            m.ceiling_name.as_deref().map_or("-", processes::label),
+            num(baseline.and_then(|b| b.row.records_per_s)),
+            ratio(m.ratio_ceiling),
+        );
+    }
+}
+
 fn yes_no(b: bool) -> &'static str {
     if b { "yes" } else { "no" }
 }
@@ -644,6 +714,57 @@ mod tests {
         // Latency rows stay out of the throughput table.
         let throughput = md.split("### Append to visible").next().expect("md");
         assert!(!throughput.contains(other), "{md}");
+    }
+
+    #[test]
+    fn many_processes_rows_are_held_against_their_baselines_round_by_round() {
+        let procs = |kind: &str, system: &str, config: &str, n: u32, rate: f64| {
+            Row::new(kind, system, config, "D0", processes::OP, 100, n).measured(
+                rate as u64,
+                rate as u64 * 100,
+                1.0,
+            )
+        };
+        let exclusive = "many processes: 1 process, exclusive mode, fsync interval";
+        let shared = "many processes: 1 process, shared mode (the default), fsync interval";
+        let four = "many processes: 4 processes, 1 topic, shared mode, fsync interval";
+        let round = |excl, one, many| {
+            vec![
+                row("ceiling", ceiling::MMAP_WRITE, "D0", 100, 1e9),
+                procs("tidelog", "tidelog", exclusive, 1, excl),
+                procs("tidelog", "tidelog", shared, 1, one).against(exclusive),
+                procs("tidelog", "tidelog", four, 4, many).against(shared),
+            ]
+        };
+        let rounds = vec![
+            round(100.0, 90.0, 90.0),
+            round(200.0, 100.0, 50.0),
+            round(100.0, 100.0, 70.0),
+        ];
+        let report = merge(&rounds, vec![(1.0, 1.0); 3], BTreeMap::new(), Vec::new());
+        let find = |config: &str| {
+            report
+                .rows
+                .iter()
+                .find(|m| m.row.config == config)
+                .expect("row")
+        };
+        // Shared against exclusive per round: 0.9, 0.5, 1.0; four against shared: 1, 0.5, 0.7.
+        assert_eq!(find(shared).ratio_ceiling, Some(0.9));
+        assert_eq!(find(shared).ceiling_name.as_deref(), Some(exclusive));
+        assert_eq!(find(four).ratio_ceiling, Some(0.7));
+        // The exclusive row is a baseline only, never held against the mmap ceiling.
+        assert!(find(exclusive).ceiling_name.is_none() && find(exclusive).ratio_ceiling.is_none());
+        let md = markdown(&report);
+        assert!(md.contains("### Many processes"), "{md}");
+        assert!(
+            md.contains("| D0 | 1 process, shared mode (the default), fsync interval | 100 B | 1 | 100 | 0.0 | - | - | 1 process, exclusive mode, fsync interval | 100 | 0.90 | ≥ 0.9x | yes |"),
+            "{md}"
+        );
+        assert!(md.contains("| 0.70 | ≥ 0.8x | no |"), "{md}");
+        // They stay out of the tidelog table.
+        let main = md.split("### Many processes").next().expect("md");
+        assert!(!main.contains(four), "{md}");
     }
 
     #[test]

@@ -72,7 +72,7 @@ pub(crate) fn monotonic_ns() -> u64 {
 
 /// Writes back every dirty page of the system (sync(2)).
 #[expect(unsafe_code, reason = "sync is a libc call")]
-fn sync() {
+pub(crate) fn sync() {
     // SAFETY: sync(2) takes no arguments, touches no memory of this process and cannot fail.
     unsafe { libc::sync() }
 }
