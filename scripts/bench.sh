@@ -16,7 +16,7 @@ echo "== installing tidelog with the benchmark's peers (builds the Rust extensio
 python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore ".[bench]"
 echo "== building the tidelog command, the benchmark and the walrus peer (release)"
 cargo build --release --quiet -p tidelog-cli -p tidelog-benches \
-    --bin tidelog --bin tidelog-bench --bin walrus_peer
+    --bin tidelog --bin tidelog-bench --bin walrus_peer --bin visible_reader --bin process_appender
 release="${CARGO_TARGET_DIR:-target}/release"
 out=docs/benchmarks
 for arg in "$@"; do

@@ -258,6 +258,26 @@ impl CursorFile {
         Ok(())
     }
 
+    /// Reads the newest commit on disk again (when the file exists).
+    fn reload(&self, storage: &dyn Storage) -> Result<()> {
+        let mut inner = self.inner.lock().recover();
+        if inner.deleted {
+            return Ok(());
+        }
+        let newest = match inner.file.as_ref() {
+            Some(f) => self.read_newest(storage, f)?,
+            None => match storage.open(&self.path, false) {
+                Ok(f) => self.read_newest(storage, &f)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(Error::io("open cursor", &self.path, e)),
+            },
+        };
+        if newest.topic == self.topic && newest.group == self.group {
+            inner.newest = Some(newest);
+        }
+        Ok(())
+    }
+
     /// The newest valid commit in `file`, as any process left it.
     fn read_newest(&self, storage: &dyn Storage, file: &File) -> Result<CursorRecord> {
         let mut buf = vec![0u8; 2 * CURSOR_SLOT_BYTES];
@@ -318,7 +338,8 @@ impl CursorTable {
         self.open.lock().recover()
     }
 
-    /// The cursor of `group` on `topic`, loaded (and registered) on first use.
+    /// The cursor of `group` on `topic`, loaded (and registered) on first use; a registered
+    /// one reads its newest commit again (another process may have committed since).
     pub fn get(
         &self,
         storage: &dyn Storage,
@@ -328,6 +349,7 @@ impl CursorTable {
     ) -> Result<Arc<CursorFile>> {
         let mut open = self.lock();
         if let Some(c) = open.get(topic).and_then(|groups| groups.get(group)) {
+            c.reload(storage)?;
             return Ok(Arc::clone(c));
         }
         let dir = data_dir.join(CURSOR_DIR);

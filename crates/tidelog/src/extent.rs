@@ -621,6 +621,13 @@ impl Extent {
         self.sync(storage, topic, closing)
     }
 
+    /// True when everything published is durable (sealed, retired, or synced through its
+    /// published end).
+    pub fn is_synced(&self) -> bool {
+        let st = self.sync_state();
+        st.sealed_on_disk || st.deleted || st.synced_end >= self.published().1
+    }
+
     /// The published range not yet made durable, `(from, count, end)` with `count` the
     /// records below `end`; `None` when there is none. On the first sync `from` is 0, so the
     /// identity slot is included.

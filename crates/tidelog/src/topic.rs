@@ -349,6 +349,18 @@ impl Topic {
         self.next_offset()
     }
 
+    /// The offset below which every record this handle holds is durable, up to `published`:
+    /// the first offset of the first extent not synced through its published end (shared
+    /// mode, where a handle also holds extents other processes write and sync).
+    pub fn synced_through(&self, published: u64) -> u64 {
+        self.with_chain(|chain| {
+            chain
+                .iter()
+                .find(|b| !b.is_synced())
+                .map_or(published, |b| b.first_offset.min(published))
+        })
+    }
+
     /// A read-only handle moves to what the writer reported in the shared state `snap`: its
     /// records published in `block` (this handle's last extent), and the next offset. False
     /// when the report does not fit the extent (a stale or damaged state file): nothing is

@@ -550,6 +550,40 @@ impl SharedState {
         lock::acquire(word, live, generation_of, pid_of, what, wait)
     }
 
+    /// Takes `word` for this process if it holds `expected` (0: free; a dead holder's
+    /// value: taken over).
+    pub fn try_take(&self, word: &AtomicU32, expected: u32) -> bool {
+        let Some(live) = self.liveness.get() else {
+            return false;
+        };
+        word.compare_exchange(expected, live.owner(), Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Whether the holder `owner` (a lock word's value) may be alive.
+    pub fn holder_alive(&self, owner: u32) -> bool {
+        self.liveness
+            .get()
+            .is_none_or(|live| live.is_alive(owner, |slot| self.generation_of(slot)))
+    }
+
+    /// The pid recorded for the holder `owner` of a lock word (0 when unknown).
+    pub fn pid_of_owner(&self, owner: u32) -> u32 {
+        let slot = (owner & 0xFFFF).saturating_sub(1) as usize;
+        if slot >= PROCESSES {
+            return 0;
+        }
+        self.map
+            .load_u32(PROCESS_TABLE + slot * PROCESS_SLOT_BYTES + P_PID, Ordering::Acquire)
+    }
+
+    fn generation_of(&self, slot: u32) -> u32 {
+        self.map.load_u32(
+            PROCESS_TABLE + slot as usize * PROCESS_SLOT_BYTES + P_GENERATION,
+            Ordering::Acquire,
+        )
+    }
+
     /// Takes one of the header's lock words; released when the guard drops.
     pub fn lock(&self, which: HeaderLock, wait: Duration) -> Result<HeaderGuard<'_>> {
         let (at, what) = match which {

@@ -48,8 +48,9 @@ pub const S_DURABLE_WAITERS: usize = 132;
 /// Lock word of the topic's appends (shared mode): its holder alone reserves, copies, rolls
 /// and publishes.
 pub const S_APPEND_LOCK: usize = 136;
-/// Reserved (zero).
-pub const S_RESERVED: usize = 140;
+/// Lock word of the topic's sync turn (shared mode): its holder makes what is published
+/// durable and moves `durable next`; others wait for that instead of syncing themselves.
+pub const S_SYNC_TURN: usize = 140;
 /// Sequence of the finals ring (odd while a roll writes an entry).
 pub const S_ROLL_SEQ: usize = 144;
 /// Rolls recorded so far; entry `rolls % FINALS` is the next to write.
@@ -66,7 +67,7 @@ pub const KEY_TOMBSTONE: u64 = u64::MAX;
 
 const _: () = assert!(S_COPIES + 2 * COPY_BYTES == S_DURABLE_NEXT);
 const _: () = assert!(C_MAX_TIMESTAMP + 8 == COPY_BYTES);
-const _: () = assert!(S_RESERVED + 4 == S_ROLL_SEQ);
+const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
 const _: () = assert!(S_FINALS + FINALS * FINAL_BYTES == SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
@@ -108,6 +109,25 @@ pub struct TopicSlot {
     pub(super) shared: Arc<SharedState>,
     pub(super) at: usize,
     pub(super) key: u64,
+}
+
+/// Longest sleep of a process waiting for the sync turn between two looks.
+const TURN_SLEEP: Duration = Duration::from_millis(2);
+/// A sync turn held by the same owner this long is checked for a dead holder.
+const TURN_STALE: Duration = Duration::from_millis(20);
+
+/// The sync turn of a topic (see [`TopicSlot::sync_turn`]); released when dropped, which
+/// wakes the processes waiting for it.
+#[derive(Debug)]
+pub struct SyncTurn<'a> {
+    slot: &'a TopicSlot,
+}
+
+impl Drop for SyncTurn<'_> {
+    fn drop(&mut self) {
+        self.slot.word32(S_SYNC_TURN).store(0, Ordering::Release);
+        self.slot.wake(Watch::Durable);
+    }
 }
 
 /// A held append lock of a topic; released when dropped.
@@ -152,6 +172,49 @@ impl TopicSlot {
             }
         }
         Ok(TopicGuard { slot: self })
+    }
+
+    /// Waits for the topic's sync turn (shared mode): `None` once `covered` holds (another
+    /// process's sync made this one's records durable meanwhile), or the turn, whose holder
+    /// syncs and then moves `durable next` (waking the others) before it drops the guard.
+    /// Waiters sleep on the durable word; a holder that died is taken over, a live one
+    /// that keeps it past `wait` is `LockTimeout`.
+    pub fn sync_turn(&self, covered: impl Fn() -> bool, wait: Duration) -> Result<Option<SyncTurn<'_>>> {
+        let word = self.word32(S_SYNC_TURN);
+        let start = std::time::Instant::now();
+        let mut seen: Option<(u32, std::time::Instant)> = None;
+        loop {
+            if covered() {
+                return Ok(None);
+            }
+            let cur = word.load(Ordering::Acquire);
+            let taken = if cur == 0 {
+                self.shared.try_take(word, 0)
+            } else if seen.is_some_and(|(v, at)| v == cur && at.elapsed() >= TURN_STALE)
+                && !self.shared.holder_alive(cur)
+            {
+                self.shared.try_take(word, cur)
+            } else {
+                false
+            };
+            if taken {
+                return Ok(Some(SyncTurn { slot: self }));
+            }
+            if seen.is_none_or(|(v, _)| v != cur) {
+                seen = Some((cur, std::time::Instant::now()));
+            }
+            let waited = start.elapsed();
+            if waited >= wait {
+                return Err(crate::error::Error::LockTimeout {
+                    lock: "topic sync",
+                    holder_pid: self.shared.pid_of_owner(cur),
+                    waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            self.wait(Watch::Durable, TURN_SLEEP, || {
+                covered() || word.load(Ordering::Acquire) == 0
+            });
+        }
     }
 
     /// The writer records that the records of `tail` up to its end are published, and the
@@ -372,6 +435,7 @@ impl TopicSlot {
             Ordering::Relaxed,
         );
         self.word32(S_APPEND_LOCK).store(0, Ordering::Relaxed);
+        self.word32(S_SYNC_TURN).store(0, Ordering::Relaxed);
         self.word64(S_KEY).store(key, Ordering::Release);
     }
 }

@@ -12,6 +12,8 @@ use crate::format;
 use crate::io::Storage;
 use crate::poison::Recover;
 use crate::sync::SyncQueue;
+use crate::alloc::SHARED_LOCK_WAIT;
+use crate::shared::TopicSlot;
 use crate::topic::Topic;
 
 /// Longest a sync waits for a topic's append lock (shared mode) before it leaves the
@@ -61,6 +63,12 @@ impl Flusher {
     fn flush_extents(&self, closing: bool) -> Result<()> {
         let _flushing = self.hold();
         for topic in self.topics.all() {
+            if self.topics.is_shared_mode()
+                && let Some(slot) = topic.slot()
+            {
+                self.flush_topic_shared(&topic, slot, closing)?;
+                continue;
+            }
             // Loaded before the extents' publication words: the pass covers at least this.
             let published = topic.next_offset();
             let mut sealed = Vec::new();
@@ -75,6 +83,52 @@ impl Flusher {
             }
             topic.note_durable(published);
         }
+        Ok(())
+    }
+
+    /// Shared mode: makes the records this handle sees in `topic` durable, taking turns with
+    /// the other processes (a group commit across them): a process that finds another
+    /// syncing waits, and is done when that sync covered its records (`durable next`);
+    /// the one whose turn it is syncs what every process published in the topic's newest
+    /// extent so far, then moves `durable next` for all. Extents that ended are still
+    /// sealed by the process that holds them.
+    fn flush_topic_shared(&self, topic: &Topic, slot: &TopicSlot, closing: bool) -> Result<()> {
+        let unsynced = topic.unsynced();
+        if unsynced.is_empty() {
+            return Ok(());
+        }
+        let target = topic.next_offset();
+        let covered = || !closing && slot.durable_next() >= target;
+        let turn = slot.sync_turn(covered, SHARED_LOCK_WAIT)?;
+        let mut sealed = Vec::new();
+        if turn.is_none() {
+            for block in unsynced.iter().filter(|b| b.final_state().is_some()) {
+                if block.is_consumed() || self.sync_extent(topic, block, closing)? {
+                    sealed.push(Arc::clone(block));
+                }
+            }
+            topic.forget_synced(&sealed);
+            topic.note_durable(slot.durable_next().min(target));
+            return Ok(());
+        }
+        // What the others published in the newest extent, this sync covers too.
+        if let Some(snap) = slot.snapshot_held()
+            && let Some(last) = topic.with_chain(|c| c.last().cloned())
+            && (last.file.seq, last.block_index) == (snap.tail.file_seq, snap.tail.block_index)
+        {
+            topic.follow_published(&last, &snap);
+        }
+        let published = topic.next_offset();
+        for block in topic.unsynced() {
+            if block.is_consumed() || self.sync_extent(topic, &block, closing)? {
+                sealed.push(block);
+            }
+        }
+        topic.forget_synced(&sealed);
+        // Only as far as every extent below is synced (extents this handle only follows
+        // are made durable by their writers).
+        topic.note_durable(topic.synced_through(published));
+        drop(turn);
         Ok(())
     }
 

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, child_command, child_env, geometry, tempdir};
-use tidelog::{Append, Config, Error, Wal};
+use tidelog::{Append, Config, Durability, Error, Wal};
 
 const SHARED_TOPIC: &str = "shared";
 
@@ -50,7 +50,20 @@ fn child_process_entry() {
     };
     let parts: Vec<&str> = mode.split(':').collect();
     let child: u32 = parts[1].parse().unwrap();
-    let wal = Wal::open_with(&dir, cfg()).unwrap();
+    if parts[0] == "commit" {
+        // `commit:CHILD:OFFSET`: commits OFFSET for group "g" of the shared topic.
+        let wal = Wal::open_with(&dir, cfg()).unwrap();
+        let mut reader = wal.reader(SHARED_TOPIC, "g").unwrap();
+        reader.commit_offset(parts[2].parse().unwrap()).unwrap();
+        wal.close().unwrap();
+        return;
+    }
+    let config = if parts[0] == "always" {
+        cfg().durability(Durability::Always)
+    } else {
+        cfg()
+    };
+    let wal = Wal::open_with(&dir, config).unwrap();
     let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
     let own = format!("own-{child}");
     let mut seq = 0;
@@ -266,4 +279,61 @@ fn a_stopped_holder_is_reported_not_broken_into() {
     // Dead now: taken over.
     wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
     check_topic(&read_all(&wal, SHARED_TOPIC));
+}
+
+#[test]
+fn always_appends_of_several_processes_are_durable_when_they_return() {
+    const CHILDREN: u32 = 4;
+    const COUNT: u64 = 150;
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    let mut children: Vec<_> = (1..=CHILDREN)
+        .map(|c| {
+            child_command(module_path!(), dir.path(), &format!("always:{c}:{COUNT}"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        assert!(child.wait().unwrap().success(), "an appender failed");
+    }
+    let records = read_all(&wal, SHARED_TOPIC);
+    let per_child = check_topic(&records);
+    for c in 1..=CHILDREN {
+        assert_eq!(per_child[&c].len() as u64, COUNT);
+    }
+    // Every child's appends returned durable: the shared durable offset covers them (the
+    // parent's own first record included, which a child's sync covered).
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!(info.durable_offset, info.next_offset, "{info:?}");
+}
+
+#[test]
+fn the_last_commit_of_a_group_wins_across_processes() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    for seq in 0..20 {
+        wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    }
+    let mut reader = wal.reader(SHARED_TOPIC, "g").unwrap();
+    reader.commit_offset(5).unwrap();
+    let committed = |wal: &Wal| {
+        let r = wal.reader(SHARED_TOPIC, "g").unwrap();
+        r.committed()
+    };
+    // Another process commits after this one, lower: it wins.
+    let out = child_command(module_path!(), dir.path(), "commit:1:3").output().unwrap();
+    assert!(out.status.success());
+    let fresh = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
+    assert_eq!(committed(&fresh), Some(3));
+    // This process commits again, over what it had not seen: it wins.
+    reader.commit_offset(12).unwrap();
+    let fresh = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
+    assert_eq!(committed(&fresh), Some(12));
+    let out = child_command(module_path!(), dir.path(), "commit:2:17").output().unwrap();
+    assert!(out.status.success());
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    assert_eq!(committed(&wal), Some(17));
 }
