@@ -162,6 +162,9 @@ pub struct Topic {
     /// The topic's slot in the shared state file: the writer reports each publish, roll and
     /// sync there, and wakes readers of every process.
     slot: OnceLock<TopicSlot>,
+    /// Shared mode: the slot's publish sequence after this handle's last publish or
+    /// line-up; the same value under the append lock means nobody published since.
+    lined_seq: AtomicU64,
 }
 
 impl Topic {
@@ -180,6 +183,7 @@ impl Topic {
             parked: AtomicU32::new(0),
             durable_next: AtomicU64::new(0),
             slot: OnceLock::new(),
+            lined_seq: AtomicU64::new(u64::MAX),
         }
     }
 
@@ -218,9 +222,22 @@ impl Topic {
         let _ = self.slot.set(slot);
     }
 
+    /// Shared mode, under the topic's append lock: true unless the slot's publish sequence
+    /// is the one this handle left (nobody published since its own last publish or
+    /// line-up: the common case, one load).
+    #[inline]
+    pub fn published_since(&self, slot: &TopicSlot) -> bool {
+        slot.publish_seq() != self.lined_seq.load(Ordering::Relaxed)
+    }
+
+    /// Shared mode, under the append lock: records that the tail is lined up with the slot
+    /// as of publish sequence `seq`.
+    pub fn note_lined_up(&self, seq: u64) {
+        self.lined_seq.store(seq, Ordering::Relaxed);
+    }
+
     /// Shared mode, under the topic's append lock: true when the tail is where the slot
-    /// `snap` says (no other process appended since this handle's last append): the
-    /// common case, a few loads.
+    /// `snap` says.
     #[inline]
     pub fn is_lined_up(&self, snap: &Snapshot) -> bool {
         let tail = self.tail();
@@ -876,7 +893,8 @@ impl Topic {
                 end,
                 ..extent_end(block)
             };
-            slot.publish(tail, next, block.max_timestamp_us(), false);
+            let seq = slot.publish(tail, next, block.max_timestamp_us(), false);
+            self.lined_seq.store(seq, Ordering::Relaxed);
         }
         self.published_next.store(next, Ordering::Release);
         if self.parked.load(Ordering::Relaxed) > 0 {

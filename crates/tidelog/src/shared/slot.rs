@@ -222,7 +222,13 @@ impl TopicSlot {
     /// (each after its predecessor's publish, or under the append lock in shared mode),
     /// before they advance the topic's own next offset; [`TopicSlot::wake`] follows.
     #[inline]
-    pub fn publish(&self, tail: ExtentEnd, next_offset: u64, max_timestamp_us: u64, closed: bool) {
+    pub fn publish(
+        &self,
+        tail: ExtentEnd,
+        next_offset: u64,
+        max_timestamp_us: u64,
+        closed: bool,
+    ) -> u64 {
         let seq = self.word64(S_PUB_SEQ);
         let s = seq.load(Ordering::Relaxed);
         let copy = S_COPIES + ((s / 2 + 1) % 2) as usize * COPY_BYTES;
@@ -244,7 +250,15 @@ impl TopicSlot {
             .store(next_offset, Ordering::Relaxed);
         self.word64(copy + C_MAX_TIMESTAMP)
             .store(max_timestamp_us, Ordering::Relaxed);
-        seq.store((s & !1).wrapping_add(2), Ordering::Release);
+        let next = (s & !1).wrapping_add(2);
+        seq.store(next, Ordering::Release);
+        next
+    }
+
+    /// The published snapshot's sequence: it moves with every publish, by any process.
+    #[inline]
+    pub fn publish_seq(&self) -> u64 {
+        self.load(S_PUB_SEQ, Ordering::Acquire)
     }
 
     /// Wakes the readers waiting for `watch`, if any. Called after what they wait for is

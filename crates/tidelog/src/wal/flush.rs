@@ -111,6 +111,7 @@ impl Flusher {
             topic.note_durable(slot.durable_next().min(target));
             return Ok(());
         }
+        crate::process::crash_point("sync-turn");
         // What the others published in the newest extent, this sync covers too.
         if let Some(snap) = slot.snapshot_held()
             && let Some(last) = topic.with_chain(|c| c.last().cloned())

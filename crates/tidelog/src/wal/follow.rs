@@ -96,6 +96,17 @@ pub(super) fn refresh(state: &State) -> Result<()> {
 /// from the directory first (this topic's only: the handle's other topics may be appended
 /// to meanwhile).
 pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
+    if !topic.published_since(slot) {
+        return Ok(());
+    }
+    let seq = slot.publish_seq();
+    line_up_to(state, topic, slot)?;
+    // Publishes after `seq` are seen at the next line-up.
+    topic.note_lined_up(seq);
+    Ok(())
+}
+
+fn line_up_to(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
     // A released slot: another process deleted the topic.
     let Some(snap) = slot.snapshot_held() else {
         return Err(crate::Error::UnknownTopic {

@@ -337,3 +337,27 @@ fn the_last_commit_of_a_group_wins_across_processes() {
     let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
     assert_eq!(committed(&wal), Some(17));
 }
+
+#[test]
+fn a_process_killed_in_its_sync_turn_is_taken_over() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg().durability(Durability::Always)).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // The child dies holding the topic's sync turn, at its 10th sync.
+    let mut child = child_command(module_path!(), dir.path(), "always:9")
+        .env("TIDELOG_CRASH_AT", "kill:sync-turn:10")
+        .spawn()
+        .unwrap();
+    assert!(!child.wait().unwrap().success(), "the child must die at its crash point");
+    let start = Instant::now();
+    wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "the takeover took {:?}",
+        start.elapsed()
+    );
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!(info.durable_offset, info.next_offset);
+    let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
+    assert_eq!(per_child[&0], vec![0, 1]);
+}
