@@ -274,7 +274,9 @@ def test_a_reader_tails_appenders_of_other_processes(tmp_path: Path) -> None:
         wal.append("tail", tagged(0, 0))
         reader = wal.reader("tail", start="earliest")
         out = ctx.Queue()
-        procs = [ctx.Process(target=tail_worker, args=(str(tmp_path), count, out)) for _ in range(2)]
+        procs = [
+            ctx.Process(target=tail_worker, args=(str(tmp_path), count, out)) for _ in range(2)
+        ]
         for p in procs:
             p.start()
         got = []
@@ -362,3 +364,49 @@ def test_kill_9_among_appenders_loses_no_acknowledged_record(tmp_path: Path) -> 
     # And from the files alone.
     with tidelog.open(data, exclusive=True) as wal:
         assert read_topic(wal, "c") == records
+
+
+def fork_then_append(path: str) -> None:
+    """Child: opens `path`, forks a grandchild that only sleeps (it inherits this process's
+    descriptors), then appends until its crash point kills it holding the topic's lock."""
+    with tidelog.open(path) as wal:
+        wal.append("f", b"child")
+        pid = os.fork()
+        if pid == 0:
+            time.sleep(30)
+            os._exit(0)
+        with open(os.path.join(path, "grandchild"), "w") as f:
+            f.write(str(pid))
+        while True:
+            wal.append("f", b"child")
+
+
+def test_a_forked_grandchild_does_not_keep_a_dead_holder_alive(tmp_path: Path) -> None:
+    """The fork handler detaches a child's copies of the lock descriptors: a process killed
+    holding a topic's lock is seen dead although a process it forked lives on."""
+    import signal
+
+    ctx = mp.get_context("spawn")
+    with tidelog.open(tmp_path) as wal:
+        wal.append("f", b"parent")
+        os.environ["TIDELOG_CRASH_AT"] = "kill:append-locked:20"
+        try:
+            p = ctx.Process(target=fork_then_append, args=(str(tmp_path),))
+            p.start()
+        finally:
+            del os.environ["TIDELOG_CRASH_AT"]
+        # (Not join: the grandchild holds the child's end of multiprocessing's pipe.)
+        deadline = time.monotonic() + WAIT_S
+        while p.exitcode is None and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert p.exitcode == -signal.SIGKILL
+        grandchild = int((tmp_path / "grandchild").read_text())
+        try:
+            start = time.monotonic()
+            wal.append("f", b"parent")
+            assert time.monotonic() - start < 1.0, "the dead holder was taken for alive"
+        finally:
+            os.kill(grandchild, signal.SIGKILL)
+        values = [bytes(r) for r in wal.reader("f", start="earliest")]
+        assert values[0] == b"parent" and values[-1] == b"parent"
+        assert values[1:-1] == [b"child"] * (len(values) - 2)
