@@ -61,12 +61,17 @@ class WalMachine(RuleBasedStateMachine):
         # reads, commits, closes and reopens.
         self.held: list[tuple[object, bytes]] = []
         self.timestamp = 1_000_000
+        # A second writable handle on the directory: in shared mode it is what another
+        # process holds (its own lock byte and process slot, its own view of each topic).
+        self.other: tidelog.Wal | None = None
 
     @initialize()
     def start(self) -> None:
         self.wal = open_small(self.dir, fsync="never", **self.OPTIONS)
 
     def teardown(self) -> None:
+        if self.other is not None:
+            self.other.close()
         if self.wal is not None and not self.wal.closed:
             self.wal.close()
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -142,6 +147,51 @@ class WalMachine(RuleBasedStateMachine):
             assert reader.next(timeout=0.001) is None
             durable = ro.reader(topic, start="earliest", visibility="durable")
             assert len(durable.next_batch(max_records=100_000)) == info.durable_offset
+
+    def shared(self) -> bool:
+        return "backend" not in self.OPTIONS
+
+    @precondition(lambda self: self.shared() and self.other is None)
+    @rule()
+    def other_open(self) -> None:
+        self.other = open_small(self.dir, fsync="never")
+
+    @precondition(lambda self: self.other is not None)
+    @rule(topic=TOPICS, values=st.lists(VALUES, min_size=1, max_size=4), batch=st.booleans())
+    def other_append(self, topic: str, values: list[bytes], batch: bool) -> None:
+        """The other handle appends to the same topics: offsets continue densely after
+        every handle's records."""
+        assert self.other is not None
+        stored = self.model.topics.setdefault(topic, [])
+        if batch:
+            got = self.other.append_batch(topic, values)
+            assert got == range(len(stored), len(stored) + len(values))
+            stored.extend(Stored(v, None, None) for v in values)
+            return
+        for v in values:
+            assert self.other.append(topic, v) == len(stored)
+            stored.append(Stored(v, None, None))
+
+    @precondition(lambda self: self.other is not None and self.model.topics)
+    @rule(data=st.data())
+    def other_read(self, data: st.DataObject) -> None:
+        """The other handle reads what both appended, without a flush."""
+        assert self.other is not None
+        topic = data.draw(st.sampled_from(sorted(self.model.topics)))
+        stored = self.model.topics[topic]
+        reader = self.other.reader(topic, start="earliest")
+        for offset in range(len(stored)):
+            rec = reader.next()
+            assert rec is not None, f"{topic}: no record {offset} in the other handle"
+            self.check_record(topic, rec, offset)
+        assert reader.next() is None
+
+    @precondition(lambda self: self.other is not None)
+    @rule()
+    def other_close(self) -> None:
+        assert self.other is not None
+        self.other.close()
+        self.other = None
 
     @precondition(is_open)
     @rule(topic=TOPICS, group=GROUPS)
@@ -224,14 +274,15 @@ class WalMachine(RuleBasedStateMachine):
 
     @invariant()
     def topics_match(self) -> None:
-        if self.wal is None:
-            return
-        assert self.wal.topics() == sorted(self.model.topics)
-        for topic, stored in self.model.topics.items():
-            info = self.wal.topic_info(topic)
-            assert (info.first_offset, info.next_offset) == (0, len(stored))
-            groups = sorted(g for (t, g) in self.model.committed if t == topic)
-            assert info.groups == groups
+        for wal in (self.wal, self.other):
+            if wal is None:
+                continue
+            assert wal.topics() == sorted(self.model.topics)
+            for topic, stored in self.model.topics.items():
+                info = wal.topic_info(topic)
+                assert (info.first_offset, info.next_offset) == (0, len(stored))
+                groups = sorted(g for (t, g) in self.model.committed if t == topic)
+                assert info.groups == groups
 
 
 class RingWalMachine(WalMachine):

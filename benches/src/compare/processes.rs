@@ -47,8 +47,7 @@ const EXCLUSIVE_ONE: &str = "many processes: 1 process, exclusive mode, fsync in
 const FOUR_ONE_TOPIC: &str = "many processes: 4 processes, 1 topic, shared mode, fsync interval";
 const FOUR_TOPICS: &str =
     "many processes: 4 processes, 4 topics (one each), shared mode, fsync interval";
-const EIGHT_ALWAYS: &str =
-    "many processes: 8 processes, 1 topic, shared mode, fsync always (syncs take turns across processes)";
+const EIGHT_ALWAYS: &str = "many processes: 8 processes, 1 topic, shared mode, fsync always (syncs take turns across processes)";
 /// Processes of the `Always` row and of its baseline.
 const ALWAYS_PROCESSES: u32 = 8;
 /// The children's program, beside this one.

@@ -573,8 +573,10 @@ impl SharedState {
         if slot >= PROCESSES {
             return 0;
         }
-        self.map
-            .load_u32(PROCESS_TABLE + slot * PROCESS_SLOT_BYTES + P_PID, Ordering::Acquire)
+        self.map.load_u32(
+            PROCESS_TABLE + slot * PROCESS_SLOT_BYTES + P_PID,
+            Ordering::Acquire,
+        )
     }
 
     fn generation_of(&self, slot: u32) -> u32 {

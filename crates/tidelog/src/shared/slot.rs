@@ -179,7 +179,11 @@ impl TopicSlot {
     /// syncs and then moves `durable next` (waking the others) before it drops the guard.
     /// Waiters sleep on the durable word; a holder that died is taken over, a live one
     /// that keeps it past `wait` is `LockTimeout`.
-    pub fn sync_turn(&self, covered: impl Fn() -> bool, wait: Duration) -> Result<Option<SyncTurn<'_>>> {
+    pub fn sync_turn(
+        &self,
+        covered: impl Fn() -> bool,
+        wait: Duration,
+    ) -> Result<Option<SyncTurn<'_>>> {
         let word = self.word32(S_SYNC_TURN);
         let start = std::time::Instant::now();
         let mut seen: Option<(u32, std::time::Instant)> = None;

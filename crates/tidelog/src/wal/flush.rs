@@ -6,14 +6,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::topics::Topics;
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::format;
 use crate::io::Storage;
 use crate::poison::Recover;
-use crate::sync::SyncQueue;
-use crate::alloc::SHARED_LOCK_WAIT;
 use crate::shared::TopicSlot;
+use crate::sync::SyncQueue;
 use crate::topic::Topic;
 
 /// Longest a sync waits for a topic's append lock (shared mode) before it leaves the

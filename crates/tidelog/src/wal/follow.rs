@@ -137,7 +137,11 @@ fn line_up_to(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
     let _one = state.follow.catching_up.lock().recover();
     read_directory(state, &published, Some(topic))?;
     let block = find();
-    lined(topic, &snap, block.is_some_and(|b| topic.line_up(Some(&b), &snap)))
+    lined(
+        topic,
+        &snap,
+        block.is_some_and(|b| topic.line_up(Some(&b), &snap)),
+    )
 }
 
 /// `line_up`'s verdict: a slot that names what the directory does not hold is damage.
@@ -152,7 +156,14 @@ fn lined(topic: &Topic, snap: &Snapshot, ok: bool) -> Result<()> {
         .take(3)
         .map(|b| {
             let (records, end) = b.published();
-            (b.file.seq, b.block_index, b.first_offset, records, end, b.final_state())
+            (
+                b.file.seq,
+                b.block_index,
+                b.first_offset,
+                records,
+                end,
+                b.final_state(),
+            )
         })
         .collect();
     Err(crate::Error::Corruption {

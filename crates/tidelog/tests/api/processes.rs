@@ -323,7 +323,9 @@ fn the_last_commit_of_a_group_wins_across_processes() {
         r.committed()
     };
     // Another process commits after this one, lower: it wins.
-    let out = child_command(module_path!(), dir.path(), "commit:1:3").output().unwrap();
+    let out = child_command(module_path!(), dir.path(), "commit:1:3")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     let fresh = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
     assert_eq!(committed(&fresh), Some(3));
@@ -331,7 +333,9 @@ fn the_last_commit_of_a_group_wins_across_processes() {
     reader.commit_offset(12).unwrap();
     let fresh = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
     assert_eq!(committed(&fresh), Some(12));
-    let out = child_command(module_path!(), dir.path(), "commit:2:17").output().unwrap();
+    let out = child_command(module_path!(), dir.path(), "commit:2:17")
+        .output()
+        .unwrap();
     assert!(out.status.success());
     wal.close().unwrap();
     let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
@@ -348,7 +352,10 @@ fn a_process_killed_in_its_sync_turn_is_taken_over() {
         .env("TIDELOG_CRASH_AT", "kill:sync-turn:10")
         .spawn()
         .unwrap();
-    assert!(!child.wait().unwrap().success(), "the child must die at its crash point");
+    assert!(
+        !child.wait().unwrap().success(),
+        "the child must die at its crash point"
+    );
     let start = Instant::now();
     wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
     assert!(
