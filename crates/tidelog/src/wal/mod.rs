@@ -399,11 +399,24 @@ impl Wal {
             .collect()
     }
 
-    /// Picks up what the writing process published since the last refresh: at once through
-    /// the shared state file where the writer keeps one, else what it made durable
-    /// (read-only handles; a no-op for the writer, which sees its own records at once).
+    /// Picks up what other processes published since the last refresh: at once through the
+    /// shared state file where the writers keep one, else what they made durable
+    /// (read-only handles). A shared-mode handle catches every topic up, those other
+    /// processes created included; a no-op for an exclusive handle, which sees its own
+    /// records at once.
     pub fn refresh(&self) -> Result<()> {
         self.state.check_open()?;
+        if self.state.topics.is_shared_mode() {
+            // Every topic, those other processes created included.
+            for name in self.state.topics.names() {
+                match self.state.topics.get(&name) {
+                    Ok(topic) => follow::catch_up(&self.state, &topic).map(drop)?,
+                    Err(Error::UnknownTopic { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            return Ok(());
+        }
         if !self.state.status.is_read_only() {
             return Ok(());
         }

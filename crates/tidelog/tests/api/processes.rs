@@ -288,6 +288,13 @@ fn always_appends_of_several_processes_are_durable_when_they_return() {
     let dir = tempdir();
     let wal = Wal::open_with(dir.path(), cfg()).unwrap();
     wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // A reader made before the children append: `refresh` catches it up.
+    let mut early = wal
+        .reader_with(
+            SHARED_TOPIC,
+            tidelog::ReaderOptions::default().start(tidelog::StartPosition::Earliest),
+        )
+        .unwrap();
     let mut children: Vec<_> = (1..=CHILDREN)
         .map(|c| {
             child_command(module_path!(), dir.path(), &format!("always:{c}:{COUNT}"))
@@ -298,6 +305,16 @@ fn always_appends_of_several_processes_are_durable_when_they_return() {
     for child in &mut children {
         assert!(child.wait().unwrap().success(), "an appender failed");
     }
+    wal.refresh().unwrap();
+    let mut seen = 0;
+    while early.next().unwrap().is_some() {
+        seen += 1;
+    }
+    assert_eq!(
+        seen,
+        1 + u64::from(CHILDREN) * COUNT,
+        "refresh caught the reader up"
+    );
     let records = read_all(&wal, SHARED_TOPIC);
     let per_child = check_topic(&records);
     for c in 1..=CHILDREN {
