@@ -142,12 +142,32 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let args: Vec<String> = args
-        .into_iter()
+    visible::reader_main(&child_args(args))
+}
+
+/// A child program's arguments as text, its name left out.
+fn child_args<I, T>(args: I) -> Vec<String>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<OsString>,
+{
+    args.into_iter()
         .skip(1)
         .map(|a| a.into().to_string_lossy().into_owned())
-        .collect();
-    visible::reader_main(&args)
+        .collect()
+}
+
+/// The path of `program`, a program of this package beside the running one.
+pub(crate) fn sibling_program(program: &str) -> Result<std::path::PathBuf, String> {
+    std::env::current_exe()
+        .ok()
+        .and_then(|exe| Some(exe.parent()?.join(program)))
+        .filter(|p| p.is_file())
+        .ok_or_else(|| {
+            format!(
+                "{program} not found beside this program (cargo build --release -p tidelog-benches)"
+            )
+        })
 }
 
 /// A child process of the many-processes rows (the `process_appender` program): its
@@ -157,12 +177,7 @@ where
     I: IntoIterator<Item = T>,
     T: Into<OsString>,
 {
-    let args: Vec<String> = args
-        .into_iter()
-        .skip(1)
-        .map(|a| a.into().to_string_lossy().into_owned())
-        .collect();
-    processes::appender_main(&args)
+    processes::appender_main(&child_args(args))
 }
 
 /// The validated plan of a run.

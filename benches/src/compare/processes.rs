@@ -371,15 +371,7 @@ struct Appender {
 
 impl Appender {
     fn spawn(args: &[OsString]) -> Result<Appender, String> {
-        let program = std::env::current_exe()
-            .ok()
-            .and_then(|exe| Some(exe.parent()?.join(PROGRAM)))
-            .filter(|p| p.is_file())
-            .ok_or_else(|| {
-                format!(
-                    "{PROGRAM} not found beside this program (cargo build --release -p tidelog-benches)"
-                )
-            })?;
+        let program = super::sibling_program(PROGRAM)?;
         let mut child = Command::new(&program)
             .args(args)
             .stdin(Stdio::piped())

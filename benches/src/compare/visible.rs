@@ -172,15 +172,7 @@ struct ReaderProcess {
 
 impl ReaderProcess {
     fn spawn(args: &[OsString], stdin: Stdio) -> Result<ReaderProcess, String> {
-        let program = std::env::current_exe()
-            .ok()
-            .and_then(|exe| Some(exe.parent()?.join(READER_PROGRAM)))
-            .filter(|p| p.is_file())
-            .ok_or_else(|| {
-                format!(
-                    "{READER_PROGRAM} not found beside this program (cargo build --release -p tidelog-benches)"
-                )
-            })?;
+        let program = super::sibling_program(READER_PROGRAM)?;
         let mut child = Command::new(&program)
             .args(args)
             .stdin(stdin)

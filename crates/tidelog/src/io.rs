@@ -152,24 +152,14 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
     /// Opens (creating, never truncating) `path` read-write and locks it as
     /// [`Storage::try_lock`] does; [`io::ErrorKind::WouldBlock`] when the lock is held.
     fn lock_file(&self, path: &Path) -> io::Result<File> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_lock_file(path)?;
         self.try_lock(&file, path)?;
         Ok(file)
     }
     /// Opens `path` as [`Storage::lock_file`] does and takes a shared lock on it (shared-mode
     /// handles: they exclude exclusive ones, not each other).
     fn lock_file_shared(&self, path: &Path) -> io::Result<File> {
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(path)?;
+        let file = open_lock_file(path)?;
         match file.try_lock_shared() {
             Ok(()) => Ok(file),
             Err(fs::TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
@@ -186,6 +176,16 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
 
 /// The text of `path` read through `storage`, or `None` when it does not exist. `what`
 /// names the file in errors.
+/// Opens a lock file read-write, creating it, never truncating it.
+fn open_lock_file(path: &Path) -> io::Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+}
+
 pub(crate) fn read_text_optional(
     storage: &dyn Storage,
     path: &Path,
