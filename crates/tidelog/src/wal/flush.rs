@@ -6,7 +6,6 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use super::topics::Topics;
-use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::format;
@@ -19,6 +18,9 @@ use crate::topic::Topic;
 /// Longest a sync waits for a topic's append lock (shared mode) before it leaves the
 /// progress slot to the next pass (the data is durable without it).
 const PROGRESS_LOCK_WAIT: Duration = Duration::from_secs(1);
+/// Longest a sync waits for another process's sync turn on a topic before it syncs on its
+/// own.
+const SYNC_TURN_WAIT: Duration = Duration::from_secs(1);
 
 /// Flushes the data files of one handle; one pass at a time.
 #[derive(Debug)]
@@ -99,7 +101,14 @@ impl Flusher {
         }
         let target = topic.next_offset();
         let covered = || !closing && slot.durable_next() >= target;
-        let turn = slot.sync_turn(covered, SHARED_LOCK_WAIT)?;
+        // A holder that keeps the turn (stopped, stuck) only costs the batching: this
+        // process then syncs on its own (progress slots stay under the append lock).
+        let turn = match slot.sync_turn(covered, SYNC_TURN_WAIT) {
+            Ok(Some(turn)) => Some(Some(turn)),
+            Ok(None) => None,
+            Err(Error::LockTimeout { .. }) => Some(None),
+            Err(e) => return Err(e),
+        };
         let mut sealed = Vec::new();
         if turn.is_none() {
             for block in unsynced.iter().filter(|b| b.final_state().is_some()) {

@@ -385,3 +385,44 @@ fn a_process_killed_in_its_sync_turn_is_taken_over() {
     let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
     assert_eq!(per_child[&0], vec![0, 1]);
 }
+
+#[test]
+fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg().durability(Durability::Always)).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    let mut child = child_command(module_path!(), dir.path(), "always:9")
+        .env("TIDELOG_CRASH_AT", "stop:sync-turn:5")
+        .spawn()
+        .unwrap();
+    // Until the child stopped, holding the topic's sync turn.
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+    {
+        assert!(
+            Instant::now() < deadline,
+            "the child never stopped in its turn"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // A sync of this process waits for the turn at most its bound, then syncs on its own:
+    // the append neither fails nor poisons the handle.
+    let start = Instant::now();
+    wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "an append waited {:?}",
+        start.elapsed()
+    );
+    wal.append(SHARED_TOPIC, &value(0, 2)).unwrap();
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!(info.durable_offset, info.next_offset);
+    check_topic(&read_all(&wal, SHARED_TOPIC));
+}
