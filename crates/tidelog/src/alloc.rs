@@ -106,6 +106,9 @@ impl BlockAllocator {
     /// Shared mode: allocations move the cursor of `shared` (under its allocator lock)
     /// instead of this handle's, and create data files on demand (no spare).
     pub fn share(&self, shared: Arc<SharedState>) {
+        for file in self.files.read().recover().values() {
+            file.counters.share();
+        }
         *self.shared.write().recover() = Some(shared);
     }
 
@@ -121,6 +124,7 @@ impl BlockAllocator {
 
     /// Adds a file another process made (shared mode), unless it is known.
     pub fn add_file(&self, file: Arc<DataFile>) {
+        file.counters.share();
         self.files.write().recover().entry(file.seq).or_insert(file);
     }
 
@@ -374,6 +378,7 @@ impl BlockAllocator {
                 .fetch_sub(format::FILE_HEADER_BYTES, Ordering::AcqRel);
         })?;
         self.next_seq.fetch_max(seq + 1, Ordering::AcqRel);
+        file.counters.share();
         self.files.write().recover().insert(seq, Arc::clone(&file));
         let count = count_for(&file);
         if count > u64::from(file.extent_count) {
@@ -402,6 +407,7 @@ impl BlockAllocator {
         let Some(file) = DataFile::open(storage, &path, true)? else {
             return Ok(None);
         };
+        file.counters.share();
         let mut files = self.files.write().recover();
         Ok(Some(Arc::clone(files.entry(seq).or_insert(file))))
     }

@@ -63,6 +63,12 @@ pub struct FileCounters {
     fully_allocated: AtomicBool,
     /// Set by the change that satisfied the rule, so the deletion is queued once.
     doomed: AtomicBool,
+    /// Shared mode: other processes allocate and consume extents of this file too, so these
+    /// counts may not cover them; a count they contradict makes the file `uncounted`.
+    shared: AtomicBool,
+    /// The counts do not cover every extent of the file: this handle never deletes it
+    /// (the next open alone counts it from the disk).
+    uncounted: AtomicBool,
     /// Bytes the file occupies on disk (header and reserved extents), for the disk cap.
     pub disk_bytes: AtomicU64,
 }
@@ -104,24 +110,37 @@ impl FileCounters {
         }
     }
 
+    /// Shared mode: other processes' extents in this file may be missing from the counts.
+    pub fn share(&self) {
+        self.shared.store(true, Ordering::Release);
+    }
+
     /// A writer is done with an extent of `blocks`. True when the file became deletable.
     pub fn release(&self, blocks: u32) -> bool {
         let before = self.held_blocks.fetch_sub(blocks, Ordering::AcqRel);
-        assert!(
-            before >= blocks,
-            "file counters: released more blocks than held"
-        );
+        self.expect(before >= blocks, "released more blocks than held");
         self.check()
     }
 
     /// An extent of `blocks` is consumed. True when the file became deletable.
     pub fn consume(&self, blocks: u32) -> bool {
         let after = self.consumed_blocks.fetch_add(blocks, Ordering::AcqRel) + blocks;
-        assert!(
+        self.expect(
             after <= self.total_blocks.load(Ordering::Acquire),
-            "file counters: consumed more blocks than handed out"
+            "consumed more blocks than handed out",
         );
         self.check()
+    }
+
+    /// A count that must hold: a bug of this handle's bookkeeping when it does not, unless
+    /// other processes share the file (shared mode), whose extents it does not count: then
+    /// the file is left uncounted, never deleted by this handle.
+    fn expect(&self, holds: bool, what: &str) {
+        if holds {
+            return;
+        }
+        assert!(self.shared.load(Ordering::Acquire), "file counters: {what}");
+        self.uncounted.store(true, Ordering::Release);
     }
 
     /// The allocator moved past this file. True when the file became deletable.
@@ -133,6 +152,7 @@ impl FileCounters {
     fn rule_holds(&self) -> bool {
         // `fully_allocated` first: after it, `total` no longer moves.
         self.fully_allocated.load(Ordering::Acquire)
+            && !self.uncounted.load(Ordering::Acquire)
             && self.held_blocks.load(Ordering::Acquire) == 0
             && self.consumed_blocks.load(Ordering::Acquire)
                 == self.total_blocks.load(Ordering::Acquire)

@@ -368,6 +368,14 @@ enum Op {
         topic: usize,
     },
     Flush,
+    /// Another process: a second writable handle on the directory (shared mode: its own
+    /// lock byte, process slot and view of each topic) opens beside the first, appends `n`
+    /// records with `Always` (durable when they return), and closes.
+    Other {
+        topic: usize,
+        n: usize,
+        len: usize,
+    },
     /// Clean close, then open again.
     Reopen,
     /// Power loss: only the durable image survives (`torn`: plus random unsynced pages).
@@ -398,6 +406,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => topic.clone().prop_map(|topic| Op::DeleteTopic { topic }),
         2 => topic.clone().prop_map(|topic| Op::Follow { topic }),
         2 => Just(Op::Flush),
+        2 => (topic.clone(), 1usize..5, 0usize..3000).prop_map(|(topic, n, len)| Op::Other { topic, n, len }),
         1 => Just(Op::Reopen),
         2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
         1 => (0..FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..4, prop::bool::weighted(0.2))
@@ -530,7 +539,9 @@ impl Harness {
                 self.pending_fault = Some((*point, *errno, *skip, *short));
                 return Ok(());
             }
-            Op::Reopen | Op::Crash { .. } => None,
+            // Faults are for the first handle's operations: the other one's stay for the
+            // next of those.
+            Op::Reopen | Op::Crash { .. } | Op::Other { .. } => None,
             _ => self.pending_fault.take(),
         };
         if let Some((point, errno, skip, short)) = fault {
@@ -788,6 +799,7 @@ impl Harness {
                 }
                 Ok(())
             }
+            Op::Other { topic, n, len } => self.other_process(topic, n, len),
             Op::Reopen => self.reopen(None, false).map_err(Outcome::Fail),
             Op::Crash { torn } => self.crash(torn).map_err(Outcome::Fail),
             Op::Fault { .. } => Ok(()),
@@ -829,6 +841,44 @@ impl Harness {
                 Err(Outcome::Engine(e))
             }
         }
+    }
+
+    /// `Op::Other`: a second handle appends `n` records to `topic` between the first one's
+    /// operations; its appends are the model's like any other (dense after everything
+    /// before), durable when they return, and the first handle reads them afterwards.
+    fn other_process(&mut self, topic: usize, n: usize, len: usize) -> Result<(), Outcome> {
+        let name = TOPICS[topic];
+        let other = Wal::open_with_storage(
+            &self.dir,
+            config(),
+            self.storage.clone() as Arc<dyn Storage>,
+        )
+        .map_err(|e| Outcome::Fail(fail(format!("a second handle failed to open: {e}"))))?;
+        for i in 0..n {
+            let value = self.value(topic, len + i);
+            let ts = self.next_ts(name, 1);
+            let batch = self.next_batch;
+            self.next_batch += 1;
+            let rec = Rec {
+                key: None,
+                value: value.clone(),
+                ts,
+                batch,
+            };
+            let append = Append {
+                key: None,
+                value: &value,
+                timestamp_us: Some(ts),
+            };
+            let result = other
+                .writer(name)
+                .and_then(|w| w.with_durability(Durability::Always).append_record(append))
+                .map(|o| o..o + 1);
+            self.after_append(name, vec![rec], true, result)?;
+        }
+        other
+            .close()
+            .map_err(|e| Outcome::Fail(fail(format!("the second handle failed to close: {e}"))))
     }
 
     fn len(&self, name: &str) -> usize {
