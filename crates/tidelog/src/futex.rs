@@ -36,6 +36,15 @@ pub fn wait(word: &AtomicU32, expected: u32, timeout: Duration) {
 
 /// Wakes every thread, of any process, sleeping in [`wait`] on `word`.
 pub fn wake_all(word: &AtomicU32) {
+    wake(word, i32::MAX);
+}
+
+/// Wakes one thread, of any process, sleeping in [`wait`] on `word`.
+pub fn wake_one(word: &AtomicU32) {
+    wake(word, 1);
+}
+
+fn wake(word: &AtomicU32, count: i32) {
     // SAFETY: `word` is a live, 4-aligned `AtomicU32`; FUTEX_WAKE reads no user memory
     // besides keying on its address, and takes no other pointers.
     unsafe {
@@ -43,7 +52,7 @@ pub fn wake_all(word: &AtomicU32) {
             libc::SYS_futex,
             word.as_ptr(),
             libc::FUTEX_WAKE,
-            i32::MAX,
+            count,
             std::ptr::null::<libc::timespec>(),
             std::ptr::null::<u32>(),
             0u32,

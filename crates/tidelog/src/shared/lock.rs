@@ -185,10 +185,12 @@ fn many_cpus() -> bool {
     *MANY.get_or_init(|| std::thread::available_parallelism().is_ok_and(|n| n.get() > 2))
 }
 
-/// Releases `word`, held by this process, and wakes its waiters.
+/// Releases `word`, held by this process, and wakes one of its waiters: that one takes the
+/// word with the waiters bit set again (it slept, so others may sleep too), and its release
+/// wakes the next.
 pub fn release(word: &AtomicU32) {
     let prev = word.swap(0, Ordering::Release);
     if prev & WAITERS != 0 {
-        futex::wake_all(word);
+        futex::wake_one(word);
     }
 }
