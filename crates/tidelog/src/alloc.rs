@@ -359,7 +359,44 @@ impl BlockAllocator {
                 self.doom(&file);
             }
         }
-        // The number first, so a creation cut short never hands it out twice.
+        // The spare another process (or this one) made ahead of need, or a new file.
+        let spare = match shared.spare() {
+            Some(seq) => self.file_by_seq(storage, seq)?,
+            None => None,
+        };
+        let (file, from_spare) = match spare {
+            Some(file) => (file, true),
+            None => (self.create_shared(shared, storage, cursor)?, false),
+        };
+        let seq = file.seq;
+        let count = count_for(&file);
+        if count > u64::from(file.extent_count) {
+            return Err(Error::limit(
+                "blocks per extent",
+                count,
+                u64::from(file.extent_count),
+            ));
+        }
+        if from_spare {
+            shared.set_spare(None);
+        }
+        let count = count as u32;
+        shared.store_cursor(Cursor {
+            current: Some((seq, count)),
+            next_file_seq: seq + 1,
+        });
+        file.counters.allocate(count);
+        Ok((file, 0, count))
+    }
+
+    /// Shared mode, under the allocator lock: creates the next data file, its number taken
+    /// first so that a creation cut short never hands it out twice.
+    fn create_shared(
+        &self,
+        shared: &SharedState,
+        storage: &dyn Storage,
+        cursor: Cursor,
+    ) -> Result<Arc<DataFile>> {
         let seq = cursor.next_file_seq;
         shared.store_cursor(Cursor {
             next_file_seq: seq + 1,
@@ -380,21 +417,28 @@ impl BlockAllocator {
         self.next_seq.fetch_max(seq + 1, Ordering::AcqRel);
         file.counters.share();
         self.files.write().recover().insert(seq, Arc::clone(&file));
-        let count = count_for(&file);
-        if count > u64::from(file.extent_count) {
-            return Err(Error::limit(
-                "blocks per extent",
-                count,
-                u64::from(file.extent_count),
-            ));
+        Ok(file)
+    }
+
+    /// Shared mode: makes the spare data file under the allocator lock, unless one is
+    /// there (another process made it) or the current file is less than half used.
+    fn prepare_spare_shared(&self, shared: &SharedState, storage: &dyn Storage) -> Result<()> {
+        let _lock = shared.lock(HeaderLock::Alloc, SHARED_LOCK_WAIT)?;
+        let cursor = shared.cursor();
+        if shared.spare().is_some() || !self.half_used(cursor) {
+            return Ok(());
         }
-        let count = count as u32;
-        shared.store_cursor(Cursor {
-            current: Some((seq, count)),
-            next_file_seq: seq + 1,
-        });
-        file.counters.allocate(count);
-        Ok((file, 0, count))
+        let file = self.create_shared(shared, storage, cursor)?;
+        shared.set_spare(Some(file.seq));
+        Ok(())
+    }
+
+    /// The cursor's current file is at least half handed out (by this open's geometry).
+    fn half_used(&self, cursor: Cursor) -> bool {
+        let blocks = (self.file_size_bytes - format::FILE_HEADER_BYTES) / self.block_size_bytes;
+        cursor
+            .current
+            .is_some_and(|(_, next_block)| u64::from(next_block) * 2 >= blocks)
     }
 
     /// The data file `seq`: the one this handle has, or opened now (another process made
@@ -415,6 +459,9 @@ impl BlockAllocator {
     /// Creates the next data file unless a spare is already waiting. Called by the background
     /// thread ahead of need, and by an allocating thread that found none.
     pub fn prepare_spare(&self, storage: &dyn Storage) -> Result<()> {
+        if let Some(shared) = self.shared() {
+            return self.prepare_spare_shared(&shared, storage);
+        }
         let _create = self.create.lock().recover();
         if self.state.lock().spare.is_some() {
             return Ok(());
@@ -484,8 +531,9 @@ impl BlockAllocator {
     /// True when the current file is at least half used and no spare is ready: time for the
     /// background thread to make one.
     pub fn wants_spare(&self) -> bool {
-        if self.shared.read().recover().is_some() {
-            return false;
+        if let Some(shared) = self.shared() {
+            // A hint without the lock: `prepare_spare` looks again under it.
+            return shared.spare().is_none() && self.half_used(shared.cursor());
         }
         let st = self.state.lock();
         st.spare.is_none()

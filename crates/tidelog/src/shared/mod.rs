@@ -87,6 +87,9 @@ pub const H_TOPICS: usize = 104;
 /// Shared-mode opens since the rebuild: a handle that sees it move knows another process
 /// joined since its own open (its per-file counts no longer cover every extent).
 pub const H_OPENS: usize = 112;
+/// The spare data file, made ahead of need (its sequence number plus one; 0: none): the
+/// allocation that finds the current file full continues there instead of creating one.
+pub const H_SPARE_FILE: usize = 120;
 /// One bit per page of topic slots (16 slots; the page of their names with it): set once
 /// the pages are reserved. Pages without it are never touched (on tmpfs even a read of a
 /// hole allocates, and faults when the file system is full).
@@ -212,6 +215,7 @@ impl SharedState {
             .store(u64::from(next_topic_id), Ordering::Relaxed);
         m.atomic_u64(H_TOPICS).store(0, Ordering::Relaxed);
         m.atomic_u64(H_OPENS).store(0, Ordering::Relaxed);
+        m.atomic_u64(H_SPARE_FILE).store(0, Ordering::Relaxed);
         for i in 0..SLOTS {
             let at = slot_at(i);
             // Only slots ever claimed: the others may be holes, which a store would back.
@@ -492,6 +496,22 @@ impl SharedState {
             }
             None => m.atomic_u64(H_ALLOC_FILE).store(0, Ordering::Release),
         }
+    }
+
+    /// The spare data file's sequence number, if one was made (read under the allocator
+    /// lock, or as a hint).
+    pub fn spare(&self) -> Option<u64> {
+        self.map
+            .load_u64(H_SPARE_FILE, Ordering::Acquire)
+            .checked_sub(1)
+    }
+
+    /// Records the spare data file (`None`: it became the current one). Under the
+    /// allocator lock.
+    pub fn set_spare(&self, seq: Option<u64>) {
+        self.map
+            .atomic_u64(H_SPARE_FILE)
+            .store(seq.map_or(0, |s| s + 1), Ordering::Release);
     }
 
     /// Gives this process slot `slot` of the process table (it holds the slot's liveness

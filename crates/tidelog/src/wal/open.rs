@@ -88,7 +88,7 @@ fn open_shared(dir: &Path, config: Config, storage: Arc<dyn Storage>) -> Result<
     refuse_network_fs(dir)?;
     let durable = Strategy::open(dir, &config, &storage, false)?;
     let (recovered, shared) = if alone {
-        let mut recovered = recovery::recover(
+        let recovered = recovery::recover(
             dir,
             &config,
             storage.as_ref(),
@@ -98,20 +98,14 @@ fn open_shared(dir: &Path, config: Config, storage: Arc<dyn Storage>) -> Result<
             &Published::default(),
             Scope::default(),
         )?;
-        // Files are made on demand under the shared cursor: a spare is removed, so no
-        // process reads it as a file with extents to come.
-        if let Some(spare) = recovered.spare.take() {
-            recovered.files.remove(&spare.seq);
-            storage
-                .remove_file(&spare.path)
-                .map_err(|e| crate::Error::io("remove spare data file", &spare.path, e))?;
-        }
         let shared = SharedState::rebuild(
             &storage,
             dir,
             cursor_of(&recovered),
             recovered.next_topic_id,
         )?;
+        // The spare recovery kept is the shared one.
+        shared.set_spare(recovered.spare.as_ref().map(|f| f.seq));
         (recovered, shared)
     } else {
         let shared = SharedState::attach(&storage, dir).ok_or_else(|| {

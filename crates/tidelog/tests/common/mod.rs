@@ -695,12 +695,8 @@ pub fn wait_gone(gone: &std::collections::BTreeSet<PathBuf>) {
 }
 
 /// Waits until the housekeeping thread has made the spare file it wants (the current file is
-/// half used), so file counts do not change under a test (an exclusive handle's).
+/// half used), so file counts do not change under a test.
 pub fn settle_spare(wal: &Wal, blocks_per_file: u32) {
-    if wal.follows_others() && !wal.is_read_only() {
-        // Shared mode makes files on demand, under the allocator lock: no spare.
-        return;
-    }
     let deadline = Instant::now() + DELETE_DEADLINE;
     loop {
         let states = wal.file_states();
