@@ -97,7 +97,14 @@ pub struct FileState {
 impl FileCounters {
     /// The allocator handed out `blocks` to a writer.
     pub fn allocate(&self, blocks: u32) {
-        debug_assert!(!self.fully_allocated.load(Ordering::Acquire));
+        if self.fully_allocated.load(Ordering::Acquire) {
+            // Shared mode: another process's view sealed it (a spare it did not know as one).
+            debug_assert!(
+                self.shared.load(Ordering::Acquire),
+                "file counters: allocated from a file the allocator moved past"
+            );
+            self.uncounted.store(true, Ordering::Release);
+        }
         self.total_blocks.fetch_add(blocks, Ordering::AcqRel);
         self.held_blocks.fetch_add(blocks, Ordering::AcqRel);
     }
