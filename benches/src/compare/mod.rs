@@ -157,6 +157,19 @@ where
         .collect()
 }
 
+/// Why a child program ended without its report: its exit status and the end of its
+/// stderr.
+pub(crate) fn child_failure(child: &mut std::process::Child, program: &str) -> String {
+    use std::io::Read;
+    let status = child.wait();
+    let mut stderr = String::new();
+    if let Some(mut e) = child.stderr.take() {
+        let _ = e.read_to_string(&mut stderr);
+    }
+    let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+    format!("{program} exited ({status}): {}", stderr.trim())
+}
+
 /// The path of `program`, a program of this package beside the running one.
 pub(crate) fn sibling_program(program: &str) -> Result<std::path::PathBuf, String> {
     std::env::current_exe()

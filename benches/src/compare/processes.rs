@@ -19,7 +19,7 @@
 //! children's appends over the time from the first start to the last end.
 
 use std::ffi::OsString;
-use std::io::{BufRead, BufReader, Read, Write};
+use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
 use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError};
@@ -411,13 +411,7 @@ impl Appender {
     /// Why the child ended without its report: its exit status and the end of its stderr.
     fn failure(&mut self) -> String {
         self.stdin = None;
-        let status = self.child.wait();
-        let mut stderr = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut stderr);
-        }
-        let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
-        format!("{PROGRAM} exited ({status}): {}", stderr.trim())
+        super::child_failure(&mut self.child, PROGRAM)
     }
 
     fn ready(&mut self) -> Result<(), String> {

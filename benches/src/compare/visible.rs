@@ -210,13 +210,7 @@ impl ReaderProcess {
 
     /// Why the reader ended without its result: its exit status and the end of its stderr.
     fn failure(&mut self) -> String {
-        let status = self.child.wait();
-        let mut stderr = String::new();
-        if let Some(mut e) = self.child.stderr.take() {
-            let _ = e.read_to_string(&mut stderr);
-        }
-        let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
-        format!("{READER_PROGRAM} exited ({status}): {}", stderr.trim())
+        super::child_failure(&mut self.child, READER_PROGRAM)
     }
 
     fn ready(&mut self) -> Result<(), String> {
