@@ -91,6 +91,26 @@ pub(super) fn refresh(state: &State) -> Result<()> {
     Ok(())
 }
 
+/// Shared mode, a handle alone at its close (no other process holds the directory): lines
+/// every topic up with its slot, those other processes created included, so the closing
+/// flush marks the extents they appended to last `Clean` (recovery would take the stale
+/// bytes after their records for a torn write otherwise).
+pub(super) fn line_up_all(state: &State) -> Result<()> {
+    for name in state.topics.names() {
+        let topic = match state.topics.get(&name) {
+            Ok(topic) => topic,
+            Err(crate::Error::UnknownTopic { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let Some(slot) = state.follow.slot(&topic) else {
+            continue;
+        };
+        let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+        line_up(state, &topic, &slot)?;
+    }
+    Ok(())
+}
+
 /// Shared mode, under `topic`'s append lock: moves its tail to what the slot reports, other
 /// processes' appends included. After another process's roll, the extents it added are read
 /// from the directory first (this topic's only: the handle's other topics may be appended

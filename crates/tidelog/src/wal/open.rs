@@ -359,7 +359,15 @@ pub(super) fn close(state: &State) -> Result<()> {
         state.sync.wait_idle();
         // `Clean` says nothing follows: in shared mode only a handle alone may say so.
         let alone = state.housekeeping_turn();
-        result = state.flusher.flush_pass(alone.is_some());
+        let lined = match &alone {
+            Some(_) if state.topics.is_shared_mode() => super::follow::line_up_all(state),
+            _ => Ok(()),
+        };
+        // A line-up that failed leaves extents unmarked: recovery scans them, as after a crash.
+        result = state
+            .flusher
+            .flush_pass(alone.is_some() && lined.is_ok())
+            .and(lined);
         drop(alone);
         let closed = state.durable.close(state.storage.as_ref(), result.is_ok());
         result = result.and(closed);

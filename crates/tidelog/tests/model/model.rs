@@ -1377,3 +1377,25 @@ fn regression_reclaim_of_the_newest_durable_extent() {
         },
     ]);
 }
+
+#[test]
+fn regression_second_handle_appends_after_a_torn_first_record() {
+    replay(vec![
+        Op::Append {
+            topic: 0,
+            len: 1609,
+            key: false,
+            always: false,
+            ts_step: 0,
+        },
+        Op::Crash {
+            torn: Some(9073001435712506754),
+        },
+        Op::Other {
+            topic: 0,
+            n: 1,
+            len: 0,
+        },
+        Op::Reopen,
+    ]);
+}
