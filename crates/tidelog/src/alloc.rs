@@ -117,6 +117,15 @@ impl BlockAllocator {
         self.shared.read().recover().clone()
     }
 
+    /// Whether this handle's view covers every extent and every group: always for an
+    /// exclusive handle; in shared mode only while no other process opened the directory
+    /// since this handle opened it alone. Otherwise its per-file counts may miss extents
+    /// other processes allocated, and its groups theirs: only the housekeeping leader
+    /// reclaims then, from what is on disk.
+    pub fn sees_everything(&self) -> bool {
+        self.shared().is_none_or(|s| !s.joined_since())
+    }
+
     /// Every live data file, by sequence number.
     pub fn files(&self) -> RwLockReadGuard<'_, BTreeMap<u64, Arc<DataFile>>> {
         self.files.read().recover()
@@ -255,6 +264,7 @@ impl BlockAllocator {
         }
         file.counters.disk_bytes.fetch_add(len, Ordering::AcqRel);
         if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
+            self.identity_written();
             // The blocks stay unused (never holding our identity slot, recovery skips them)
             // and count as consumed, so the file can still be deleted.
             if file.counters.release(extent_count) | file.counters.consume(extent_count) {
@@ -273,6 +283,14 @@ impl BlockAllocator {
             block_index,
             extent_count,
         })
+    }
+
+    /// Shared mode: the extent this process was last handed has its identity written (or
+    /// was given up): the leader may judge its file from the disk again.
+    pub fn identity_written(&self) {
+        if let Some(shared) = self.shared() {
+            shared.set_allocating(None);
+        }
     }
 
     fn take(
@@ -350,6 +368,7 @@ impl BlockAllocator {
                     current: Some((seq, next_block + count)),
                     ..cursor
                 });
+                shared.set_allocating(Some(seq));
                 file.counters.allocate(count);
                 return Ok((file, next_block, count));
             }
@@ -385,6 +404,7 @@ impl BlockAllocator {
             current: Some((seq, count)),
             next_file_seq: seq + 1,
         });
+        shared.set_allocating(Some(seq));
         file.counters.allocate(count);
         Ok((file, 0, count))
     }
@@ -439,6 +459,50 @@ impl BlockAllocator {
         cursor
             .current
             .is_some_and(|(_, next_block)| u64::from(next_block) * 2 >= blocks)
+    }
+
+    /// Shared mode, the housekeeping leader: the data files the allocator moved past, in
+    /// which no live process holds an allocation whose identity it has not written yet
+    /// (both read under the allocator lock; the allocator never returns to such a file, and
+    /// every extent handed out there before is then on disk). The caller judges each from
+    /// its block slots. Files this handle does not know yet are opened; gone ones skipped.
+    pub fn passed_files(&self, storage: &dyn Storage) -> Result<Vec<Arc<DataFile>>> {
+        let Some(shared) = self.shared() else {
+            return Ok(Vec::new());
+        };
+        // Files are numbered in creation order: below the first this handle knows, none
+        // is left.
+        let first = self.files.read().recover().keys().next().copied();
+        let (seqs, busy) = {
+            let _lock = shared.lock(HeaderLock::Alloc, SHARED_LOCK_WAIT)?;
+            let Some((current, _)) = shared.cursor().current else {
+                return Ok(Vec::new());
+            };
+            let seqs = first.unwrap_or(current)..current;
+            let busy: Vec<u64> = seqs.clone().filter(|&s| shared.allocating_in(s)).collect();
+            (seqs, busy)
+        };
+        let mut out = Vec::new();
+        for seq in seqs.filter(|seq| !busy.contains(seq)) {
+            if let Some(file) = self.file_by_seq(storage, seq)? {
+                out.push(file);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Shared mode: forgets the data files another process (the housekeeping leader)
+    /// deleted, so this handle's mapping of them goes and their space comes back.
+    pub fn forget_deleted_files(&self, storage: &dyn Storage) {
+        let files: Vec<Arc<DataFile>> = self.files.read().recover().values().cloned().collect();
+        for file in files {
+            if storage
+                .metadata(&file.path)
+                .is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound)
+            {
+                self.forget_file(&file);
+            }
+        }
     }
 
     /// The data file `seq`: the one this handle has, or opened now (another process made

@@ -692,6 +692,24 @@ impl Extent {
         Ok(())
     }
 
+    /// Shared mode: true when the extent's progress slot on disk (through the mapping) says
+    /// it is retired (`Consumed` or `Deleted`, by the housekeeping leader); it is then known
+    /// as such here too, so no sync of this handle touches it again.
+    pub fn check_retired_on_disk(&self) -> bool {
+        let mut st = self.sync_state();
+        if st.deleted {
+            return true;
+        }
+        let mut disk = [0u8; format::PG_LEN];
+        self.file
+            .map
+            .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
+        let retired = Progress::decode(&disk)
+            .is_some_and(|p| matches!(p.state, ProgressState::Consumed | ProgressState::Deleted));
+        st.deleted |= retired;
+        retired
+    }
+
     /// Writes and msyncs the progress slot.
     pub fn write_progress(&self, storage: &dyn Storage, progress: &Progress) -> Result<()> {
         let at = self.abs(format::PG_SLOT_AT as u64);

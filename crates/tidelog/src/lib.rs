@@ -80,7 +80,7 @@ pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
 pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
-pub use wal::{DiskUsage, LOCK_FILE, RingStats, TopicInfo, Wal, Writer, commit_staged};
+pub use wal::{DiskUsage, LOCK_FILE, Leader, RingStats, TopicInfo, Wal, Writer, commit_staged};
 
 /// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each
 /// `Wal`'s own clock, which tracks this one to within about a microsecond.

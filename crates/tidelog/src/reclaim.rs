@@ -69,30 +69,57 @@ impl Reclaimer {
     }
 
     /// Drops the consumed extents at the front of `topic` and queues the files that frees.
+    /// In shared mode, once another process joined, this handle's view may miss extents and
+    /// groups of others: then only the housekeeping leader reclaims
+    /// ([`Reclaimer::reclaim_topic_locked`]).
     pub fn reclaim_topic(&self, topic: &Topic) {
-        if self.read_only {
+        if !self.alloc.sees_everything() {
             return;
+        }
+        self.reclaim_front(topic, |kept| {
+            kept.sync(self.storage.as_ref(), &topic.name, false)
+                .map(drop)
+        });
+    }
+
+    /// Shared mode, the housekeeping leader, holding `topic`'s append lock with the tail
+    /// lined up and every group's commit read from disk: [`Reclaimer::reclaim_topic`] over
+    /// every process's extents. Marks go to disk under the lock, so no other process's sync
+    /// writes over them, and the kept extent's slot only over what is there. True when it
+    /// retired extents.
+    pub fn reclaim_topic_locked(&self, topic: &Topic) -> bool {
+        self.reclaim_front(topic, |kept| {
+            kept.sync_shared(self.storage.as_ref(), &topic.name, false, || Some(()))
+                .map(drop)
+        })
+    }
+
+    /// Retires the consumed extents at the front of `topic`, after `sync_kept` made the
+    /// first extent kept durable. True when it retired any.
+    fn reclaim_front(&self, topic: &Topic, sync_kept: impl FnOnce(&Extent) -> Result<()>) -> bool {
+        if self.read_only {
+            return false;
         }
         let _pass = topic.reclaim_lock();
         let committed = self.cursors.min_committed(&topic.name);
         let retention = self.config.retention_for(&topic.name);
         if committed.is_none() && retention.is_unlimited() {
-            return;
+            return false;
         }
         let now = crate::clock::now_us();
         let n = topic.with_chain(|chain| consumable_prefix(chain, committed, retention, now));
         if n == 0 {
-            return;
+            return false;
         }
         // The first extent kept carries the topic's next offset over a restart once the ones
         // before it are gone: make it durable first. Otherwise a crash loses it when its
         // records were not synced yet, the topic comes back without extents, and its offsets
         // start again at 0 below the groups' committed offsets.
         if let Some(kept) = topic.with_chain(|chain| chain.get(n).cloned())
-            && let Err(e) = kept.sync(self.storage.as_ref(), &topic.name, false)
+            && let Err(e) = sync_kept(&kept)
         {
             self.fail(e);
-            return;
+            return false;
         }
         let mut doomed = false;
         let dropped = topic.drop_front(n);
@@ -104,8 +131,9 @@ impl Reclaimer {
             // extents on disk never have a gap, and a restart does not bring them back.
             if let Err(e) = block.retire(self.storage.as_ref(), ProgressState::Consumed) {
                 self.fail(e);
-                return;
+                return true;
             }
+            crate::process::crash_point("retired");
             if block.mark_consumed() {
                 self.alloc.doom(&block.file);
                 doomed = true;
@@ -114,6 +142,7 @@ impl Reclaimer {
         if doomed {
             self.wake();
         }
+        true
     }
 
     /// A failed mark on disk: nothing after it may be acknowledged.

@@ -574,6 +574,33 @@ impl Topic {
         chain.drain(..n);
     }
 
+    /// Shared mode: drops the extents at the front of the chain that the housekeeping
+    /// leader retired on disk (never the newest: it carries the next offset), and lets the
+    /// flusher forget them. Returns how many went.
+    pub fn drop_retired_front(&self) -> usize {
+        // Judged outside the chain's lock (each look takes the extent's sync state).
+        let front: Vec<Arc<Extent>> = {
+            let chain = self.chain.read().recover();
+            let candidates = chain.len().saturating_sub(1);
+            chain[..candidates].to_vec()
+        };
+        let retired: Vec<Arc<Extent>> = front
+            .into_iter()
+            .take_while(|b| b.final_state().is_some() && b.check_retired_on_disk())
+            .collect();
+        let dropped: Vec<Arc<Extent>> = {
+            let mut chain = self.chain.write().recover();
+            let n = chain
+                .iter()
+                .zip(&retired)
+                .take_while(|(a, b)| Arc::ptr_eq(a, b))
+                .count();
+            chain.drain(..n).collect()
+        };
+        self.forget_synced(&dropped);
+        dropped.len()
+    }
+
     /// Empties the chain and the flusher's list (topic deletion); returns the chain.
     pub fn take_all(&self) -> Vec<Arc<Extent>> {
         self.unsynced.lock().recover().clear();
@@ -987,6 +1014,7 @@ impl Topic {
             Some(Vec::new()),
         ));
         block.write_identity(&self.name);
+        ctx.alloc.identity_written();
         block.hold();
         // In the chain before the install: no offset of it is published until then, and the
         // current extent is not final yet, so readers do not look for it.

@@ -23,6 +23,8 @@ mod chain;
 mod scan;
 mod slots;
 
+pub use slots::file_retired;
+
 use chain::*;
 use scan::*;
 use slots::*;

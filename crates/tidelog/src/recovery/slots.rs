@@ -165,3 +165,26 @@ pub(super) fn forget_extent(storage: &dyn Storage, f: &Found, state: ProgressSta
         .sync_map(&f.file.map, &f.file.path, at, format::PG_LEN)
         .map_err(|e| Error::io("msync", &f.file.path, e))
 }
+
+/// Whether every extent of `file` is retired on disk (`Consumed` or `Deleted`), judged from
+/// its block slots alone: the housekeeping leader's test before it deletes a file that
+/// other processes allocated in too (their counts are not this handle's). The caller holds
+/// the allocator lock, knows the allocator moved past the file, and that no live process
+/// still writes the identity of an extent it was handed there. A block slot never handed
+/// out (or handed to a process that died before writing its identity) holds nothing; any
+/// other slot, damaged ones included, keeps the file.
+pub fn file_retired(storage: &dyn Storage, file: &DataFile) -> Result<bool> {
+    let mut index = 0u32;
+    while index < file.extent_count {
+        match classify_slot(storage, file, index)? {
+            SlotKind::Unused => index += 1,
+            SlotKind::Extent(id, Some(p), false)
+                if matches!(p.state, ProgressState::Consumed | ProgressState::Deleted) =>
+            {
+                index += id.extent_count;
+            }
+            SlotKind::Extent(..) => return Ok(false),
+        }
+    }
+    Ok(true)
+}

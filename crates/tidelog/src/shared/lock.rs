@@ -37,6 +37,11 @@ pub const PROCESSES: usize = 256;
 /// `PROCESS_BYTE + i`).
 pub const PROCESS_BYTE: u64 = 4096;
 
+/// The value a lock word holds for process slot `slot` in generation `generation`.
+pub fn owner_value(slot: u32, generation: u32) -> u32 {
+    (generation & GEN_MASK) << 16 | (slot + 1)
+}
+
 /// What a lock word needs to know about processes: which slot is this one, and whether
 /// another slot's owner is alive.
 #[derive(Debug)]
@@ -60,9 +65,14 @@ impl Liveness {
         }
     }
 
+    /// This process's slot in the process table.
+    pub fn slot(&self) -> u32 {
+        self.slot
+    }
+
     /// This process's value in a lock word.
     pub fn owner(&self) -> u32 {
-        self.generation << 16 | (self.slot + 1)
+        owner_value(self.slot, self.generation)
     }
 
     /// True while the owner `owner` (a lock word's value, waiters bit ignored) may be alive:

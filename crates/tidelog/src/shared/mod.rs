@@ -38,7 +38,7 @@ pub const STATE_FILE: &str = "tidelog.state";
 /// `b"TIDESHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TIDESHM1");
 /// Bumped whenever a byte of the layout below changes meaning.
-pub const LAYOUT_VERSION: u32 = 2;
+pub const LAYOUT_VERSION: u32 = 3;
 /// Bytes of the header page.
 pub const HEADER_BYTES: usize = 4096;
 /// Where the process table starts, and the bytes of one process slot.
@@ -96,6 +96,17 @@ pub const H_SPARE_FILE: usize = 120;
 pub const H_PAGES: usize = 128;
 /// Topic slots (and names) per page.
 pub const SLOTS_PER_PAGE: usize = 4096 / SLOT_BYTES;
+/// Bumped by each process that becomes the housekeeping leader (elected by `LEADER_BYTE`
+/// of `LOCK`).
+pub const H_LEADER_EPOCH: usize = 256;
+/// The leader's pid, for people and errors (never trusted).
+pub const H_LEADER_PID: usize = 264;
+/// Bumped by the leader after it retired extents or deleted data files: the other
+/// processes then drop them from their views.
+pub const H_RETIRED: usize = 272;
+/// When the leader last began a pass (wall clock, microseconds): a leader that stopped
+/// (`SIGSTOP`, stuck) keeps the lead, and this shows it.
+pub const H_LEADER_BEAT: usize = 280;
 pub const STATE_BUILDING: u32 = 1;
 pub const STATE_READY: u32 = 2;
 
@@ -104,8 +115,14 @@ pub const STATE_READY: u32 = 2;
 pub const P_GENERATION: usize = 0;
 /// The process's pid, for errors that name a lock's holder.
 pub const P_PID: usize = 4;
+/// The data file (sequence number plus one; 0: none) in which this process holds an
+/// allocation whose extent identity it has not written yet: set under the allocator lock,
+/// cleared once the identity is in place. The leader never deletes such a file.
+pub const P_ALLOCATING: usize = 8;
 
-const _: () = assert!(H_PAGES + SLOTS / SLOTS_PER_PAGE / 8 <= HEADER_BYTES);
+const _: () = assert!(H_PAGES + SLOTS / SLOTS_PER_PAGE / 8 <= H_LEADER_EPOCH);
+const _: () = assert!(H_LEADER_BEAT + 8 <= HEADER_BYTES);
+const _: () = assert!(P_ALLOCATING + 8 <= PROCESS_SLOT_BYTES);
 const _: () = assert!(NAME_BYTES == SLOT_BYTES);
 const _: () = assert!(SLOTS.is_power_of_two());
 const _: () = assert!(SLOT_TABLE.is_multiple_of(4096));
@@ -216,6 +233,13 @@ impl SharedState {
         m.atomic_u64(H_TOPICS).store(0, Ordering::Relaxed);
         m.atomic_u64(H_OPENS).store(0, Ordering::Relaxed);
         m.atomic_u64(H_SPARE_FILE).store(0, Ordering::Relaxed);
+        m.atomic_u32(H_LEADER_PID).store(0, Ordering::Relaxed);
+        m.atomic_u64(H_RETIRED).store(0, Ordering::Relaxed);
+        m.atomic_u64(H_LEADER_BEAT).store(0, Ordering::Relaxed);
+        for slot in 0..PROCESSES {
+            let at = PROCESS_TABLE + slot * PROCESS_SLOT_BYTES + P_ALLOCATING;
+            m.atomic_u64(at).store(0, Ordering::Relaxed);
+        }
         for i in 0..SLOTS {
             let at = slot_at(i);
             // Only slots ever claimed: the others may be holes, which a store would back.
@@ -604,6 +628,71 @@ impl SharedState {
             PROCESS_TABLE + slot as usize * PROCESS_SLOT_BYTES + P_GENERATION,
             Ordering::Acquire,
         )
+    }
+
+    /// This process became the housekeeping leader: a new epoch, and its pid for people.
+    /// Returns the epoch.
+    pub fn note_leader(&self) -> u64 {
+        self.map
+            .atomic_u32(H_LEADER_PID)
+            .store(std::process::id(), Ordering::Release);
+        self.map
+            .atomic_u64(H_LEADER_EPOCH)
+            .fetch_add(1, Ordering::AcqRel)
+            .wrapping_add(1)
+    }
+
+    /// The leader's epoch, pid (of the last process that became leader) and the wall
+    /// clock time of its last pass (microseconds).
+    pub fn leader(&self) -> (u64, u32, u64) {
+        (
+            self.map.load_u64(H_LEADER_EPOCH, Ordering::Acquire),
+            self.map.load_u32(H_LEADER_PID, Ordering::Acquire),
+            self.map.load_u64(H_LEADER_BEAT, Ordering::Acquire),
+        )
+    }
+
+    /// The leader begins a pass now.
+    pub fn note_leader_pass(&self) {
+        self.map
+            .atomic_u64(H_LEADER_BEAT)
+            .store(crate::clock::now_us(), Ordering::Release);
+    }
+
+    /// The leader retired extents or deleted files (see [`SharedState::retired`]).
+    pub fn note_retired(&self) {
+        self.map
+            .atomic_u64(H_RETIRED)
+            .fetch_add(1, Ordering::AcqRel);
+    }
+
+    /// Moves each time the leader retired extents or deleted files.
+    pub fn retired(&self) -> u64 {
+        self.map.load_u64(H_RETIRED, Ordering::Acquire)
+    }
+
+    /// This process's allocation in data file `seq` awaits its identity (`Some`, under the
+    /// allocator lock), or has it (`None`). A no-op before the process registered.
+    pub fn set_allocating(&self, seq: Option<u64>) {
+        let Some(live) = self.liveness.get() else {
+            return;
+        };
+        let at = PROCESS_TABLE + live.slot() as usize * PROCESS_SLOT_BYTES + P_ALLOCATING;
+        self.map
+            .atomic_u64(at)
+            .store(seq.map_or(0, |s| s + 1), Ordering::Release);
+    }
+
+    /// Whether a live process holds an allocation in data file `seq` whose identity is not
+    /// written yet (read under the allocator lock). A dead one's allocation holds no record.
+    pub fn allocating_in(&self, seq: u64) -> bool {
+        (0..PROCESSES as u32).any(|slot| {
+            let at = PROCESS_TABLE + slot as usize * PROCESS_SLOT_BYTES;
+            if self.map.load_u64(at + P_ALLOCATING, Ordering::Acquire) != seq + 1 {
+                return false;
+            }
+            self.holder_alive(lock::owner_value(slot, self.generation_of(slot)))
+        })
     }
 
     /// Takes one of the header's lock words; released when the guard drops.

@@ -23,6 +23,23 @@ pub struct TopicInfo {
     pub groups: Vec<String>,
 }
 
+/// The process that leads housekeeping (retention, file deletion) among the processes
+/// sharing a directory (shared mode).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Leader {
+    /// The pid of the process that last took the lead. It keeps it until it closes or dies;
+    /// after its death, until another process's housekeeping takes over (within one sync
+    /// interval), this still names it.
+    pub pid: u32,
+    /// Bumped each time a process takes the lead (0: none has yet).
+    pub epoch: u64,
+    /// Milliseconds since the leader last began a housekeeping pass (it begins one every
+    /// sync interval): a large value means a stopped or stuck leader, which keeps the lead
+    /// until it dies or closes.
+    pub idle_ms: u64,
+}
+
 /// Disk space the data files of a directory occupy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]

@@ -2,9 +2,9 @@
 //! `LOCK`. Shared-mode handles hold a shared `flock` there (so neither kind opens beside
 //! the other) and byte locks of their own open file description (`ofd`): `INIT_BYTE` while
 //! they open (one opener at a time), `ALONE_BYTE` shared for their life (an opener that can
-//! take it exclusively is the only one: it recovers and rebuilds the shared state), and
-//! their process slot's byte (`shared::PROCESS_BYTE + slot`), which tells other processes
-//! they are alive.
+//! take it exclusively is the only one: it recovers and rebuilds the shared state), their
+//! process slot's byte (`shared::PROCESS_BYTE + slot`), which tells other processes they
+//! are alive, and, for one of them, `LEADER_BYTE`: the housekeeping leader.
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
@@ -25,6 +25,9 @@ pub const LOCK_FILE: &str = "LOCK";
 pub const INIT_BYTE: u64 = 0;
 /// Held shared by every shared-mode handle; exclusively only by one alone.
 pub const ALONE_BYTE: u64 = 1;
+/// Held exclusively by the housekeeping leader, for its life: the kernel releases it when
+/// the leader dies, and another process's next try takes it.
+pub const LEADER_BYTE: u64 = 2;
 /// Longest a shared-mode open waits for another open (its recovery) to finish.
 const OPEN_WAIT: Duration = Duration::from_secs(120);
 
@@ -175,6 +178,21 @@ impl DirLock {
         }
         let _ = ofd::unlock(file, INIT_BYTE);
         None
+    }
+
+    /// Shared mode: tries to become (or stay) the housekeeping leader, holding
+    /// `LEADER_BYTE` exclusively until the handle closes or the process dies. True for the
+    /// leader. An exclusive handle leads always.
+    pub fn try_lead(&self) -> bool {
+        if !self.shared {
+            return true;
+        }
+        let guard = self.file.lock().recover();
+        let Some(file) = guard.as_ref() else {
+            return false;
+        };
+        // Taking a byte this description already holds succeeds again.
+        ofd::try_lock(file, LEADER_BYTE, Kind::Exclusive).unwrap_or(false)
     }
 
     /// Shared mode.

@@ -17,6 +17,7 @@ mod durability;
 mod flush;
 mod follow;
 mod info;
+mod lead;
 mod link;
 mod lock;
 mod open;
@@ -32,7 +33,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-pub use info::{DiskUsage, RingStats, TopicInfo};
+pub use info::{DiskUsage, Leader, RingStats, TopicInfo};
 pub use lock::LOCK_FILE;
 pub use writer::Writer;
 
@@ -371,6 +372,19 @@ impl Wal {
     /// Its open readers fail with [`Error::UnknownGroup`](crate::Error::UnknownGroup) on their next commit.
     pub fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
         delete::delete_group(&self.state, topic, group)
+    }
+
+    /// Shared mode: the process that leads housekeeping among those sharing the
+    /// directory. `None` for exclusive and read-only handles, and once closed.
+    pub fn leader(&self) -> Option<Leader> {
+        let shared = self.state.follow.writer_state()?;
+        let (epoch, pid, beat_us) = shared.leader();
+        let idle_ms = crate::clock::now_us().saturating_sub(beat_us) / 1000;
+        Some(Leader {
+            pid,
+            epoch,
+            idle_ms,
+        })
     }
 
     /// Disk space held by the data files.

@@ -8,6 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
+use super::lead::{self, Election};
 use super::state::State;
 use crate::error::{Error, Result};
 use crate::file::DataFile;
@@ -142,16 +143,28 @@ fn upload_loop(state: &State) {
 }
 
 /// The housekeeping thread: spare files, the clock, retention, staged jobs and file
-/// deletion, every sync interval or as soon as files are doomed.
+/// deletion, every sync interval or as soon as files are doomed. In shared mode, once
+/// another process joined, retention and deletion are the elected leader's (`lead`);
+/// staged jobs wait for a process alone.
 fn housekeeping_loop(state: &State) {
     let tick = Duration::from_millis(state.config.sync_interval_ms);
     let mut retry: Vec<Arc<DataFile>> = Vec::new();
     let mut staged_checked = Instant::now();
+    let mut election = Election::default();
     while state.reclaim.wait_for_work(tick) {
         state.clock.recalibrate();
         if state.alloc.wants_spare() {
             // A failure here is retried by the allocating thread, which reports it.
             let _ = state.alloc.prepare_spare(state.storage.as_ref());
+        }
+        if let Some(shared) = state.follow.writer_state() {
+            election.follow_retired(state, &shared);
+            if election.lead(state, &shared)
+                && !state.alloc.sees_everything()
+                && let Err(e) = lead::leader_pass(state, &shared, &mut election)
+            {
+                state.reclaim.report(e);
+            }
         }
         // In shared mode, only while no other process shares the directory.
         let Some(_turn) = state.housekeeping_turn() else {
@@ -173,8 +186,7 @@ fn housekeeping_loop(state: &State) {
             }
         }
         if !state.counts_files_alone() {
-            // Another process allocated in files this handle counts: their deletion waits
-            // for the next open alone, which counts every extent.
+            // The leader's pass above judged the files from the disk.
             drop(state.alloc.take_doomed());
             retry.clear();
             continue;

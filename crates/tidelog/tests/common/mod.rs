@@ -443,6 +443,17 @@ impl ChildSession {
             .expect("the child replied in time (see its stderr above)")
     }
 
+    /// SIGKILLs the child and reaps it.
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+
+    /// True once the child exited (or was killed).
+    pub fn has_exited(&mut self) -> bool {
+        matches!(self.child.try_wait(), Ok(Some(_)))
+    }
+
     /// Closes stdin and waits (bounded) for a successful exit.
     pub fn finish(mut self, timeout: Duration) {
         drop(self.stdin.take());

@@ -1,0 +1,264 @@
+//! Goal: while several processes share a directory (shared mode), housekeeping still runs,
+//! in exactly one of them: retention deletes old extents and their data files; a group's
+//! commit in one process never frees records a group of another process has not consumed;
+//! when the leader dies (killed, or at any step of retiring extents and deleting files)
+//! another process takes over, and nothing above the first offset is lost or damaged, in
+//! any process's view and after every process closed.
+//!
+//! Method: the test binary re-executes itself as a child (`child_process_entry`) that
+//! opens the directory and obeys commands on stdin; named crash points
+//! (`TIDELOG_CRASH_AT`) kill it inside the leader's pass.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{self, ChildSession, child_command, child_commands, child_env, tempdir};
+use tidelog::{Config, Error, ReaderOptions, Retention, StartPosition, Wal};
+
+const TOPIC: &str = "t";
+/// 16 blocks of 64 KiB per file: each file holds about 10,000 of these records.
+const BLOCK: u64 = 64 * 1024;
+const RETAINED_BYTES: u64 = 2 * BLOCK;
+
+fn cfg() -> Config {
+    let mut c = common::geometry(16, BLOCK)
+        .topic_retention(TOPIC, Retention::default().max_bytes(RETAINED_BYTES));
+    // Housekeeping ticks every sync interval.
+    c.sync_interval_ms = 20;
+    c
+}
+
+/// Without retention: only consumer groups free records.
+fn cfg_groups() -> Config {
+    let mut c = common::geometry(16, BLOCK);
+    c.sync_interval_ms = 20;
+    c
+}
+
+fn value(seq: u64) -> Vec<u8> {
+    let mut v = format!("{seq}:").into_bytes();
+    v.resize(64 + (seq % 29) as usize, b'v');
+    v
+}
+
+/// Appends records `from..to` to the topic.
+fn append_range(wal: &Wal, from: u64, to: u64) {
+    for seq in from..to {
+        let offset = wal.append(TOPIC, &value(seq)).unwrap();
+        assert_eq!(offset, seq, "one appender: offset is the sequence");
+    }
+}
+
+/// Child: opens the directory (`retention` or `groups` configuration) and obeys commands:
+/// `leader` replies whether this process leads, `append FROM TO`, `commit GROUP OFFSET`;
+/// closes when stdin closes.
+#[test]
+fn child_process_entry() {
+    let Some((dir, mode)) = child_env() else {
+        return;
+    };
+    let config = if mode == "groups" {
+        cfg_groups()
+    } else {
+        cfg()
+    };
+    let wal = Wal::open_with(&dir, config).unwrap();
+    println!("@@reply open @@");
+    for line in child_commands() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["leader"] => {
+                let me = wal.leader().is_some_and(|l| l.pid == std::process::id());
+                println!("@@reply {me} @@");
+            }
+            ["append", from, to] => {
+                append_range(&wal, from.parse().unwrap(), to.parse().unwrap());
+                println!("@@reply appended @@");
+            }
+            ["commit", group, offset] => {
+                let mut reader = wal.reader(TOPIC, group).unwrap();
+                reader.commit_offset(offset.parse().unwrap()).unwrap();
+                println!("@@reply committed @@");
+            }
+            other => panic!("unknown command {other:?}"),
+        }
+    }
+    wal.close().unwrap();
+}
+
+/// Generous: CI machines are slow and busy.
+const WAIT: Duration = Duration::from_secs(30);
+
+fn child(dir: &Path, mode: &str, crash_at: Option<&str>) -> ChildSession {
+    let mut cmd = child_command(module_path!(), dir, mode);
+    if let Some(point) = crash_at {
+        cmd.env("TIDELOG_CRASH_AT", point);
+    }
+    let mut session = ChildSession::spawn(&mut cmd);
+    assert_eq!(session.recv(WAIT), "open");
+    session
+}
+
+/// Waits until `done` holds, at most `WAIT`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+/// Every record from the first offset on is there and is the one appended at its offset.
+/// Retention may still move the first offset meanwhile: a read that it overtook starts
+/// again.
+fn check_records(wal: &Wal, next: u64) {
+    for _ in 0..100 {
+        let info = wal.topic_info(TOPIC).unwrap();
+        assert_eq!(info.next_offset, next);
+        let mut reader = wal
+            .reader_with(
+                TOPIC,
+                ReaderOptions::default().start(StartPosition::Earliest),
+            )
+            .unwrap();
+        let mut offset = reader.position();
+        assert!(
+            offset >= info.first_offset,
+            "reading starts at the first offset"
+        );
+        let read = loop {
+            match reader.next() {
+                Ok(Some(r)) => {
+                    assert_eq!(r.offset, offset, "offsets dense");
+                    assert_eq!(r.value, value(offset), "record {offset} differs");
+                    offset += 1;
+                }
+                Ok(None) => break true,
+                Err(Error::OffsetOutOfRange { .. }) => break false,
+                Err(e) => panic!("reading {TOPIC} at {offset}: {e}"),
+            }
+        };
+        if read {
+            assert_eq!(offset, next, "every record up to the next offset");
+            return;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("retention kept overtaking the reader");
+}
+
+fn leads(session: &mut ChildSession) -> bool {
+    session.send("leader");
+    session.recv(WAIT) == "true"
+}
+
+#[test]
+fn retention_deletes_files_while_processes_share_the_directory() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let mut other = child(dir.path(), "retention", None);
+    // Both append, one after the other; far more than the files' worth kept.
+    const N: u64 = 60_000;
+    for part in 0..6 {
+        let (from, to) = (part * N / 6, (part + 1) * N / 6);
+        if part % 2 == 0 {
+            append_range(&wal, from, to);
+        } else {
+            other.send(&format!("append {from} {to}"));
+            assert_eq!(other.recv(WAIT), "appended");
+        }
+    }
+    eventually("retention deleted the old files", || {
+        common::data_files(dir.path()).len() <= 3
+            && wal.topic_info(TOPIC).unwrap().first_offset > N / 2
+    });
+    // The one that is not the leader follows: it drops what the leader retired.
+    check_records(&wal, N);
+    other.finish(WAIT);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    check_records(&wal, N);
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_group_of_another_process_holds_back_consumption() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg_groups()).unwrap();
+    const N: u64 = 40_000;
+    append_range(&wal, 0, N);
+    // "slow" consumed nothing; "fast", in another process, everything (each group is made
+    // after the other process opened: neither knew it then).
+    let mut other = child(dir.path(), "groups", None);
+    wal.reader(TOPIC, "slow").unwrap().commit_offset(0).unwrap();
+    other.send(&format!("commit fast {N}"));
+    assert_eq!(other.recv(WAIT), "committed");
+    let files = common::data_files(dir.path()).len();
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        wal.topic_info(TOPIC).unwrap().first_offset,
+        0,
+        "a group at 0 holds every record"
+    );
+    assert_eq!(common::data_files(dir.path()).len(), files);
+    check_records(&wal, N);
+    // Once "slow" caught up too, the leader frees what both consumed.
+    wal.reader(TOPIC, "slow").unwrap().commit_offset(N).unwrap();
+    eventually("consumed files went", || {
+        common::data_files(dir.path()).len() < files
+    });
+    check_records(&wal, N);
+    other.finish(WAIT);
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_killed_leader_is_replaced() {
+    let dir = tempdir();
+    // The child opens first: it is alone, and leads from its first housekeeping pass.
+    let mut leader = child(dir.path(), "retention", None);
+    eventually("the child leads", || leads(&mut leader));
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let before = wal.leader().unwrap();
+    assert_ne!(before.pid, std::process::id());
+    leader.kill();
+    eventually("this process took the lead", || {
+        wal.leader()
+            .is_some_and(|l| l.pid == std::process::id() && l.epoch > before.epoch)
+    });
+    const N: u64 = 40_000;
+    append_range(&wal, 0, N);
+    eventually("the new leader deleted old files", || {
+        wal.topic_info(TOPIC).unwrap().first_offset > 0 && common::data_files(dir.path()).len() <= 3
+    });
+    check_records(&wal, N);
+    wal.close().unwrap();
+}
+
+/// The leader is killed after marking an extent retired, or before deleting a file whose
+/// extents all are: the next leader finishes the work, and nothing kept is lost.
+#[test]
+fn a_leader_killed_inside_its_pass_loses_nothing() {
+    for point in ["kill:retired:3", "kill:leader-delete:1"] {
+        let dir = tempdir();
+        let mut leader = child(dir.path(), "retention", Some(point));
+        eventually("the child leads", || leads(&mut leader));
+        let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+        const N: u64 = 40_000;
+        append_range(&wal, 0, N);
+        eventually("the child died at its crash point", || leader.has_exited());
+        eventually("this process took over and retention settled", || {
+            wal.leader().is_some_and(|l| l.pid == std::process::id())
+                && common::data_files(dir.path()).len() <= 3
+        });
+        check_records(&wal, N);
+        wal.close().unwrap();
+        let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+        check_records(&wal, N);
+        let report = wal.recovery_report();
+        assert_eq!(report.dropped_extents, 0, "{point}: {report:?}");
+        wal.close().unwrap();
+    }
+}
