@@ -410,3 +410,62 @@ def test_a_forked_grandchild_does_not_keep_a_dead_holder_alive(tmp_path: Path) -
         values = [bytes(r) for r in wal.reader("f", start="earliest")]
         assert values[0] == b"parent" and values[-1] == b"parent"
         assert values[1:-1] == [b"child"] * (len(values) - 2)
+
+
+def lead_worker(path: str, ready: Any) -> None:
+    """Child: opens `path` first (so it leads housekeeping) and appends until killed."""
+    with tidelog.open(path, fsync="never", fsync_interval_ms=20) as wal:
+        wal.append("t", b"lead")
+        deadline = time.monotonic() + WAIT_S
+        while (wal.leader() or {}).get("pid") != os.getpid():
+            assert time.monotonic() < deadline, "the first opener never led"
+            time.sleep(0.01)
+        ready.set()
+        while True:
+            time.sleep(1)
+
+
+def test_housekeeping_passes_to_another_process_when_its_leader_dies(tmp_path: Path) -> None:
+    """The first process leads housekeeping; killed, another process's housekeeping takes
+    over within a few sync intervals, under a new epoch, and retention goes on there."""
+    import signal
+
+    ctx = mp.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=lead_worker, args=(str(tmp_path), ready))
+    child.start()
+    try:
+        assert ready.wait(WAIT_S)
+        with tidelog.open(
+            tmp_path,
+            fsync="never",
+            fsync_interval_ms=20,
+            block_size=64 * 1024,
+            topic_retention={"t": {"retention_bytes": 128 * 1024}},
+        ) as wal:
+            before = wal.leader()
+            assert before is not None and before["pid"] == child.pid
+            assert before["idle_ms"] < 10_000
+            os.kill(child.pid, signal.SIGKILL)
+            child.join(WAIT_S)
+            deadline = time.monotonic() + WAIT_S
+            while (wal.leader() or {}).get("pid") != os.getpid():
+                assert time.monotonic() < deadline, f"nobody took the lead: {wal.leader()}"
+                time.sleep(0.01)
+            after = wal.leader()
+            assert after is not None and after["epoch"] > before["epoch"]
+            # The new leader reclaims: old records of "t" go.
+            wal.append_batch("t", [b"v" * 1000] * 2000)
+            while wal.topic_info("t").first_offset == 0:
+                assert time.monotonic() < deadline, "retention never ran in the new leader"
+                time.sleep(0.01)
+    finally:
+        if child.is_alive():
+            child.kill()
+            child.join(WAIT_S)
+
+
+def test_an_exclusive_handle_has_no_leader(tmp_path: Path) -> None:
+    with tidelog.open(tmp_path, exclusive=True) as wal:
+        wal.append("t", b"x")
+        assert wal.leader() is None

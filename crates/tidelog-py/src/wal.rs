@@ -427,6 +427,24 @@ impl PyWal {
         Ok(dict)
     }
 
+    /// Shared mode: the housekeeping leader among the processes sharing the directory,
+    /// `{"pid", "epoch", "idle_ms"}`; `None` for an exclusive handle or before any process
+    /// took the lead.
+    fn leader<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let leader = attached(|| {
+            self.wal.ensure_open()?;
+            Ok(self.wal.leader())
+        })?;
+        let Some(leader) = leader else {
+            return Ok(None);
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("pid", leader.pid)?;
+        dict.set_item("epoch", leader.epoch)?;
+        dict.set_item("idle_ms", leader.idle_ms)?;
+        Ok(Some(dict))
+    }
+
     fn __enter__(slf: Py<Self>) -> Py<Self> {
         slf
     }

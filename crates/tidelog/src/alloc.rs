@@ -117,6 +117,11 @@ impl BlockAllocator {
         self.shared.read().recover().clone()
     }
 
+    /// Shared mode: other processes allocate from the same cursor.
+    pub fn is_shared(&self) -> bool {
+        self.shared.read().recover().is_some()
+    }
+
     /// Whether this handle's view covers every extent and every group: always for an
     /// exclusive handle; in shared mode only while no other process opened the directory
     /// since this handle opened it alone. Otherwise its per-file counts may miss extents

@@ -692,6 +692,33 @@ impl Extent {
         Ok(())
     }
 
+    /// Shared mode, under the topic's append lock, after a holder died: erases the frames
+    /// it copied from `from` (the published end) on and never published. Each frame's
+    /// header is zeroed, in order, up to the first header that is already zero (a dead
+    /// holder's frames are contiguous from the published end; one torn mid-copy ends them),
+    /// so no scan reads them as records, and no later extent's offsets collide with theirs.
+    /// No reader borrows these bytes: they lie past the published end.
+    pub fn erase_frames_from(&self, from: u64) {
+        let mut pos = from;
+        while pos + format::FRAME_HEADER_BYTES <= self.len {
+            let mut header = [0u8; format::FRAME_HEADER];
+            self.file.map.copy_out(self.abs(pos), &mut header);
+            if header.iter().all(|&b| b == 0) {
+                return;
+            }
+            self.file
+                .map
+                .write_header(self.abs(pos), &[0u8; format::FRAME_HEADER]);
+            let magic =
+                u16::from_le_bytes([header[format::FR_MAGIC], header[format::FR_MAGIC + 1]]);
+            let len = u64::from(format::get_u32(&header, format::FR_LEN));
+            if magic != format::FRAME_MAGIC || len < format::FRAME_HEADER_BYTES {
+                return;
+            }
+            pos += format::align_up(len, format::FRAME_ALIGN);
+        }
+    }
+
     /// Shared mode: true when the extent's progress slot on disk (through the mapping) says
     /// it is retired (`Consumed` or `Deleted`, by the housekeeping leader); it is then known
     /// as such here too, so no sync of this handle touches it again.

@@ -262,8 +262,8 @@ impl DataFile {
         }))
     }
 
-    /// Opens an existing data file. `Ok(None)` only for a read-only open of a file deleted
-    /// since it was listed. A file without a valid header, or shorter than its header says,
+    /// Opens an existing data file. `Ok(None)` for a file deleted since it was listed (by
+    /// retention in another process). A file without a valid header, or shorter than its header says,
     /// is damaged: `Corruption` (files are renamed into place only once their header is
     /// durable, see [`DataFile::create`]).
     pub fn open(
@@ -273,8 +273,9 @@ impl DataFile {
     ) -> Result<Option<Arc<DataFile>>> {
         let file = match storage.open(path, writable) {
             Ok(f) => f,
-            // Deleted since it was listed (the writer's retention, seen by a reader).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound && !writable => return Ok(None),
+            // Deleted since it was listed (retention, by the writer or the housekeeping
+            // leader of the processes sharing the directory).
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(Error::io("open data file", path, e)),
         };
         let header = read_header(storage, &file, path)?;

@@ -425,6 +425,13 @@ impl Reader {
                 }
                 continue;
             }
+            // Retention passed the reader while its extent, no longer in the chain, still
+            // looked open here (a handle that follows other processes learns an extent's
+            // end from the chain, which dropped it): what it waits for is gone.
+            if self.next_offset < self.topic.first_offset() {
+                self.block = None;
+                continue;
+            }
             return Ok(None);
         }
     }

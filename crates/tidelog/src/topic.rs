@@ -574,6 +574,18 @@ impl Topic {
         chain.drain(..n);
     }
 
+    /// Shared mode, under the append lock with the tail lined up, after a holder of the
+    /// lock died: erases what it copied past the published end and never published.
+    pub fn erase_unpublished(&self) {
+        let (block, pos) = {
+            let tail = self.tail();
+            (tail.block.clone(), tail.pos)
+        };
+        if let Some(block) = block {
+            block.erase_frames_from(pos);
+        }
+    }
+
     /// Shared mode: drops the extents at the front of the chain that the housekeeping
     /// leader retired on disk (never the newest: it carries the next offset), and lets the
     /// flusher forget them. Returns how many went.
@@ -652,7 +664,13 @@ impl Topic {
     }
 
     /// Adds extents a read-only refresh discovered and moves the published offset.
-    pub fn extend_read_only(&self, blocks: Vec<Arc<Extent>>, next_offset: u64) {
+    pub fn extend_read_only(&self, blocks: Vec<Arc<Extent>>, next_offset: u64, flush: bool) {
+        if flush {
+            self.unsynced
+                .lock()
+                .recover()
+                .extend(blocks.iter().filter(|b| !b.is_synced()).cloned());
+        }
         if !blocks.is_empty() {
             self.chain.write().recover().extend(blocks);
         }
@@ -667,6 +685,14 @@ impl Topic {
     /// Extents waiting for the flusher.
     pub fn unsynced(&self) -> Vec<Arc<Extent>> {
         self.unsynced.lock().recover().clone()
+    }
+
+    /// Extents waiting for the flusher, in offset order: a sync claims an extent's records
+    /// durable only after those of every earlier one.
+    pub fn unsynced_in_order(&self) -> Vec<Arc<Extent>> {
+        let mut list = self.unsynced();
+        list.sort_by_key(|b| b.first_offset);
+        list
     }
 
     /// Drops sealed extents from the flusher's list.
@@ -1033,6 +1059,15 @@ impl Topic {
             if old.release_writer() {
                 ctx.alloc.doom(&old.file);
             }
+        }
+        // Shared mode: the new extent is named before any record is copied into it, so a
+        // holder that dies copying leaves frames past a published end (erased at the next
+        // line-up), never an extent nobody knows that holds records.
+        if ctx.alloc.is_shared()
+            && let Some(slot) = self.slot.get()
+        {
+            let seq = slot.publish(extent_end(&block), first, block.max_timestamp_us(), false);
+            self.lined_seq.store(seq, Ordering::Relaxed);
         }
         let mut tail = self.tail();
         debug_assert_eq!(tail.next_offset, first);

@@ -12,8 +12,20 @@ pub(super) struct Recovery<'a> {
     pub(super) known: &'a Known,
     /// Published ends the writer reported (read-only handles).
     pub(super) published: &'a Published,
+    /// Extents scanned go to the topic's flusher list: a writable open, and a shared-mode
+    /// handle's reads of the directory, whose flush makes every process's extents durable
+    /// in offset order (a later extent's durable claim never precedes an earlier one's).
+    pub(super) track_unsynced: bool,
     /// This open's `index_interval_bytes`.
     pub(super) interval: u64,
+}
+
+/// Where the extent after the one being placed starts, and whether any later extent
+/// claims durable records.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Next {
+    pub(super) first: u64,
+    pub(super) durable_after: bool,
 }
 
 /// A topic's chain as recovery builds it, one extent at a time in offset order.
@@ -66,8 +78,18 @@ impl Recovery<'_> {
             ends_if_followed: None,
         };
         let firsts: Vec<u64> = extents.iter().map(|f| f.id.first_offset).collect();
+        // Whether an extent after the i-th claims durable records.
+        let mut claims_after = vec![false; extents.len()];
+        for i in (0..extents.len().saturating_sub(1)).rev() {
+            claims_after[i] =
+                claims_after[i + 1] || extents[i + 1].progress.is_some_and(|p| p.record_count > 0);
+        }
         for (i, f) in extents.into_iter().enumerate() {
-            self.add_extent(&mut topic, f, firsts.get(i + 1).copied(), report)?;
+            let next = firsts.get(i + 1).map(|&first| Next {
+                first,
+                durable_after: claims_after[i],
+            });
+            self.add_extent(&mut topic, f, next, report)?;
         }
         topic.tail.next_offset = topic.expected.unwrap_or(0);
         Ok(Some(RecoveredTopic {
@@ -96,17 +118,25 @@ impl Recovery<'_> {
         }
     }
 
-    /// Adds extent `f` to `topic` (`next_first`: where the topic's next extent starts; `None`
-    /// for its last): dropped after a gap, trusted from its seal, or scanned.
+    /// Adds extent `f` to `topic` (`next`: where the topic's next extent starts; `None` for
+    /// its last): dropped after a gap, trusted from its seal, or scanned.
     pub(super) fn add_extent(
         &self,
         topic: &mut TopicChain,
         f: Found,
-        next_first: Option<u64>,
+        next: Option<Next>,
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let block = self.block_of(&f);
         if topic.dropping || topic.expected.is_some_and(|e| e != f.id.first_offset) {
+            // An extent its allocator never named (it died rolling, in shared mode) holds no
+            // record, and another extent starts at its first offset: it breaks nothing.
+            if holds_no_record(&f, &block) {
+                if self.writable {
+                    forget_extent(self.storage, &f, ProgressState::Consumed)?;
+                }
+                return Ok(());
+            }
             return self.drop_after_gap(topic, &f, &block, report);
         }
         let before = topic.ends_if_followed.take();
@@ -114,7 +144,7 @@ impl Recovery<'_> {
             Some(p) if p.state == ProgressState::Sealed => {
                 self.restore_sealed(topic, &f, &block, p, report)?
             }
-            _ => self.restore_scanned(topic, &f, &block, next_first, report)?,
+            _ => self.restore_scanned(topic, &f, &block, next, report)?,
         };
         match before {
             Some((before, count, end)) if kept => before.set_final(count, end),
@@ -211,10 +241,10 @@ impl Recovery<'_> {
         topic: &mut TopicChain,
         f: &Found,
         block: &Arc<Extent>,
-        next_first: Option<u64>,
+        next: Option<Next>,
         report: &mut RecoveryReport,
     ) -> Result<bool> {
-        let is_last = next_first.is_none();
+        let is_last = next.is_none();
         let progress = f.progress;
         let durable = progress.map_or(format::BLOCK_HEADER_BYTES, |p| p.durable_end);
         // Records the writer reported published are read too (a read-only handle; the
@@ -235,7 +265,7 @@ impl Recovery<'_> {
         } else {
             reach.min(block.len)
         };
-        let bound = match self.left_published(f, next_first, reported) {
+        let bound = match self.left_published(f, next, reported) {
             Some(records) => Bound::Records(records),
             None => Bound::Bytes(limit),
         };
@@ -261,7 +291,10 @@ impl Recovery<'_> {
             progress.map_or(ProgressState::Open, |p| p.state),
         );
         let clean = progress.is_some_and(|p| p.state == ProgressState::Clean);
-        if s.count == 0 && !(self.writable && is_last && !torn && clean) {
+        // A shared-mode roll names its new extent before the first record goes in: a
+        // handle lining up to it finds it in its chain, empty.
+        let named_empty = !self.writable && is_last && reported >= format::BLOCK_HEADER_BYTES;
+        if s.count == 0 && !(self.writable && is_last && !torn && clean) && !named_empty {
             if self.writable {
                 // Nothing to keep: forget the extent, so a torn first record is cut (and
                 // counted) once, not at every later open.
@@ -280,18 +313,18 @@ impl Recovery<'_> {
         Ok(true)
     }
 
-    /// The records of extent `f` a read-only handle may read up to the next extent (which
-    /// starts at `next_first`) although the writer reported no end for it: the writer left
-    /// it for the next one and published past that (a roll the shared state file no longer
-    /// lists). `None` otherwise, and for the writer.
-    fn left_published(&self, f: &Found, next_first: Option<u64>, reported_end: u64) -> Option<u64> {
-        let next_first = next_first?;
-        let published = *self.published.next.get(&f.id.topic_id)?;
-        (!self.writable
-            && reported_end == 0
-            && published >= next_first
-            && next_first > f.id.first_offset)
-            .then(|| next_first - f.id.first_offset)
+    /// The records of extent `f` a read-only handle may read up to the next extent although
+    /// the writer reported no end for it: the writers left it for the next one and published
+    /// past that (a roll the shared state file no longer lists), or a later extent claims
+    /// durable records, which were published after every record of this one (in shared mode
+    /// a process may sync a later extent before another's progress slot claims an earlier
+    /// one). `None` otherwise, and for the writer.
+    fn left_published(&self, f: &Found, next: Option<Next>, reported_end: u64) -> Option<u64> {
+        let next = next?;
+        let published = self.published.next.get(&f.id.topic_id).copied();
+        let passed = published.is_some_and(|p| p >= next.first) || next.durable_after;
+        (!self.writable && reported_end == 0 && passed && next.first > f.id.first_offset)
+            .then(|| next.first - f.id.first_offset)
     }
 
     /// Scans extent `f` up to `bound`, resuming where a read-only handle's last refresh
@@ -355,10 +388,28 @@ impl Recovery<'_> {
             // complete: the writers moved on, so readers move on too.
             topic.ends_if_followed = Some((Arc::clone(block), s.count, s.end));
         }
-        if self.writable {
+        if self.track_unsynced {
             topic.unsynced.push(Arc::clone(block));
         }
     }
+}
+
+/// True when extent `f` claims no durable record and its first frame is not a record of
+/// its own (blank, or bytes of an earlier use of the blocks, which fail its checksum).
+fn holds_no_record(f: &Found, block: &Extent) -> bool {
+    if f.progress.is_some_and(|p| p.record_count > 0) {
+        return false;
+    }
+    let first = format::BLOCK_HEADER_BYTES;
+    let bytes = block.recovery_bytes(first + format::FRAME_HEADER_BYTES);
+    let header_only = block.decode_frame(bytes, first, f.id.first_offset, false);
+    if matches!(header_only, Err(FrameError::End | FrameError::BadMagic)) {
+        return true;
+    }
+    let bytes = block.recovery_bytes(block.len);
+    block
+        .decode_frame(bytes, first, f.id.first_offset, true)
+        .is_err()
 }
 
 /// Fails when the scan `s` of extent `f` stopped short of `watermark`, what its progress

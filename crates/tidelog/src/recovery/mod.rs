@@ -196,6 +196,7 @@ pub fn recover(
         known,
         published,
         interval: config.index_interval_bytes,
+        track_unsynced: map_writable,
     };
     for (name, extents) in grouped.by_topic {
         let topic = recovery.recover_topic(name, extents, &grouped.deleting, &mut out.report)?;

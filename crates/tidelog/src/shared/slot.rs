@@ -59,7 +59,11 @@ pub const S_ROLLS: usize = 152;
 /// offset and `pack(records, end)` at which each ended.
 pub const S_FINALS: usize = 160;
 pub const FINAL_BYTES: usize = 32;
-pub const FINALS: usize = 3;
+pub const FINALS: usize = 2;
+/// Set (1) when a holder of the append lock died: it may have copied frames past the
+/// published end that it never published. The next holder that lines the topic up erases
+/// them (`Topic::erase_unpublished`) before anything is appended, then clears it.
+pub const S_REPAIR: usize = S_FINALS + FINALS * FINAL_BYTES;
 
 pub const SLOT_BYTES: usize = 256;
 pub const KEY_TAG: u64 = 1 << 32;
@@ -68,7 +72,7 @@ pub const KEY_TOMBSTONE: u64 = u64::MAX;
 const _: () = assert!(S_COPIES + 2 * COPY_BYTES == S_DURABLE_NEXT);
 const _: () = assert!(C_MAX_TIMESTAMP + 8 == COPY_BYTES);
 const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
-const _: () = assert!(S_FINALS + FINALS * FINAL_BYTES == SLOT_BYTES);
+const _: () = assert!(S_REPAIR + 4 <= SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
 pub const NO_EXTENT: u64 = u64::MAX;
@@ -157,14 +161,16 @@ impl TopicSlot {
 
     /// Takes the topic's append lock (shared mode), waiting up to `wait` for a live holder.
     /// A publisher that died holding it left the snapshot it was writing in the copy that is
-    /// not current, so nothing needs repair there, and bytes it wrote past the published end
-    /// are written over by the next append; a roll it cut short left the finals ring's
-    /// sequence odd (evened here) and maybe an extent with no record, which recovery drops.
+    /// not current, so nothing needs repair there; frames it copied past the published end
+    /// are marked for erasing (`S_REPAIR`, done at the next line-up); a roll it cut short
+    /// left the finals ring's sequence odd (evened here) and maybe an extent with no
+    /// record, never published, which recovery skips.
     pub fn lock(&self, wait: Duration) -> Result<TopicGuard<'_>> {
         let acquired = self
             .shared
             .acquire(self.word32(S_APPEND_LOCK), "topic", wait)?;
         if acquired == Acquired::FromDead {
+            self.word32(S_REPAIR).store(1, Ordering::Release);
             let seq = self.word64(S_ROLL_SEQ);
             let s = seq.load(Ordering::Relaxed);
             if s & 1 == 1 {
@@ -172,6 +178,17 @@ impl TopicSlot {
             }
         }
         Ok(TopicGuard { slot: self })
+    }
+
+    /// Under the append lock: true while frames a dead holder may have left past the
+    /// published end still wait to be erased.
+    pub fn needs_repair(&self) -> bool {
+        self.word32(S_REPAIR).load(Ordering::Acquire) != 0
+    }
+
+    /// Under the append lock: the frames past the published end are erased.
+    pub fn repaired(&self) {
+        self.word32(S_REPAIR).store(0, Ordering::Release);
     }
 
     /// Waits for the topic's sync turn (shared mode): `None` once `covered` holds (another
@@ -454,6 +471,7 @@ impl TopicSlot {
         );
         self.word32(S_APPEND_LOCK).store(0, Ordering::Relaxed);
         self.word32(S_SYNC_TURN).store(0, Ordering::Relaxed);
+        self.word32(S_REPAIR).store(0, Ordering::Relaxed);
         self.word64(S_KEY).store(key, Ordering::Release);
     }
 }

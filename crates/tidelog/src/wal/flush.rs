@@ -95,7 +95,7 @@ impl Flusher {
     /// extent so far, then moves `durable next` for all. Extents that ended are still
     /// sealed by the process that holds them.
     fn flush_topic_shared(&self, topic: &Topic, slot: &TopicSlot, closing: bool) -> Result<()> {
-        let unsynced = topic.unsynced();
+        let unsynced = topic.unsynced_in_order();
         if unsynced.is_empty() {
             return Ok(());
         }
@@ -129,7 +129,7 @@ impl Flusher {
             topic.follow_published(&last, &snap);
         }
         let published = topic.next_offset();
-        for block in topic.unsynced() {
+        for block in topic.unsynced_in_order() {
             if block.is_consumed() || self.sync_extent(topic, &block, closing)? {
                 sealed.push(block);
             }

@@ -116,13 +116,18 @@ pub(super) fn line_up_all(state: &State) -> Result<()> {
 /// from the directory first (this topic's only: the handle's other topics may be appended
 /// to meanwhile).
 pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
-    if !topic.published_since(slot) {
-        return Ok(());
+    if topic.published_since(slot) {
+        let seq = slot.publish_seq();
+        line_up_to(state, topic, slot)?;
+        // Publishes after `seq` are seen at the next line-up.
+        topic.note_lined_up(seq);
     }
-    let seq = slot.publish_seq();
-    line_up_to(state, topic, slot)?;
-    // Publishes after `seq` are seen at the next line-up.
-    topic.note_lined_up(seq);
+    // A holder died: what it copied and never published goes before anything is appended.
+    if slot.needs_repair() {
+        topic.erase_unpublished();
+        crate::process::crash_point("repair");
+        slot.repaired();
+    }
     Ok(())
 }
 
@@ -330,7 +335,7 @@ fn read_directory(state: &State, published: &Published, only: Option<&Topic>) ->
                 added.push(Arc::clone(b));
             }
         }
-        topic.extend_read_only(added, t.tail.next_offset);
+        topic.extend_read_only(added, t.tail.next_offset, false);
         topic.note_durable(topic.durable_from_recovery());
         // Extents the writer deleted (consumed, retention) leave from the front.
         let present: HashSet<(u64, u32)> = t
@@ -373,6 +378,7 @@ fn follow_one(state: &State, topic: &Topic, recovered: recovery::Recovered) -> R
         .filter(|b| !existing.iter().any(|e| Arc::ptr_eq(e, b)))
         .cloned()
         .collect();
-    topic.extend_read_only(added, t.tail.next_offset);
+    // This handle's flush makes them durable too, in offset order with its own.
+    topic.extend_read_only(added, t.tail.next_offset, true);
     Ok(())
 }

@@ -74,7 +74,11 @@ impl SharedLink {
     pub fn reported(&self) -> Published {
         let mut published = Published::default();
         if let Role::Reader(link) = &self.role
-            && let Some(shared) = link.lock().recover().shared.clone()
+            && let Some(shared) = {
+                let mut link = link.lock().recover();
+                link.attach_again();
+                link.shared.clone()
+            }
         {
             let (ends, next) = shared.reported();
             for e in ends {
@@ -90,6 +94,22 @@ impl SharedLink {
         match &self.role {
             Role::Writer(shared) => shared.lock().recover().clone(),
             Role::Reader(_) => None,
+        }
+    }
+
+    /// The state file as this handle maps it now: the writer's, or the one a read-only
+    /// handle attached to while it is current (attached again when a writer rebuilt it).
+    pub fn state(&self) -> Option<Arc<SharedState>> {
+        match &self.role {
+            Role::Writer(shared) => shared.lock().recover().clone(),
+            Role::Reader(link) => {
+                let mut link = link.lock().recover();
+                if link.closed {
+                    return None;
+                }
+                link.attach_again();
+                link.shared.clone().filter(|s| s.is_current())
+            }
         }
     }
 
@@ -125,17 +145,25 @@ impl SharedLink {
             }
             link.slots.remove(&topic.id);
         }
-        if !link.shared.as_ref().is_some_and(|s| s.is_current())
-            && link
-                .attached_at
-                .is_none_or(|at| at.elapsed() >= ATTACH_EVERY)
-        {
-            link.shared = SharedState::attach(&link.storage, &link.dir).map(Arc::new);
-            link.slots.clear();
-            link.attached_at = Some(Instant::now());
-        }
+        link.attach_again();
         let slot = link.shared.as_ref()?.find(topic.id)?;
         link.slots.insert(topic.id, slot.clone());
         Some(slot)
+    }
+}
+
+impl ReaderLink {
+    /// Attaches to the state file again when the one held is no longer current (a writer
+    /// rebuilt it), at most every `ATTACH_EVERY`.
+    fn attach_again(&mut self) {
+        if !self.shared.as_ref().is_some_and(|s| s.is_current())
+            && self
+                .attached_at
+                .is_none_or(|at| at.elapsed() >= ATTACH_EVERY)
+        {
+            self.shared = SharedState::attach(&self.storage, &self.dir).map(Arc::new);
+            self.slots.clear();
+            self.attached_at = Some(Instant::now());
+        }
     }
 }

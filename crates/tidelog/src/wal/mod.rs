@@ -375,10 +375,14 @@ impl Wal {
     }
 
     /// Shared mode: the process that leads housekeeping among those sharing the
-    /// directory. `None` for exclusive and read-only handles, and once closed.
+    /// directory (a read-only handle reads it too). `None` for an exclusive handle, before
+    /// the first shared-mode process's housekeeping took the lead, and once closed.
     pub fn leader(&self) -> Option<Leader> {
-        let shared = self.state.follow.writer_state()?;
+        let shared = self.state.follow.state()?;
         let (epoch, pid, beat_us) = shared.leader();
+        if epoch == 0 {
+            return None;
+        }
         let idle_ms = crate::clock::now_us().saturating_sub(beat_us) / 1000;
         Some(Leader {
             pid,

@@ -157,7 +157,9 @@ fn housekeeping_loop(state: &State) {
             // A failure here is retried by the allocating thread, which reports it.
             let _ = state.alloc.prepare_spare(state.storage.as_ref());
         }
-        if let Some(shared) = state.follow.writer_state() {
+        if let Some(shared) = state.follow.writer_state()
+            && state.dir_lock.is_shared()
+        {
             election.follow_retired(state, &shared);
             if election.lead(state, &shared)
                 && !state.alloc.sees_everything()

@@ -262,3 +262,46 @@ fn a_leader_killed_inside_its_pass_loses_nothing() {
         wal.close().unwrap();
     }
 }
+
+/// A read-only reader left behind while retention deleted the extent it stood in (its
+/// handle never saw that extent end) is told so (`OffsetOutOfRange`) instead of waiting for
+/// records that are gone.
+#[test]
+fn a_follower_passed_by_retention_is_told_so() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    append_range(&wal, 0, 1);
+    let ro = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
+    let mut reader = ro
+        .reader_with(
+            TOPIC,
+            ReaderOptions::default().start(StartPosition::Earliest),
+        )
+        .unwrap();
+    assert_eq!(reader.next().unwrap().map(|r| r.offset), Some(0));
+    const N: u64 = 40_000;
+    append_range(&wal, 1, N);
+    eventually("retention deleted the first files", || {
+        wal.topic_info(TOPIC).unwrap().first_offset > N / 2
+    });
+    let start = Instant::now();
+    loop {
+        assert!(
+            start.elapsed() < WAIT,
+            "the reader never learned it was passed"
+        );
+        match reader.next() {
+            Err(Error::OffsetOutOfRange { first, .. }) => {
+                assert!(first > 0);
+                break;
+            }
+            Ok(Some(r)) => assert_eq!(r.value, value(r.offset)),
+            Ok(None) => {
+                ro.wait_for_records(&reader, Duration::from_millis(20))
+                    .unwrap();
+            }
+            Err(e) => panic!("{e}"),
+        }
+    }
+    wal.close().unwrap();
+}

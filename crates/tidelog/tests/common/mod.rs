@@ -576,6 +576,11 @@ impl Running {
         }
     }
 
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Waits for the child's first `@@` line (up to a minute), then `delay`, then kills it.
     pub fn kill_after_first_line(self, delay: Duration) -> Ended {
         let started = self.first.recv_timeout(FIRST_LINE_WAIT).is_ok();

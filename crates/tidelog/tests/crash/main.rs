@@ -11,4 +11,5 @@ mod batch_atomic_crash;
 mod crash_kill9;
 mod crash_races;
 mod follow_kill9;
+mod leader_kill9;
 mod reopen_while_spawning;
