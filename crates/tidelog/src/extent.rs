@@ -697,26 +697,40 @@ impl Extent {
     /// header is zeroed, in order, up to the first header that is already zero (a dead
     /// holder's frames are contiguous from the published end; one torn mid-copy ends them),
     /// so no scan reads them as records, and no later extent's offsets collide with theirs.
-    /// No reader borrows these bytes: they lie past the published end.
-    pub fn erase_frames_from(&self, from: u64) {
+    /// No reader borrows these bytes: they lie past the published end. The zeroed range is
+    /// made durable: after a power loss a frame that writeback had flushed would be back.
+    pub fn erase_frames_from(&self, storage: &dyn Storage, from: u64) -> Result<()> {
         let mut pos = from;
+        let mut erased_to = from;
         while pos + format::FRAME_HEADER_BYTES <= self.len {
             let mut header = [0u8; format::FRAME_HEADER];
             self.file.map.copy_out(self.abs(pos), &mut header);
             if header.iter().all(|&b| b == 0) {
-                return;
+                break;
             }
             self.file
                 .map
                 .write_header(self.abs(pos), &[0u8; format::FRAME_HEADER]);
+            erased_to = pos + format::FRAME_HEADER_BYTES;
             let magic =
                 u16::from_le_bytes([header[format::FR_MAGIC], header[format::FR_MAGIC + 1]]);
             let len = u64::from(format::get_u32(&header, format::FR_LEN));
             if magic != format::FRAME_MAGIC || len < format::FRAME_HEADER_BYTES {
-                return;
+                break;
             }
             pos += format::align_up(len, format::FRAME_ALIGN);
         }
+        if erased_to > from {
+            storage
+                .sync_map(
+                    &self.file.map,
+                    &self.file.path,
+                    self.abs(from),
+                    (erased_to - from) as usize,
+                )
+                .map_err(|e| Error::io("msync", &self.file.path, e))?;
+        }
+        Ok(())
     }
 
     /// Shared mode: true when the extent's progress slot on disk (through the mapping) says

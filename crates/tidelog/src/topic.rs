@@ -576,13 +576,14 @@ impl Topic {
 
     /// Shared mode, under the append lock with the tail lined up, after a holder of the
     /// lock died: erases what it copied past the published end and never published.
-    pub fn erase_unpublished(&self) {
+    pub fn erase_unpublished(&self, storage: &dyn Storage) -> Result<()> {
         let (block, pos) = {
             let tail = self.tail();
             (tail.block.clone(), tail.pos)
         };
-        if let Some(block) = block {
-            block.erase_frames_from(pos);
+        match block {
+            Some(block) => block.erase_frames_from(storage, pos),
+            None => Ok(()),
         }
     }
 

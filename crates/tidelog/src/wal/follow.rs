@@ -124,7 +124,7 @@ pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<
     }
     // A holder died: what it copied and never published goes before anything is appended.
     if slot.needs_repair() {
-        topic.erase_unpublished();
+        topic.erase_unpublished(state.storage.as_ref())?;
         crate::process::crash_point("repair");
         slot.repaired();
     }
