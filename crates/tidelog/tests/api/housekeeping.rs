@@ -15,7 +15,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, ChildSession, child_command, child_commands, child_env, tempdir};
-use tidelog::{Config, Error, ReaderOptions, Retention, StartPosition, Wal};
+use tidelog::{Config, Error, Retention, Visibility, Wal};
 
 const TOPIC: &str = "t";
 /// 16 blocks of 64 KiB per file: each file holds about 10,000 of these records.
@@ -117,12 +117,7 @@ fn check_records(wal: &Wal, next: u64) {
     for _ in 0..100 {
         let info = wal.topic_info(TOPIC).unwrap();
         assert_eq!(info.next_offset, next);
-        let mut reader = wal
-            .reader_with(
-                TOPIC,
-                ReaderOptions::default().start(StartPosition::Earliest),
-            )
-            .unwrap();
+        let mut reader = common::earliest(wal, TOPIC, Visibility::Published);
         let mut offset = reader.position();
         assert!(
             offset >= info.first_offset,
@@ -272,12 +267,7 @@ fn a_follower_passed_by_retention_is_told_so() {
     let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
     append_range(&wal, 0, 1);
     let ro = Wal::open_read_only_with(dir.path(), cfg()).unwrap();
-    let mut reader = ro
-        .reader_with(
-            TOPIC,
-            ReaderOptions::default().start(StartPosition::Earliest),
-        )
-        .unwrap();
+    let mut reader = common::earliest(&ro, TOPIC, Visibility::Published);
     assert_eq!(reader.next().unwrap().map(|r| r.offset), Some(0));
     const N: u64 = 40_000;
     append_range(&wal, 1, N);

@@ -23,10 +23,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use crate::common::{
-    Ended, Rng, Running, campaign_params, child_command, child_env, geometry, parse_tagged,
+    self, Ended, Rng, Running, campaign_params, child_command, child_env, geometry, parse_tagged,
     tagged_value, tempdir,
 };
-use tidelog::{Config, Error, ReaderOptions, Retention, StartPosition, Wal};
+use tidelog::{Config, Error, ReaderOptions, Retention, StartPosition, Visibility, Wal};
 
 const TOPIC: &str = "c";
 const KILLS: u64 = 24;
@@ -191,12 +191,7 @@ fn kill_nine_among_appenders_and_their_leader_keeps_every_retained_record() {
     // The files alone.
     let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
     let info = wal.topic_info(TOPIC).unwrap();
-    let mut reader = wal
-        .reader_with(
-            TOPIC,
-            ReaderOptions::default().start(StartPosition::Earliest),
-        )
-        .unwrap();
+    let mut reader = common::earliest(&wal, TOPIC, Visibility::Published);
     let mut offset = reader.position();
     assert_eq!(offset, info.first_offset);
     let mut last: HashMap<u32, u64> = HashMap::new();
