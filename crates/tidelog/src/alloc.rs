@@ -378,7 +378,7 @@ impl BlockAllocator {
                 return Ok((file, next_block, count));
             }
             // No extent goes there any more (whether this handle's counts cover them all
-            // decides whether it may delete the file: see `State::counts_files_alone`).
+            // decides whether it may delete the file: see `BlockAllocator::sees_everything`).
             if file.counters.seal_allocation() {
                 self.doom(&file);
             }
@@ -483,9 +483,7 @@ impl BlockAllocator {
             let Some((current, _)) = shared.cursor().current else {
                 return Ok(Vec::new());
             };
-            let seqs = first.unwrap_or(current)..current;
-            let busy: Vec<u64> = seqs.clone().filter(|&s| shared.allocating_in(s)).collect();
-            (seqs, busy)
+            (first.unwrap_or(current)..current, shared.allocating())
         };
         let mut out = Vec::new();
         for seq in seqs.filter(|seq| !busy.contains(seq)) {

@@ -597,9 +597,7 @@ impl Extent {
         if st.sealed_on_disk || st.deleted {
             return Ok(true);
         }
-        let mut disk = [0u8; format::PG_LEN];
-        map.copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
-        if let Some(p) = Progress::decode(&disk) {
+        if let Some(p) = self.progress_on_disk() {
             match p.state {
                 ProgressState::Sealed => {
                     st.sealed_on_disk = true;
@@ -741,14 +739,21 @@ impl Extent {
         if st.deleted {
             return true;
         }
+        let retired = self
+            .progress_on_disk()
+            .is_some_and(|p| matches!(p.state, ProgressState::Consumed | ProgressState::Deleted));
+        st.deleted |= retired;
+        retired
+    }
+
+    /// The progress slot as it is in the mapping (other processes write it too); `None`
+    /// when blank or damaged.
+    fn progress_on_disk(&self) -> Option<Progress> {
         let mut disk = [0u8; format::PG_LEN];
         self.file
             .map
             .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
-        let retired = Progress::decode(&disk)
-            .is_some_and(|p| matches!(p.state, ProgressState::Consumed | ProgressState::Deleted));
-        st.deleted |= retired;
-        retired
+        Progress::decode(&disk)
     }
 
     /// Writes and msyncs the progress slot.

@@ -589,8 +589,8 @@ impl Topic {
 
     /// Shared mode: drops the extents at the front of the chain that the housekeeping
     /// leader retired on disk (never the newest: it carries the next offset), and lets the
-    /// flusher forget them. Returns how many went.
-    pub fn drop_retired_front(&self) -> usize {
+    /// flusher forget them.
+    pub fn drop_retired_front(&self) {
         // Judged outside the chain's lock (each look takes the extent's sync state).
         let front: Vec<Arc<Extent>> = {
             let chain = self.chain.read().recover();
@@ -611,7 +611,6 @@ impl Topic {
             chain.drain(..n).collect()
         };
         self.forget_synced(&dropped);
-        dropped.len()
     }
 
     /// Empties the chain and the flusher's list (topic deletion); returns the chain.

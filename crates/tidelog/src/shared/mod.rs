@@ -631,15 +631,13 @@ impl SharedState {
     }
 
     /// This process became the housekeeping leader: a new epoch, and its pid for people.
-    /// Returns the epoch.
-    pub fn note_leader(&self) -> u64 {
+    pub fn note_leader(&self) {
         self.map
             .atomic_u32(H_LEADER_PID)
             .store(std::process::id(), Ordering::Release);
         self.map
             .atomic_u64(H_LEADER_EPOCH)
-            .fetch_add(1, Ordering::AcqRel)
-            .wrapping_add(1)
+            .fetch_add(1, Ordering::AcqRel);
     }
 
     /// The leader's epoch, pid (of the last process that became leader) and the wall
@@ -683,16 +681,20 @@ impl SharedState {
             .store(seq.map_or(0, |s| s + 1), Ordering::Release);
     }
 
-    /// Whether a live process holds an allocation in data file `seq` whose identity is not
+    /// The data files in which a live process holds an allocation whose identity is not
     /// written yet (read under the allocator lock). A dead one's allocation holds no record.
-    pub fn allocating_in(&self, seq: u64) -> bool {
-        (0..PROCESSES as u32).any(|slot| {
-            let at = PROCESS_TABLE + slot as usize * PROCESS_SLOT_BYTES;
-            if self.map.load_u64(at + P_ALLOCATING, Ordering::Acquire) != seq + 1 {
-                return false;
-            }
-            self.holder_alive(lock::owner_value(slot, self.generation_of(slot)))
-        })
+    pub fn allocating(&self) -> Vec<u64> {
+        (0..PROCESSES as u32)
+            .filter_map(|slot| {
+                let at = PROCESS_TABLE + slot as usize * PROCESS_SLOT_BYTES;
+                let seq = self
+                    .map
+                    .load_u64(at + P_ALLOCATING, Ordering::Acquire)
+                    .checked_sub(1)?;
+                self.holder_alive(lock::owner_value(slot, self.generation_of(slot)))
+                    .then_some(seq)
+            })
+            .collect()
     }
 
     /// Takes one of the header's lock words; released when the guard drops.

@@ -96,12 +96,7 @@ pub(super) fn refresh(state: &State) -> Result<()> {
 /// flush marks the extents they appended to last `Clean` (recovery would take the stale
 /// bytes after their records for a torn write otherwise).
 pub(super) fn line_up_all(state: &State) -> Result<()> {
-    for name in state.topics.names() {
-        let topic = match state.topics.get(&name) {
-            Ok(topic) => topic,
-            Err(crate::Error::UnknownTopic { .. }) => continue,
-            Err(e) => return Err(e),
-        };
+    for topic in state.topics.every()? {
         let Some(slot) = state.follow.slot(&topic) else {
             continue;
         };

@@ -73,14 +73,9 @@ pub(super) fn leader_pass(
     // Commits of every process, groups created elsewhere included.
     state.cursors.load_all(storage, &state.dir)?;
     let mut retired = false;
-    for name in state.topics.names() {
-        let topic = match state.topics.get(&name) {
-            Ok(topic) => topic,
-            Err(Error::UnknownTopic { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        if state.config.retention_for(&name).is_unlimited()
-            && state.cursors.min_committed(&name).is_none()
+    for topic in state.topics.every()? {
+        if state.config.retention_for(&topic.name).is_unlimited()
+            && state.cursors.min_committed(&topic.name).is_none()
         {
             continue;
         }

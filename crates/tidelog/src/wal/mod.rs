@@ -426,12 +426,8 @@ impl Wal {
         self.state.check_open()?;
         if self.state.topics.is_shared_mode() {
             // Every topic, those other processes created included.
-            for name in self.state.topics.names() {
-                match self.state.topics.get(&name) {
-                    Ok(topic) => follow::catch_up(&self.state, &topic).map(drop)?,
-                    Err(Error::UnknownTopic { .. }) => {}
-                    Err(e) => return Err(e),
-                }
+            for topic in self.state.topics.every()? {
+                follow::catch_up(&self.state, &topic)?;
             }
             return Ok(());
         }

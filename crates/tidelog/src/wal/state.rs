@@ -168,7 +168,7 @@ impl State {
     /// process opened the directory since this handle did (one that did may have allocated
     /// in any file). A handle that cannot delete leaves files to the next open alone.
     pub fn counts_files_alone(&self) -> bool {
-        !self.dir_lock.is_shared() || self.alloc.sees_everything()
+        self.alloc.sees_everything()
     }
 }
 

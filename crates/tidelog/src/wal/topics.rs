@@ -171,6 +171,20 @@ impl Topics {
         Some(topic)
     }
 
+    /// Every live topic, those other processes created included (shared mode), by name.
+    pub fn every(&self) -> Result<Vec<Arc<Topic>>> {
+        let mut out = Vec::new();
+        for name in self.names() {
+            match self.get(&name) {
+                Ok(topic) => out.push(topic),
+                // Deleted since it was listed.
+                Err(Error::UnknownTopic { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(out)
+    }
+
     /// Shared mode: the names of the topics other processes report, with their ids.
     pub fn shared_named(&self) -> Vec<(String, u32)> {
         if !self.shared_mode {
