@@ -77,7 +77,9 @@ pub enum Error {
     /// debugger). A dead holder's lock is taken over, never reported. Nothing was written;
     /// a retry may succeed.
     LockTimeout {
-        /// The lock: `"topic"`, `"allocator"`, `"topic table"`.
+        /// The lock: `"topic"`, `"topic sync"`, `"allocator"`, `"topic table"`, `"cursor"`, or
+        /// `"staged publish"` (the topic is reserved for a staged job being published,
+        /// by this process or, after it died, by the next publisher).
         lock: &'static str,
         /// The pid of the process holding it.
         holder_pid: u32,

@@ -28,8 +28,11 @@ const GEN_MASK: u32 = 0x7FFF;
 /// Longest sleep between two looks at a contended word: bounds the time to notice a dead
 /// owner (plus one `fcntl`).
 const SLEEP: Duration = Duration::from_millis(2);
-/// Polls of a contended word before the first sleep.
-const SPINS: u32 = 64;
+/// How long a waiter polls a contended word before its first sleep (on more than two CPUs):
+/// an append holds its topic's word for well under a microsecond, so a waiter that polls
+/// this long takes the word without sleeping, and the release then needs no wake (a futex
+/// wake costs the releaser a system call and the sleeper microseconds).
+const SPIN: Duration = Duration::from_micros(30);
 
 /// Processes that may hold a directory in shared mode at once.
 pub const PROCESSES: usize = 256;
@@ -131,13 +134,14 @@ pub fn acquire(
         return Ok(Acquired::Clean);
     }
     let start = Instant::now();
-    let mut spins = 0u32;
+    let spinning = many_cpus();
+    let mut slept = false;
     let mut seen: Option<u32> = None;
     loop {
         let cur = word.load(Ordering::Relaxed);
         if cur == 0 {
             // Taken with the waiters bit: others may still sleep, and our release wakes them.
-            let with = if spins > SPINS { me | WAITERS } else { me };
+            let with = if slept { me | WAITERS } else { me };
             if word
                 .compare_exchange(0, with, Ordering::Acquire, Ordering::Relaxed)
                 .is_ok()
@@ -162,13 +166,11 @@ pub fn acquire(
             }
             continue;
         }
-        if spins < SPINS && many_cpus() {
-            spins += 1;
+        let waited = start.elapsed();
+        if spinning && !slept && waited < SPIN {
             std::hint::spin_loop();
             continue;
         }
-        spins = SPINS + 1;
-        let waited = start.elapsed();
         if waited >= wait {
             let slot = (owner & 0xFFFF).saturating_sub(1);
             return Err(Error::LockTimeout {
@@ -185,6 +187,7 @@ pub fn acquire(
             continue;
         }
         seen = Some(owner);
+        slept = true;
         futex::wait(word, cur | WAITERS, SLEEP.min(wait - waited));
     }
 }

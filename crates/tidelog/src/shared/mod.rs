@@ -38,7 +38,7 @@ pub const STATE_FILE: &str = "tidelog.state";
 /// `b"TIDESHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TIDESHM1");
 /// Bumped whenever a byte of the layout below changes meaning.
-pub const LAYOUT_VERSION: u32 = 3;
+pub const LAYOUT_VERSION: u32 = 4;
 /// Bytes of the header page.
 pub const HEADER_BYTES: usize = 4096;
 /// Where the process table starts, and the bytes of one process slot.
@@ -602,6 +602,11 @@ impl SharedState {
         };
         word.compare_exchange(expected, live.owner(), Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
+    }
+
+    /// This process's value in a lock word (0 before it registered).
+    pub fn owner(&self) -> u32 {
+        self.liveness.get().map_or(0, lock::Liveness::owner)
     }
 
     /// Whether the holder `owner` (a lock word's value) may be alive.

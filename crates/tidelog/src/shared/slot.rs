@@ -64,6 +64,12 @@ pub const FINALS: usize = 2;
 /// published end that it never published. The next holder that lines the topic up erases
 /// them (`Topic::erase_unpublished`) before anything is appended, then clears it.
 pub const S_REPAIR: usize = S_FINALS + FINALS * FINAL_BYTES;
+/// The lock-word value of the process publishing a staged job into the topic (0: none),
+/// set under the append lock from before the job's start offset is taken until the job is
+/// published. Appenders wait while it is set, also after that process died: the job's
+/// ledger counts the records after its start as the job's, so nothing else may follow
+/// them until the next publisher has finished the job (`wal::publish`).
+pub const S_PUBLISHER: usize = S_REPAIR + 4;
 
 pub const SLOT_BYTES: usize = 256;
 pub const KEY_TAG: u64 = 1 << 32;
@@ -72,7 +78,8 @@ pub const KEY_TOMBSTONE: u64 = u64::MAX;
 const _: () = assert!(S_COPIES + 2 * COPY_BYTES == S_DURABLE_NEXT);
 const _: () = assert!(C_MAX_TIMESTAMP + 8 == COPY_BYTES);
 const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
-const _: () = assert!(S_REPAIR + 4 <= SLOT_BYTES);
+const _: () = assert!(S_PUBLISHER == S_REPAIR + 4);
+const _: () = assert!(S_PUBLISHER + 4 <= SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
 pub const NO_EXTENT: u64 = u64::MAX;
@@ -189,6 +196,28 @@ impl TopicSlot {
     /// Under the append lock: the frames past the published end are erased.
     pub fn repaired(&self) {
         self.word32(S_REPAIR).store(0, Ordering::Release);
+    }
+
+    /// Under the append lock: the topic is reserved for this process's publish of a staged
+    /// job (see [`S_PUBLISHER`]).
+    pub fn reserve_for_publish(&self) {
+        self.word32(S_PUBLISHER)
+            .store(self.shared.owner(), Ordering::Release);
+    }
+
+    /// The lock-word value of the process whose publish reserved the topic, or 0.
+    pub fn publisher(&self) -> u32 {
+        self.word32(S_PUBLISHER).load(Ordering::Acquire)
+    }
+
+    /// The reservation ends: the job is published (or a later publisher found it so).
+    pub fn end_publish(&self) {
+        self.word32(S_PUBLISHER).store(0, Ordering::Release);
+    }
+
+    /// The pid of the process whose publish reserved the topic (0 when unknown).
+    pub fn publisher_pid(&self) -> u32 {
+        self.shared.pid_of_owner(self.publisher())
     }
 
     /// Waits for the topic's sync turn (shared mode): `None` once `covered` holds (another

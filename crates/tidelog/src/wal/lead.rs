@@ -34,6 +34,15 @@ impl Election {
     /// True while this process leads housekeeping: tries for the lead until it has it, and
     /// starts a new epoch when it gets it.
     pub(super) fn lead(&mut self, state: &State, shared: &SharedState) -> bool {
+        if state.sync.check().is_err() {
+            // A poisoned handle writes nothing more: another process leads (and finishes
+            // a staged publish this one cut short).
+            if self.leading {
+                state.dir_lock.step_down();
+                self.leading = false;
+            }
+            return false;
+        }
         if !self.leading && state.dir_lock.try_lead() {
             self.leading = true;
             self.judge_files = true;

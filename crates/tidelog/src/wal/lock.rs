@@ -28,6 +28,12 @@ pub const ALONE_BYTE: u64 = 1;
 /// Held exclusively by the housekeeping leader, for its life: the kernel releases it when
 /// the leader dies, and another process's next try takes it.
 pub const LEADER_BYTE: u64 = 2;
+/// Held exclusively by the one process publishing staged jobs while others share the
+/// directory (`DirLock::publish_turn`): publishes never interleave, and the next holder
+/// first finishes a publish whose process died.
+pub const PUBLISH_BYTE: u64 = 3;
+/// Between two tries for `PUBLISH_BYTE`.
+const PUBLISH_POLL: Duration = Duration::from_millis(1);
 /// Longest a shared-mode open waits for another open (its recovery) to finish.
 const OPEN_WAIT: Duration = Duration::from_secs(120);
 
@@ -36,6 +42,9 @@ const OPEN_WAIT: Duration = Duration::from_secs(120);
 pub(crate) struct DirLock {
     file: Mutex<Option<File>>,
     shared: bool,
+    /// This process's publisher: byte locks belong to the open file description, which
+    /// every thread shares.
+    publishing: Mutex<()>,
 }
 
 impl DirLock {
@@ -56,6 +65,7 @@ impl DirLock {
         Ok(DirLock {
             file: Mutex::new(None),
             shared: false,
+            publishing: Mutex::new(()),
         })
     }
 
@@ -75,6 +85,7 @@ impl DirLock {
         let lock = DirLock {
             file: Mutex::new(Some(file)),
             shared: false,
+            publishing: Mutex::new(()),
         };
         make_cursor_dir(storage, dir)?;
         Ok(lock)
@@ -119,6 +130,7 @@ impl DirLock {
         let lock = DirLock {
             file: Mutex::new(Some(file)),
             shared: true,
+            publishing: Mutex::new(()),
         };
         make_cursor_dir(storage, dir)?;
         Ok((lock, alone))
@@ -195,9 +207,73 @@ impl DirLock {
         ofd::try_lock(file, LEADER_BYTE, Kind::Exclusive).unwrap_or(false)
     }
 
+    /// Gives the lead up (a poisoned handle's housekeeping can do nothing): another
+    /// process's next try takes it.
+    pub fn step_down(&self) {
+        if let Some(file) = self.file.lock().recover().as_ref() {
+            let _ = ofd::unlock(file, LEADER_BYTE);
+        }
+    }
+
+    /// Shared mode: the turn to publish staged jobs beside other processes
+    /// (`PUBLISH_BYTE`), waiting up to `wait` for the process that has it (`None` after
+    /// that, or once the handle closed). An exclusive handle has it always.
+    pub fn publish_turn(&self, wait: Duration) -> Option<PublishTurn<'_>> {
+        let deadline = crate::clock::deadline_after(wait);
+        let local = loop {
+            match self.publishing.try_lock() {
+                Ok(guard) => break guard,
+                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
+                Err(std::sync::TryLockError::WouldBlock) => {}
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(PUBLISH_POLL);
+        };
+        if !self.shared {
+            return Some(PublishTurn {
+                lock: None,
+                _local: local,
+            });
+        }
+        loop {
+            {
+                let file = self.file.lock().recover();
+                if ofd::try_lock(file.as_ref()?, PUBLISH_BYTE, Kind::Exclusive).unwrap_or(false) {
+                    return Some(PublishTurn {
+                        lock: Some(self),
+                        _local: local,
+                    });
+                }
+            }
+            if Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(PUBLISH_POLL);
+        }
+    }
+
     /// Shared mode.
     pub fn is_shared(&self) -> bool {
         self.shared
+    }
+}
+
+/// The turn to publish staged jobs (see [`DirLock::publish_turn`]); released when dropped.
+#[derive(Debug)]
+pub(crate) struct PublishTurn<'a> {
+    lock: Option<&'a DirLock>,
+    _local: std::sync::MutexGuard<'a, ()>,
+}
+
+impl Drop for PublishTurn<'_> {
+    fn drop(&mut self) {
+        if let Some(lock) = self.lock
+            && let Some(file) = lock.file.lock().recover().as_ref()
+        {
+            let _ = ofd::unlock(file, PUBLISH_BYTE);
+        }
     }
 }
 

@@ -345,8 +345,17 @@ impl Wal {
             return Ok(Vec::new());
         }
         let _panic = PanicGuard::new(&state.sync.poison, "staged publish (it panicked)");
-        // Held across both steps, so the housekeeping thread cannot publish it in between.
-        let _one = state.ingest_lock.lock().recover();
+        // Held across both steps, so no other publisher (this process's housekeeping
+        // thread, another process) publishes it in between.
+        let Some(_turn) = state.dir_lock.publish_turn(COMMIT_TURN_WAIT) else {
+            return Err(crate::Error::Locked {
+                path: state.dir.clone(),
+            });
+        };
+        // Alone (no other process may join meanwhile), segments are adopted; beside
+        // others, the job's topics are reserved and every segment copied.
+        let alone = state.housekeeping_turn();
+        let across = alone.is_none();
         let committed = stage::write_commit(
             state.storage.as_ref(),
             &state.dir,
@@ -357,7 +366,10 @@ impl Wal {
         )?;
         match committed {
             stage::Committed::Published(ranges) => Ok(ranges),
-            stage::Committed::Recorded => state.ingest_job(job),
+            stage::Committed::Recorded => {
+                state.resume_cut_short(across)?;
+                state.ingest_job(job, across)
+            }
         }
     }
 
@@ -481,6 +493,9 @@ impl Drop for Wal {
 
 /// How long a committer waits for the directory's holder before it tries to open it again.
 const COMMIT_WAIT_SLICE: Duration = Duration::from_millis(100);
+/// Longest `commit_staged` waits for another publish (of this process's housekeeping or of
+/// another process) to end.
+const COMMIT_TURN_WAIT: Duration = Duration::from_secs(60);
 
 /// Commits the staged parts `parts` of `job` in `dir` from a process that may not hold the
 /// directory: records the commit (checked against `config`'s limits), then publishes it with

@@ -262,7 +262,6 @@ fn assemble(
             report: recovered.report,
             known,
         }),
-        ingest_lock: Mutex::new(()),
         dir_lock,
         follow,
     })
@@ -319,8 +318,11 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
         return state.cursors.load_all(state.storage.as_ref(), &state.dir);
     };
     // Committed staged jobs (one cut by a crash resumes from its ledger) go in before any
-    // new append could take the offsets the ledger gives them.
-    state.ingest_committed()?;
+    // new append could take the offsets the ledger gives them. No other thread runs yet.
+    {
+        let _publishing = state.dir_lock.publish_turn(std::time::Duration::MAX);
+        state.ingest_committed(false)?;
+    }
     state.remove_abandoned_staged()?;
     // Rebuild consumption from the persisted cursors and retention; delete what is done, so
     // space from before the restart comes back now.

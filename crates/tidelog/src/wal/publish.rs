@@ -1,19 +1,28 @@
 //! Publishing committed staged jobs (`crate::stage`): the directory holder's side of Spark's
 //! write protocol. Large segments are adopted whole as data files (their records are never
 //! copied: the publish rewrites a page per extent); small ones are copied into the topics.
+//!
+//! Publishes take turns (`DirLock::publish_turn`: a mutex in the process, `PUBLISH_BYTE`
+//! across processes). Beside other processes (shared mode, not alone) a publish copies
+//! every segment, and reserves each of its topics in the shared state file before it takes
+//! the job's start there (`S_PUBLISHER`): appenders of every process wait until the job is
+//! published, so each topic's share of the job is one contiguous range and a resumed
+//! publish may count every record after the start as the job's. A reservation whose
+//! publisher died stays until the next turn's holder finished the job.
 
 use std::ops::{ControlFlow, Range};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::follow;
 use super::state::State;
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::file::{DataFile, data_file_name};
 use crate::format::ProgressState;
 use crate::io;
-use crate::poison::Recover;
 use crate::stage::segment::{Placement, Segment, StagedExtent};
 use crate::stage::{self, Manifest, PartManifest, SegmentEntry};
 use crate::topic::{Append, Ctx, Topic};
@@ -29,13 +38,45 @@ impl Drop for Exclusive {
     }
 }
 
+/// Beside other processes: the job's topics reserved in the shared state file (see the
+/// module's doc). Dropped without [`Reserved::finish`], the reservations end only while
+/// the job owns no offsets yet (`keep` false): from its ledger on, they stay for the next
+/// publisher.
+struct Reserved {
+    topics: Vec<Arc<Topic>>,
+    keep: bool,
+}
+
+impl Reserved {
+    /// The job is published: every reservation ends.
+    fn finish(mut self) {
+        self.keep = false;
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        if self.keep {
+            return;
+        }
+        for t in &self.topics {
+            if let Some(slot) = t.slot() {
+                slot.end_publish();
+            }
+        }
+    }
+}
+
 /// A job's topics during its publish: names in order of first appearance, their topics, and
 /// per topic how many of the job's records the data files already hold and are yet to be
-/// met in the walk over the segments (a resumed publish skips them).
+/// met in the walk over the segments (a resumed publish skips them). `across`: other
+/// processes share the directory (their appends wait on the reservations; every segment is
+/// copied, each batch under its topic's append lock).
 struct JobTopics {
     names: Vec<(String, u64)>,
     topics: Vec<Arc<Topic>>,
     skip: Vec<u64>,
+    across: bool,
 }
 
 impl JobTopics {
@@ -82,19 +123,57 @@ fn is_input_error(e: &Error) -> bool {
 }
 
 impl State {
-    /// Publishes every committed staged job found in the directory. A job that cannot be
-    /// published is set aside and passed by: it is reported through `stage::wait_published`
-    /// and `stage::jobs`, and blocks neither the directory nor the other jobs.
-    pub(super) fn ingest_committed(&self) -> Result<()> {
+    /// Publishes every committed staged job found in the directory (`across`: beside
+    /// other processes). A job that cannot be published is set aside and passed by: it is
+    /// reported through `stage::wait_published` and `stage::jobs`, and blocks neither the
+    /// directory nor the other jobs. The caller holds the publish turn.
+    pub(super) fn ingest_committed(&self, across: bool) -> Result<()> {
+        for job in self.committed_jobs(false)? {
+            self.publish_job(&job, across)?;
+        }
+        Ok(())
+    }
+
+    /// Finishes the publishes cut short (jobs with a ledger), before another job may take
+    /// offsets in their topics. The caller holds the publish turn.
+    pub(super) fn resume_cut_short(&self, across: bool) -> Result<()> {
+        for job in self.committed_jobs(true)? {
+            self.publish_job(&job, across)?;
+        }
+        Ok(())
+    }
+
+    /// Housekeeping's publish (`across`: beside other processes): every committed job,
+    /// then the end of the reservations no publish holds any more (their publisher died
+    /// after its job was done, or before it took offsets; a job it cut short was just
+    /// finished). The caller holds the publish turn.
+    pub(super) fn publish_committed(&self, across: bool) -> Result<()> {
+        self.ingest_committed(across)?;
+        if !self.topics.is_shared_mode() {
+            return Ok(());
+        }
+        for topic in self.topics.every()? {
+            if let Some(slot) = self.follow.slot(&topic)
+                && slot.publisher() != 0
+            {
+                slot.end_publish();
+            }
+        }
+        Ok(())
+    }
+
+    /// The committed jobs in the directory, in the order they are published (only those
+    /// with a ledger when `cut_short`).
+    fn committed_jobs(&self, cut_short: bool) -> Result<Vec<String>> {
         let storage = self.storage.as_ref();
         stage::remove_leftovers(storage, &self.dir)?;
         let staging = self.dir.join(stage::STAGING_DIR);
         let entries = match storage.read_dir(&staging) {
             Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Error::io("list staging directory", &staging, e)),
         };
-        let mut jobs: Vec<String> = entries
+        let jobs: Vec<String> = entries
             .into_iter()
             .filter(|e| {
                 let path = staging.join(&e.name);
@@ -109,23 +188,22 @@ impl State {
         // its topics' records as they were then, and another job published before it would
         // take them (the resume would count that job's records as its own and skip as many
         // of its own). Then the others, by name.
-        jobs.sort_by_cached_key(|job| {
-            (
-                !io::exists(storage, &staging.join(job).join(stage::INGEST_FILE)),
-                job.clone(),
-            )
-        });
-        for job in jobs {
-            let _one = self.ingest_lock.lock().recover();
-            self.publish_job(&job)?;
-        }
-        Ok(())
+        let mut jobs: Vec<(bool, String)> = jobs
+            .into_iter()
+            .map(|job| {
+                let fresh = !io::exists(storage, &staging.join(&job).join(stage::INGEST_FILE));
+                (fresh, job)
+            })
+            .filter(|(fresh, _)| !(cut_short && *fresh))
+            .collect();
+        jobs.sort();
+        Ok(jobs.into_iter().map(|(_, job)| job).collect())
     }
 
     /// Publishes committed job `job` (see [`State::publish_job`]); a job set aside is its
-    /// error. The caller holds `ingest_lock`.
-    pub(super) fn ingest_job(&self, job: &str) -> Result<Vec<(String, Range<u64>)>> {
-        match self.publish_job(job)? {
+    /// error. The caller holds the publish turn.
+    pub(super) fn ingest_job(&self, job: &str, across: bool) -> Result<Vec<(String, Range<u64>)>> {
+        match self.publish_job(job, across)? {
             Outcome::Published(ranges) => Ok(ranges),
             Outcome::SetAside(e) => Err(e),
         }
@@ -159,7 +237,7 @@ impl State {
     /// every manifest, every segment still in the directory (its slots and footers, and the
     /// records of one too small to adopt, which will be copied), and its records against the
     /// directory's limits.
-    fn plan(&self, job_dir: &Path, manifest: &stage::Manifest) -> Result<Plan> {
+    fn plan(&self, job_dir: &Path, manifest: &stage::Manifest, across: bool) -> Result<Plan> {
         for (i, part) in manifest.parts.iter().enumerate() {
             if manifest.parts[..i].contains(part) {
                 return Err(staged_corruption(
@@ -208,7 +286,9 @@ impl State {
                         "the segment disagrees with its part's manifest",
                     ));
                 }
-                if segment.data_bytes() < self.config.staged_adopt_bytes_min {
+                // Checked whole here if it will be copied: nothing is published of a job
+                // whose records do not read.
+                if across || !self.adoptable(&segment) {
                     segment.for_each_extent(self.storage.as_ref(), |_, _| Ok(()))?;
                 }
                 segments.push((entry, Some(segment)));
@@ -218,11 +298,12 @@ impl State {
     }
 
     /// Publishes committed job `job`: it is checked ([`State::plan`]; one that fails is set
-    /// aside, nothing of it published), each of its topics is made exclusive, the offset
-    /// where the job starts in each is recorded (once), its segments are adopted or copied
-    /// after whatever of them the data files already hold, the data files are made durable
-    /// and the job's directory is removed. The caller holds `ingest_lock`.
-    fn publish_job(&self, job: &str) -> Result<Outcome> {
+    /// aside, nothing of it published), each of its topics is made exclusive (and, beside
+    /// other processes, reserved), the offset where the job starts in each is recorded
+    /// (once), its segments are adopted or copied after whatever of them the data files
+    /// already hold, the data files are made durable and the job's directory is removed.
+    /// The caller holds the publish turn.
+    fn publish_job(&self, job: &str, across: bool) -> Result<Outcome> {
         let job_dir = stage::job_dir(&self.dir, job)?;
         // An abort in another process holds it: the job is going, not to be published.
         let Some(_job_lock) = stage::try_lock_job(self.storage.as_ref(), &job_dir)? else {
@@ -232,7 +313,7 @@ impl State {
             ControlFlow::Continue(manifest) => manifest,
             ControlFlow::Break(outcome) => return Ok(outcome),
         };
-        let Plan { segments, names } = match self.plan(&job_dir, &manifest) {
+        let Plan { segments, names } = match self.plan(&job_dir, &manifest, across) {
             Ok(plan) => plan,
             Err(e) => return self.set_aside_or(&job_dir, e),
         };
@@ -240,9 +321,19 @@ impl State {
             .iter()
             .map(|(name, _)| self.topic_or_create(name))
             .collect::<Result<Vec<_>>>()?;
+        let reserved = if across {
+            Some(self.reserve(&job_dir, &topics)?)
+        } else {
+            None
+        };
         // Exclusive from here; released however this ends.
         let (_exclusive, next) = make_exclusive(&topics)?;
         let starts = self.job_starts(&job_dir, &names, &next)?;
+        let mut reserved = reserved;
+        if let Some(r) = reserved.as_mut() {
+            // The job owns the offsets after its starts now.
+            r.keep = true;
+        }
         let skip = names
             .iter()
             .zip(starts.iter().zip(&next))
@@ -252,6 +343,7 @@ impl State {
             names,
             topics,
             skip,
+            across,
         };
         self.publish_segments(&job_dir, &segments, &mut held)?;
         let ranges: Vec<(String, Range<u64>)> = held
@@ -262,7 +354,36 @@ impl State {
             .collect();
         self.flusher.flush().map_err(|e| self.poisoning(e))?;
         self.record_published(job, &job_dir, &manifest, &ranges)?;
+        if let Some(r) = reserved {
+            r.finish();
+        }
         Ok(Outcome::Published(ranges))
+    }
+
+    /// Beside other processes: reserves each of `topics` for this publish, under its
+    /// append lock and lined up with what the others appended (a dead appender's leftovers
+    /// erased). A job cut short keeps the reservations its publisher left until it is done.
+    fn reserve(&self, job_dir: &Path, topics: &[Arc<Topic>]) -> Result<Reserved> {
+        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
+        let mut reserved = Reserved {
+            topics: Vec::with_capacity(topics.len()),
+            keep: resumed,
+        };
+        for topic in topics {
+            let slot = self.follow.slot(topic).ok_or_else(|| {
+                Error::limit(
+                    "topics with a slot (shared mode)",
+                    crate::shared::SLOTS as u64 + 1,
+                    crate::shared::SLOTS as u64,
+                )
+            })?;
+            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+            follow::line_up(self, topic, &slot)?;
+            slot.reserve_for_publish();
+            reserved.topics.push(Arc::clone(topic));
+        }
+        crate::process::crash_point("publish-reserved");
+        Ok(reserved)
     }
 
     /// Reads job `job`'s commit. Breaks with the outcome when there is nothing to publish:
@@ -359,7 +480,7 @@ impl State {
                 .counts
                 .iter()
                 .all(|(t, _)| held.index(t).is_some_and(|i| held.skip[i] == 0));
-            if fresh && self.adoptable(segment) {
+            if fresh && !held.across && self.adoptable(segment) {
                 self.adopt(&ctx, job_dir, segment, held)
                     .map_err(|e| self.poisoning(e))?;
             } else {
@@ -510,10 +631,32 @@ impl State {
             let held = (job.skip[i] as usize).min(records.len());
             job.skip[i] -= held as u64;
             for batch in self.batches(&records[held..]) {
-                job.topics[i].append(ctx, batch)?;
+                self.copy_batch(ctx, &job.topics[i], batch, job.across)?;
             }
             Ok(())
         })
+    }
+
+    /// Appends one batch of a job's records; beside other processes under the topic's
+    /// append lock, lined up first (the reservation keeps their appends out, not their
+    /// rolls' reports, and a flush's progress slots).
+    fn copy_batch(
+        &self,
+        ctx: &Ctx<'_>,
+        topic: &Topic,
+        batch: &[Append<'_>],
+        across: bool,
+    ) -> Result<()> {
+        if !across {
+            return topic.append(ctx, batch).map(drop);
+        }
+        let slot = self.follow.slot(topic).ok_or_else(|| {
+            Error::invalid("topic", "a topic reserved for a publish lost its slot")
+        })?;
+        let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+        follow::line_up(self, topic, &slot)?;
+        crate::process::crash_point("publish-copy");
+        topic.append(ctx, batch).map(drop)
     }
 
     /// Removes a published job's directory, durably.

@@ -56,8 +56,6 @@ pub(crate) struct State {
     /// `config.effective_max_record_bytes()` and `config.effective_max_batch_bytes()`, computed once.
     pub limits: stage::Limits,
     pub recovered: Mutex<RecoveryState>,
-    /// One staged job is published at a time.
-    pub ingest_lock: Mutex<()>,
     pub dir_lock: DirLock,
     /// The shared state file: the writer's reports, a reader's slots and waits.
     pub follow: SharedLink,

@@ -144,8 +144,8 @@ fn upload_loop(state: &State) {
 
 /// The housekeeping thread: spare files, the clock, retention, staged jobs and file
 /// deletion, every sync interval or as soon as files are doomed. In shared mode, once
-/// another process joined, retention and deletion are the elected leader's (`lead`);
-/// staged jobs wait for a process alone.
+/// another process joined, retention, deletion and staged jobs are the elected leader's
+/// (`lead`, `staged_pass`).
 fn housekeeping_loop(state: &State) {
     let tick = Duration::from_millis(state.config.sync_interval_ms);
     let mut retry: Vec<Arc<DataFile>> = Vec::new();
@@ -161,11 +161,12 @@ fn housekeeping_loop(state: &State) {
             && state.dir_lock.is_shared()
         {
             election.follow_retired(state, &shared);
-            if election.lead(state, &shared)
-                && !state.alloc.sees_everything()
-                && let Err(e) = lead::leader_pass(state, &shared, &mut election)
-            {
-                state.reclaim.report(e);
+            if election.lead(state, &shared) && !state.alloc.sees_everything() {
+                if let Err(e) = lead::leader_pass(state, &shared, &mut election) {
+                    state.reclaim.report(e);
+                }
+                // Staged jobs, beside the other processes (alone, below).
+                staged_pass(state, true, &mut staged_checked);
             }
         }
         // In shared mode, only while no other process shares the directory.
@@ -177,16 +178,7 @@ fn housekeeping_loop(state: &State) {
                 state.reclaim.reclaim_topic(&topic);
             }
         }
-        // Staged jobs another process committed while we hold the directory.
-        if let Err(e) = state.ingest_committed() {
-            state.reclaim.report(e);
-        }
-        if staged_checked.elapsed() >= STAGED_CHECK_EVERY {
-            staged_checked = Instant::now();
-            if let Err(e) = state.remove_abandoned_staged() {
-                state.reclaim.report(e);
-            }
-        }
+        staged_pass(state, false, &mut staged_checked);
         if !state.counts_files_alone() {
             // The leader's pass above judged the files from the disk.
             drop(state.alloc.take_doomed());
@@ -200,6 +192,25 @@ fn housekeeping_loop(state: &State) {
         let (failed, result) = state.reclaim.delete_doomed();
         retry = failed;
         if let Err(e) = result {
+            state.reclaim.report(e);
+        }
+    }
+}
+
+/// Housekeeping's staged jobs (`across`: beside other processes): those committed in any
+/// process are published, and every `STAGED_CHECK_EVERY` those abandoned are removed. Skipped
+/// while another publish has the turn (this process's `commit_staged`, another process's
+/// publish): the next tick looks again.
+fn staged_pass(state: &State, across: bool, checked: &mut Instant) {
+    let Some(_publishing) = state.dir_lock.publish_turn(Duration::ZERO) else {
+        return;
+    };
+    if let Err(e) = state.publish_committed(across) {
+        state.reclaim.report(e);
+    }
+    if checked.elapsed() >= STAGED_CHECK_EVERY {
+        *checked = Instant::now();
+        if let Err(e) = state.remove_abandoned_staged() {
             state.reclaim.report(e);
         }
     }

@@ -3,7 +3,7 @@
 
 use std::ops::Range;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::durability::WriteOpts;
 use super::follow;
@@ -16,6 +16,9 @@ use crate::record::Append;
 use crate::shared::TopicGuard;
 use crate::sync::AppendHandle;
 use crate::topic::Topic;
+
+/// Between two looks of an appender at a topic a staged job's publish reserved.
+const RESERVED_POLL: Duration = Duration::from_millis(1);
 
 /// Appends `records` to `topic` as one crash-atomic batch; returns once they are as durable
 /// as `opts` asks.
@@ -61,10 +64,28 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
             crate::shared::SLOTS as u64,
         ));
     };
-    let guard = slot.lock(SHARED_LOCK_WAIT)?;
-    follow::line_up(state, topic, slot)?;
-    crate::process::crash_point("append-locked");
-    Ok(Some(guard))
+    let start = Instant::now();
+    loop {
+        let guard = slot.lock(SHARED_LOCK_WAIT)?;
+        follow::line_up(state, topic, slot)?;
+        if slot.publisher() == 0 {
+            crate::process::crash_point("append-locked");
+            return Ok(Some(guard));
+        }
+        // A staged job's publish owns the offsets after its start (see `wal::publish`):
+        // its publisher, or the next one after it died, ends the reservation.
+        drop(guard);
+        let waited = start.elapsed();
+        if waited >= SHARED_LOCK_WAIT {
+            return Err(crate::Error::LockTimeout {
+                lock: "staged publish",
+                holder_pid: slot.publisher_pid(),
+                waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+            });
+        }
+        state.check_writable()?;
+        std::thread::sleep(RESERVED_POLL);
+    }
 }
 
 /// Appends `records` to `topic` and returns at once with a handle that completes once they

@@ -9,3 +9,4 @@ mod common;
 mod staged;
 mod staged_adopt;
 mod staged_input;
+mod staged_shared;
