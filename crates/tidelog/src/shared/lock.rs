@@ -33,6 +33,8 @@ const SLEEP: Duration = Duration::from_millis(2);
 /// this long takes the word without sleeping, and the release then needs no wake (a futex
 /// wake costs the releaser a system call and the sleeper microseconds).
 const SPIN: Duration = Duration::from_micros(30);
+/// Most spin-loop hints between two looks of a polling waiter (doubling from 1).
+const BACKOFF_MAX: u32 = 64;
 
 /// Processes that may hold a directory in shared mode at once.
 pub const PROCESSES: usize = 256;
@@ -136,6 +138,7 @@ pub fn acquire(
     let start = Instant::now();
     let spinning = many_cpus();
     let mut slept = false;
+    let mut backoff = 1u32;
     let mut seen: Option<u32> = None;
     loop {
         let cur = word.load(Ordering::Relaxed);
@@ -168,7 +171,11 @@ pub fn acquire(
         }
         let waited = start.elapsed();
         if spinning && !slept && waited < SPIN {
-            std::hint::spin_loop();
+            // Backing off between looks keeps the waiters off the holder's cache line.
+            for _ in 0..backoff {
+                std::hint::spin_loop();
+            }
+            backoff = (backoff * 2).min(BACKOFF_MAX);
             continue;
         }
         if waited >= wait {

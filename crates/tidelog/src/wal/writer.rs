@@ -64,7 +64,7 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
             crate::shared::SLOTS as u64,
         ));
     };
-    let start = Instant::now();
+    let mut start = None;
     loop {
         let guard = slot.lock(SHARED_LOCK_WAIT)?;
         follow::line_up(state, topic, slot)?;
@@ -75,7 +75,7 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
         // A staged job's publish owns the offsets after its start (see `wal::publish`):
         // its publisher, or the next one after it died, ends the reservation.
         drop(guard);
-        let waited = start.elapsed();
+        let waited = start.get_or_insert_with(Instant::now).elapsed();
         if waited >= SHARED_LOCK_WAIT {
             return Err(crate::Error::LockTimeout {
                 lock: "staged publish",
