@@ -471,3 +471,48 @@ def test_an_exclusive_handle_has_no_leader(tmp_path: Path) -> None:
     with tidelog.open(tmp_path, exclusive=True) as wal:
         wal.append("t", b"x")
         assert wal.leader() is None
+
+
+def hold_worker(path: str, ready: Any, stop: Any) -> None:
+    """Child: holds `path` open in shared mode (appending to `own`) until `stop` is set."""
+    with tidelog.open(path, fsync_interval_ms=20) as wal:
+        wal.append("own", b"child")
+        ready.set()
+        stop.wait(WAIT_S)
+
+
+def test_a_commit_is_published_and_a_deletion_seen_beside_other_processes(
+    tmp_path: Path,
+) -> None:
+    """With two processes sharing the directory, a job committed without a handle (as
+    Spark's driver does) is published by their housekeeping leader, in one range; a topic
+    deleted in one process is gone in the other, whose next append of the name starts a
+    new topic."""
+    ctx = mp.get_context("spawn")
+    ready, stop = ctx.Event(), ctx.Event()
+    child = ctx.Process(target=hold_worker, args=(str(tmp_path), ready, stop))
+    child.start()
+    try:
+        assert ready.wait(WAIT_S)
+        with tidelog.open(tmp_path, fsync_interval_ms=20) as wal:
+            wal.append("t", b"before")
+            w = tidelog.StagedWriter(tmp_path, "job", "p0")
+            for i in range(100):
+                w.append("t", b"job %d" % i)
+            assert w.finish() == 100
+            tidelog.commit_staged(tmp_path, "job", ["p0"], timeout=WAIT_S)
+            values = [bytes(r) for r in wal.reader("t", start="earliest")]
+            assert values == [b"before"] + [b"job %d" % i for i in range(100)]
+            assert not (tmp_path / "staging" / "job").exists()
+
+            reader = wal.reader("own", start="earliest")
+            assert bytes(next(reader)) == b"child"
+            wal.delete_topic("own")
+            with pytest.raises(tidelog.UnknownTopicError):
+                reader.next(0)
+            assert "own" not in wal.topics()
+            assert wal.append("own", b"new") == 0
+    finally:
+        stop.set()
+        child.join(WAIT_S)
+    assert child.exitcode == 0

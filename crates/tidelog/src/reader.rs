@@ -353,6 +353,13 @@ impl Reader {
                 "an anonymous reader has no cursor to commit",
             ));
         };
+        // Deleted, here or by another process (its slot released or marked): the commit
+        // would bring a cursor of the deleted topic back.
+        if self.topic.is_deleted() || self.topic.slot().is_some_and(|s| s.is_gone()) {
+            return Err(Error::UnknownTopic {
+                topic: self.topic.name.clone(),
+            });
+        }
         let next = self.topic.next_offset();
         if offset > next {
             return Err(Error::OffsetOutOfRange {

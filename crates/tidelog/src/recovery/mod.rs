@@ -23,7 +23,7 @@ mod chain;
 mod scan;
 mod slots;
 
-pub use slots::file_retired;
+pub use slots::{file_retired, mark_topic_deleted};
 
 use chain::*;
 use scan::*;

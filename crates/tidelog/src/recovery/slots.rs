@@ -151,6 +151,17 @@ pub(super) fn count_unused(file: &DataFile, blocks: u32) {
 /// because it held nothing to keep.
 pub(super) fn forget_extent(storage: &dyn Storage, f: &Found, state: ProgressState) -> Result<()> {
     count_unused(&f.file, f.id.extent_count);
+    mark_retired(storage, &f.file, f.id.block_index, state)
+}
+
+/// Writes the progress slot of the extent at block `index` of `file` as retired (`state`,
+/// nothing durable in it) and syncs it.
+pub(super) fn mark_retired(
+    storage: &dyn Storage,
+    file: &DataFile,
+    index: u32,
+    state: ProgressState,
+) -> Result<()> {
     let progress = Progress {
         state,
         durable_end: format::BLOCK_HEADER_BYTES,
@@ -159,11 +170,48 @@ pub(super) fn forget_extent(storage: &dyn Storage, f: &Found, state: ProgressSta
         footer_count: 0,
         footer_crc: 0,
     };
-    let at = f.file.block_position(f.id.block_index) as usize + format::PG_SLOT_AT;
-    f.file.map.write_header(at, &progress.encode());
+    let at = file.block_position(index) as usize + format::PG_SLOT_AT;
+    file.map.write_header(at, &progress.encode());
     storage
-        .sync_map(&f.file.map, &f.file.path, at, format::PG_LEN)
-        .map_err(|e| Error::io("msync", &f.file.path, e))
+        .sync_map(&file.map, &file.path, at, format::PG_LEN)
+        .map_err(|e| Error::io("msync", &file.path, e))
+}
+
+/// Marks `Deleted` every extent of topic `topic_id` in the data files of `dir` that is not
+/// retired on disk yet, and returns how many: a deletion another process began and died in
+/// (shared mode; the caller holds the topic's append lock, and every process treats the
+/// topic as deleted). `files`: those this handle has open (the others are opened here).
+/// The marks go oldest file first, as a deletion's do.
+pub fn mark_topic_deleted(
+    storage: &dyn Storage,
+    dir: &Path,
+    files: &BTreeMap<u64, Arc<DataFile>>,
+    topic_id: u32,
+) -> Result<u64> {
+    let (listed, _) = list_files(storage, dir)?;
+    let mut marked = 0;
+    for (seq, path) in &listed {
+        let Some(file) = open_listed(storage, *seq, path, true, files)? else {
+            continue;
+        };
+        let mut index = 0u32;
+        while index < file.extent_count {
+            match classify_slot(storage, &file, index)? {
+                SlotKind::Unused => index += 1,
+                SlotKind::Extent(id, progress, _) => {
+                    let retired = progress.is_some_and(|p| {
+                        matches!(p.state, ProgressState::Consumed | ProgressState::Deleted)
+                    });
+                    if id.topic_id == topic_id && !retired {
+                        mark_retired(storage, &file, index, ProgressState::Deleted)?;
+                        marked += 1;
+                    }
+                    index += id.extent_count;
+                }
+            }
+        }
+    }
+    Ok(marked)
 }
 
 /// Whether every extent of `file` is retired on disk (`Consumed` or `Deleted`), judged from

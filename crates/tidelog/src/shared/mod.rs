@@ -440,7 +440,9 @@ impl SharedState {
     }
 
     /// Every live topic with a slot: its name and id (a process's refresh of the table).
-    pub fn named(&self) -> Vec<(String, u32)> {
+    /// With `deleting`, only the topics whose deletion began instead (see
+    /// [`TopicSlot::is_deleting`]), which are no longer live.
+    pub fn named(self: &Arc<Self>, deleting: bool) -> Vec<(String, u32)> {
         let mut out = Vec::new();
         if !self.is_current() {
             return out;
@@ -448,6 +450,9 @@ impl SharedState {
         for i in 0..SLOTS {
             let key = self.key_at(i);
             if key == 0 || key == KEY_TOMBSTONE {
+                continue;
+            }
+            if self.slot(slot_at(i), key).is_deleting() != deleting {
                 continue;
             }
             if let Some(name) = self.name_at(i) {

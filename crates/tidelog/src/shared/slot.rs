@@ -70,6 +70,11 @@ pub const S_REPAIR: usize = S_FINALS + FINALS * FINAL_BYTES;
 /// ledger counts the records after its start as the job's, so nothing else may follow
 /// them until the next publisher has finished the job (`wal::publish`).
 pub const S_PUBLISHER: usize = S_REPAIR + 4;
+/// The lock-word value of the process deleting the topic (0: none), set under the append
+/// lock once the deletion begins, until the slot is released at its end. Every process
+/// treats a topic so marked as deleted; after that process died, the next holder of the
+/// publish turn finishes the deletion (`wal::delete`).
+pub const S_DELETING: usize = S_PUBLISHER + 4;
 
 pub const SLOT_BYTES: usize = 256;
 pub const KEY_TAG: u64 = 1 << 32;
@@ -79,7 +84,8 @@ const _: () = assert!(S_COPIES + 2 * COPY_BYTES == S_DURABLE_NEXT);
 const _: () = assert!(C_MAX_TIMESTAMP + 8 == COPY_BYTES);
 const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
 const _: () = assert!(S_PUBLISHER == S_REPAIR + 4);
-const _: () = assert!(S_PUBLISHER + 4 <= SLOT_BYTES);
+const _: () = assert!(S_DELETING == S_PUBLISHER + 4);
+const _: () = assert!(S_DELETING + 4 <= SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
 pub const NO_EXTENT: u64 = u64::MAX;
@@ -213,6 +219,23 @@ impl TopicSlot {
     /// The reservation ends: the job is published (or a later publisher found it so).
     pub fn end_publish(&self) {
         self.word32(S_PUBLISHER).store(0, Ordering::Release);
+    }
+
+    /// Under the append lock: the topic's deletion begins (see [`S_DELETING`]).
+    pub fn mark_deleting(&self) {
+        self.word32(S_DELETING)
+            .store(self.shared.owner(), Ordering::Release);
+    }
+
+    /// Whether a deletion of the topic began (it ends with [`TopicSlot::release`]).
+    pub fn is_deleting(&self) -> bool {
+        self.word32(S_DELETING).load(Ordering::Acquire) != 0
+    }
+
+    /// True once the topic is deleted for every process: its slot released, or its
+    /// deletion begun.
+    pub fn is_gone(&self) -> bool {
+        self.load(S_KEY, Ordering::Acquire) != self.key || self.is_deleting()
     }
 
     /// The pid of the process whose publish reserved the topic (0 when unknown).
@@ -501,6 +524,8 @@ impl TopicSlot {
         self.word32(S_APPEND_LOCK).store(0, Ordering::Relaxed);
         self.word32(S_SYNC_TURN).store(0, Ordering::Relaxed);
         self.word32(S_REPAIR).store(0, Ordering::Relaxed);
+        self.word32(S_PUBLISHER).store(0, Ordering::Relaxed);
+        self.word32(S_DELETING).store(0, Ordering::Relaxed);
         self.word64(S_KEY).store(key, Ordering::Release);
     }
 }

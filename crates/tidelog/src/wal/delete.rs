@@ -1,9 +1,29 @@
 //! Deleting a topic or a consumer group.
+//!
+//! Alone (an exclusive handle, or the only process of a shared directory) a deletion runs as
+//! one step under the process's own locks. Beside other processes it takes the publish turn
+//! (one publish or deletion at a time in the directory), marks the topic's slot `deleting`
+//! under its append lock (from then on every process treats the topic as deleted), marks its
+//! extents `Deleted` on disk (the first mark is recovery's commit point), removes its
+//! cursors and releases the slot. A deleter that dies leaves the slot marked; the next
+//! holder of the turn finishes the deletion ([`finish_cut_short`]).
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::follow;
 use super::state::State;
+use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::format::{ProgressState, validate_name};
 use crate::poison::PanicGuard;
+use crate::recovery;
+use crate::shared::TopicSlot;
+use crate::topic::Topic;
+
+/// Longest a deletion beside other processes waits for a publish (or another deletion) to
+/// end.
+const TURN_WAIT: Duration = Duration::from_secs(60);
 
 /// Deletes topic `name`: its cursors first, then (with the flush held off) every extent
 /// marked `Deleted` oldest first. The first mark is the deletion's commit point: recovery
@@ -11,50 +31,125 @@ use crate::poison::PanicGuard;
 pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     state.check_writable()?;
     let _panic = PanicGuard::new(&state.sync.poison, "topic deletion (it panicked)");
-    // Shared mode: only while no other process shares the directory, with every extent
-    // other processes added to the topic in its chain.
-    let Some(_turn) = state.housekeeping_turn() else {
+    if let Some(_alone) = state.housekeeping_turn() {
+        let topic = find(state, name)?;
+        if let Some(slot) = topic.slot()
+            && state.topics.is_shared_mode()
+        {
+            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+            follow::check_live(state, &topic, slot)?;
+            follow::line_up(state, &topic, slot)?;
+        }
+        if !topic.stop_appends(true) {
+            return Err(unknown(name));
+        }
+        if let Some(slot) = topic.slot() {
+            slot.release();
+        }
+        return retire_all(state, &topic, false);
+    }
+    let Some(_turn) = state.dir_lock.publish_turn(TURN_WAIT) else {
         return Err(Error::Locked {
             path: state.dir.clone(),
         });
     };
-    let topic = match state.topics.get(name) {
-        Err(Error::UnknownTopic { .. }) if state.topics.is_shared_mode() => state
-            .topics
-            .find_shared(name)
-            .ok_or_else(|| Error::UnknownTopic {
-                topic: name.to_owned(),
-            })?,
-        other => other?,
-    };
-    if let Some(slot) = topic.slot()
-        && state.topics.is_shared_mode()
+    // A publish a dead process cut short owns offsets in its topics: finished first.
+    state.resume_cut_short(true)?;
+    let topic = find(state, name)?;
+    let slot = state.follow.slot(&topic).ok_or_else(|| unknown(name))?;
     {
-        let _lock = slot.lock(crate::alloc::SHARED_LOCK_WAIT)?;
-        super::follow::line_up(state, &topic, slot)?;
+        let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+        follow::check_live(state, &topic, &slot)?;
+        follow::line_up(state, &topic, &slot)?;
+        slot.mark_deleting();
+        crate::process::crash_point("delete-begun");
+        if !topic.stop_appends(true) {
+            return Err(unknown(name));
+        }
+        retire_all(state, &topic, true)?;
+        // Any extent of the topic this handle's view lacks is marked too (the block slots
+        // of every data file say which).
+        let files = state.alloc.files().clone();
+        recovery::mark_topic_deleted(state.storage.as_ref(), &state.dir, &files, topic.id)
+            .inspect_err(|e| state.sync.poison(e))?;
     }
-    if !topic.stop_appends(true) {
-        return Err(Error::UnknownTopic {
-            topic: name.to_owned(),
-        });
+    released(state, &slot);
+    Ok(())
+}
+
+/// Beside other processes, under the publish turn: finishes the deletions whose process
+/// died after it marked the topic's slot `deleting` (a live deleter holds the turn).
+pub(super) fn finish_cut_short(state: &State) -> Result<()> {
+    let Some(shared) = state.follow.writer_state() else {
+        return Ok(());
+    };
+    for (name, id) in state.topics.shared_named(true) {
+        let Some(slot) = shared.find(id) else {
+            continue;
+        };
+        {
+            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+            // Released meanwhile (a handle alone finished it).
+            if !slot.is_valid() || !slot.is_deleting() {
+                continue;
+            }
+            if let Ok(topic) = state.topics.get(&name)
+                && topic.id == id
+            {
+                follow::forget_deleted(state, &topic);
+            }
+            state
+                .cursors
+                .remove_topic(state.storage.as_ref(), &state.dir, &name)?;
+            // Its extents as the disk has them: the dead deleter may have marked some, and
+            // recovery skips a topic with one mark.
+            let files = state.alloc.files().clone();
+            recovery::mark_topic_deleted(state.storage.as_ref(), &state.dir, &files, id)
+                .inspect_err(|e| state.sync.poison(e))?;
+        }
+        released(state, &slot);
     }
-    state.topics.remove(&topic);
-    if let Some(slot) = topic.slot() {
-        slot.release();
+    Ok(())
+}
+
+/// The topic `name` as this handle or another process knows it.
+fn find(state: &State, name: &str) -> Result<Arc<Topic>> {
+    match state.topics.get(name) {
+        Err(Error::UnknownTopic { .. }) if state.topics.is_shared_mode() => {
+            state.topics.find_shared(name).ok_or_else(|| unknown(name))
+        }
+        other => other,
     }
+}
+
+fn unknown(name: &str) -> Error {
+    Error::UnknownTopic {
+        topic: name.to_owned(),
+    }
+}
+
+/// Takes `topic` (its appends stopped) out of this handle, removes its cursors and marks
+/// every extent `Deleted`, oldest first (crash point `delete-marked` after the first).
+/// `locked`: the caller holds the topic's append lock, under which every process writes
+/// its progress slots; otherwise this process's flush is held off meanwhile.
+fn retire_all(state: &State, topic: &Topic, locked: bool) -> Result<()> {
+    state.topics.remove(topic);
     // Its entries leave the ring first: a replay never brings back a deleted topic.
     state.durable.checkpoint(&state.flusher)?;
     state
         .cursors
-        .remove_topic(state.storage.as_ref(), &state.dir, name)?;
-    let _flushing = state.flusher.hold();
+        .remove_topic(state.storage.as_ref(), &state.dir, &topic.name)?;
+    let _flushing = (!locked).then(|| state.flusher.hold());
     let _pass = topic.reclaim_lock();
     let chain = topic.take_all();
     let active = topic.tail().block.take();
-    for block in &chain {
+    for (i, block) in chain.iter().enumerate() {
         if let Err(e) = block.retire(state.storage.as_ref(), ProgressState::Deleted) {
             state.sync.poison(&e);
             return Err(e);
+        }
+        if i == 0 {
+            crate::process::crash_point("delete-marked");
         }
     }
     if let Some(block) = active {
@@ -71,6 +166,15 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     }
     state.reclaim.wake();
     Ok(())
+}
+
+/// The deletion's end beside other processes: the slot goes (after the append lock, which
+/// a later topic may take with it), and the others drop what it retired.
+fn released(state: &State, slot: &TopicSlot) {
+    slot.release();
+    if let Some(shared) = state.follow.writer_state() {
+        shared.note_retired();
+    }
 }
 
 /// Deletes the cursor of `group` on `topic`; the topic's consumed extents then go.

@@ -68,7 +68,10 @@ impl Flusher {
             if self.topics.is_shared_mode()
                 && let Some(slot) = topic.slot()
             {
-                self.flush_topic_shared(&topic, slot, closing)?;
+                // Another process deleted it (and marked its extents).
+                if !slot.is_gone() {
+                    self.flush_topic_shared(&topic, slot, closing)?;
+                }
                 continue;
             }
             // Loaded before the extents' publication words: the pass covers at least this.

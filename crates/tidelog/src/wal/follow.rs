@@ -33,6 +33,11 @@ pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<bool> {
         return Ok(true);
     };
     if state.topics.is_shared_mode() {
+        if slot.is_gone() {
+            // Another process deleted it: the next read reports it.
+            forget_deleted(state, topic);
+            return Ok(true);
+        }
         // Another process rolled: line the topic up under its append lock, so no appender
         // of this handle works on the extents the directory read restores.
         if let Some(snap) = slot.snapshot()
@@ -101,9 +106,28 @@ pub(super) fn line_up_all(state: &State) -> Result<()> {
             continue;
         };
         let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-        line_up(state, &topic, &slot)?;
+        if check_live(state, &topic, &slot).is_ok() {
+            line_up(state, &topic, &slot)?;
+        }
     }
     Ok(())
+}
+
+/// Shared mode: `UnknownTopic` once another process deleted `topic` (its slot released,
+/// or its deletion begun), which this handle then forgets.
+pub(super) fn check_live(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
+    if !slot.is_gone() {
+        return Ok(());
+    }
+    forget_deleted(state, topic);
+    Err(crate::Error::UnknownTopic {
+        topic: topic.name.clone(),
+    })
+}
+
+/// Another process deleted `topic` (see [`super::topics::Topics::forget`]).
+pub(super) fn forget_deleted(state: &State, topic: &Topic) {
+    state.topics.forget(topic);
 }
 
 /// Shared mode, under `topic`'s append lock: moves its tail to what the slot reports, other
@@ -129,6 +153,7 @@ pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<
 fn line_up_to(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
     // A released slot: another process deleted the topic.
     let Some(snap) = slot.snapshot_held() else {
+        forget_deleted(state, topic);
         return Err(crate::Error::UnknownTopic {
             topic: topic.name.clone(),
         });

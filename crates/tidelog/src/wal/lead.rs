@@ -63,6 +63,8 @@ impl Election {
             return;
         }
         self.retired_seen = retired;
+        // Another process's deletion retired extents too: the leader judges the files.
+        self.judge_files |= self.leading;
         for topic in state.topics.all() {
             topic.drop_retired_front();
         }
@@ -96,6 +98,10 @@ pub(super) fn leader_pass(
             Err(Error::LockTimeout { .. }) => continue,
             Err(e) => return Err(e),
         };
+        // A deletion under way retires the topic's extents itself.
+        if follow::check_live(state, &topic, &slot).is_err() {
+            continue;
+        }
         follow::line_up(state, &topic, &slot)?;
         retired |= state.reclaim.reclaim_topic_locked(&topic);
     }

@@ -242,9 +242,14 @@ impl Wal {
     pub fn reader_with(&self, topic: &str, options: ReaderOptions) -> Result<Reader> {
         let state = &self.state;
         state.check_open()?;
-        let t = state.topics.get(topic)?;
+        let mut t = state.topics.get_live(topic)?;
         // What other processes published so far: a reader from the latest starts after it.
         self.follow_others(&t)?;
+        if t.is_deleted() {
+            // Another process deleted it: the topic of that name now, if any.
+            t = state.topics.get_live(topic)?;
+            self.follow_others(&t)?;
+        }
         let cursor = match &options.group {
             Some(group) => {
                 validate_name(group)?;

@@ -145,7 +145,7 @@ fn upload_loop(state: &State) {
 /// The housekeeping thread: spare files, the clock, retention, staged jobs and file
 /// deletion, every sync interval or as soon as files are doomed. In shared mode, once
 /// another process joined, retention, deletion and staged jobs are the elected leader's
-/// (`lead`, `staged_pass`).
+/// (`lead`, `turn_pass`).
 fn housekeeping_loop(state: &State) {
     let tick = Duration::from_millis(state.config.sync_interval_ms);
     let mut retry: Vec<Arc<DataFile>> = Vec::new();
@@ -165,8 +165,9 @@ fn housekeeping_loop(state: &State) {
                 if let Err(e) = lead::leader_pass(state, &shared, &mut election) {
                     state.reclaim.report(e);
                 }
-                // Staged jobs, beside the other processes (alone, below).
-                staged_pass(state, true, &mut staged_checked);
+                // Staged jobs and deletions cut short, beside the other processes (alone,
+                // below).
+                turn_pass(state, true, &mut staged_checked);
             }
         }
         // In shared mode, only while no other process shares the directory.
@@ -178,7 +179,7 @@ fn housekeeping_loop(state: &State) {
                 state.reclaim.reclaim_topic(&topic);
             }
         }
-        staged_pass(state, false, &mut staged_checked);
+        turn_pass(state, false, &mut staged_checked);
         if !state.counts_files_alone() {
             // The leader's pass above judged the files from the disk.
             drop(state.alloc.take_doomed());
@@ -197,14 +198,20 @@ fn housekeeping_loop(state: &State) {
     }
 }
 
-/// Housekeeping's staged jobs (`across`: beside other processes): those committed in any
-/// process are published, and every `STAGED_CHECK_EVERY` those abandoned are removed. Skipped
-/// while another publish has the turn (this process's `commit_staged`, another process's
-/// publish): the next tick looks again.
-fn staged_pass(state: &State, across: bool, checked: &mut Instant) {
+/// Housekeeping's work under the publish turn (`across`: beside other processes): the
+/// deletions a dead process cut short are finished, the staged jobs committed in any
+/// process published, and every `STAGED_CHECK_EVERY` those abandoned removed. Skipped while
+/// another process or thread has the turn (a publish, a deletion): the next tick looks
+/// again.
+fn turn_pass(state: &State, across: bool, checked: &mut Instant) {
     let Some(_publishing) = state.dir_lock.publish_turn(Duration::ZERO) else {
         return;
     };
+    if state.topics.is_shared_mode()
+        && let Err(e) = super::delete::finish_cut_short(state)
+    {
+        state.reclaim.report(e);
+    }
     if let Err(e) = state.publish_committed(across) {
         state.reclaim.report(e);
     }

@@ -7,7 +7,7 @@ use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::format::validate_name;
 use crate::poison::Recover;
-use crate::shared::{HeaderLock, SharedState};
+use crate::shared::{HeaderLock, SharedState, TopicSlot};
 use crate::topic::Topic;
 
 #[derive(Debug, Default)]
@@ -82,22 +82,59 @@ impl Topics {
     pub fn get(&self, name: &str) -> Result<Arc<Topic>> {
         validate_name(name)?;
         let found = self.table.read().recover().by_name.get(name).cloned();
-        found
-            .or_else(|| self.find_shared(name))
-            .ok_or_else(|| Error::UnknownTopic {
+        match found {
+            Some(t) if !self.deleted_elsewhere(&t) => return Ok(t),
+            // Another process deleted it: the topic of the name now, if any.
+            Some(t) => self.forget(&t),
+            None => {}
+        }
+        self.find_shared(name).ok_or_else(|| Error::UnknownTopic {
+            topic: name.to_owned(),
+        })
+    }
+
+    /// Shared mode: another process deleted `topic`. This handle appends to it no more
+    /// (its readers and writers get `UnknownTopic`), drops its extents (their deleter
+    /// marked them) and no longer lists it, so a later append of the name makes a new
+    /// topic.
+    pub fn forget(&self, topic: &Topic) {
+        if topic.stop_appends(true) {
+            self.remove(topic);
+            topic.trim_front(|_| false);
+        }
+    }
+
+    /// [`Topics::get`] for a topic to read or describe: one another process began to
+    /// delete is `UnknownTopic`.
+    pub fn get_live(&self, name: &str) -> Result<Arc<Topic>> {
+        let topic = self.get(name)?;
+        if self.deleted_elsewhere(&topic) {
+            return Err(Error::UnknownTopic {
                 topic: name.to_owned(),
-            })
+            });
+        }
+        Ok(topic)
     }
 
     /// The topic `name`, created with a new id if missing (at most `topics_max` topics).
     pub fn get_or_create(&self, name: &str, topics_max: u64) -> Result<Arc<Topic>> {
-        if let Some(t) = self.table.read().recover().by_name.get(name) {
+        if let Some(t) = self.table.read().recover().by_name.get(name)
+            && !self.deleted_elsewhere(t)
+        {
             return Ok(Arc::clone(t));
         }
         validate_name(name)?;
         let mut table = self.table.write().recover();
         if let Some(t) = table.by_name.get(name) {
-            return Ok(Arc::clone(t));
+            if !self.deleted_elsewhere(t) {
+                return Ok(Arc::clone(t));
+            }
+            // Another process deleted it: a new topic of the name, or the one under
+            // deletion (whose appends then fail) until its slot is released.
+            let gone = Arc::clone(t);
+            table.by_name.remove(name);
+            gone.stop_appends(true);
+            gone.trim_front(|_| false);
         }
         if self.shared_mode {
             return self.create_shared(&mut table, name, topics_max);
@@ -185,8 +222,9 @@ impl Topics {
         Ok(out)
     }
 
-    /// Shared mode: the names of the topics other processes report, with their ids.
-    pub fn shared_named(&self) -> Vec<(String, u32)> {
+    /// Shared mode: the names of the topics other processes report, with their ids (with
+    /// `deleting`, those whose deletion began instead).
+    pub fn shared_named(&self, deleting: bool) -> Vec<(String, u32)> {
         if !self.shared_mode {
             return Vec::new();
         }
@@ -194,7 +232,7 @@ impl Topics {
             .read()
             .recover()
             .as_ref()
-            .map(|s| s.named())
+            .map(|s| s.named(deleting))
             .unwrap_or_default()
     }
 
@@ -239,22 +277,29 @@ impl Topics {
             .read()
             .recover()
             .by_name
-            .keys()
-            .cloned()
+            .iter()
+            .filter(|(_, t)| !self.deleted_elsewhere(t))
+            .map(|(name, _)| name.clone())
             .collect();
-        names.extend(self.shared_named().into_iter().map(|(name, _)| name));
+        names.extend(self.shared_named(false).into_iter().map(|(name, _)| name));
         names.sort();
         names.dedup();
         names
     }
 
+    /// Shared mode: whether another process deleted `topic` (see
+    /// [`crate::shared::TopicSlot::is_gone`]).
+    pub fn deleted_elsewhere(&self, topic: &Topic) -> bool {
+        self.shared_mode && topic.slot().is_some_and(TopicSlot::is_gone)
+    }
+
     /// Takes `name` out of the table if it is still `topic`.
-    pub fn remove(&self, topic: &Arc<Topic>) {
+    pub fn remove(&self, topic: &Topic) {
         let mut table = self.table.write().recover();
         if table
             .by_name
             .get(&topic.name)
-            .is_some_and(|t| Arc::ptr_eq(t, topic))
+            .is_some_and(|t| std::ptr::eq(Arc::as_ptr(t), topic))
         {
             table.by_name.remove(&topic.name);
         }

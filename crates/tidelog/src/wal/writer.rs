@@ -67,6 +67,7 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
     let mut start = None;
     loop {
         let guard = slot.lock(SHARED_LOCK_WAIT)?;
+        follow::check_live(state, topic, slot)?;
         follow::line_up(state, topic, slot)?;
         if slot.publisher() == 0 {
             crate::process::crash_point("append-locked");

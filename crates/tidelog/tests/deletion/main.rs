@@ -7,6 +7,7 @@
 mod common;
 
 mod back_pressure;
+mod delete_shared;
 mod delete_topic;
 mod deletion_cursors;
 mod retention;

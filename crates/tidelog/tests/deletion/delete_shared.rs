@@ -1,0 +1,229 @@
+//! Goal: `Wal::delete_topic` works while other processes share the directory (shared mode):
+//! the topic is gone for every process (their writers and readers get `UnknownTopic`, a
+//! reader's commit brings no cursor back), an append of the name in any process starts a
+//! new topic at offset 0, its data files are deleted by the housekeeping leader, and a
+//! deleter killed part way (after it marked the topic, after its first extent's mark) is
+//! finished by another process: the old records never come back, the new topic stays
+//! intact, in every process's view and after a reopen.
+//!
+//! Method: the test binary re-executes itself as a child (`child_process_entry`) that opens
+//! the directory and obeys commands on stdin; named crash points (`TIDELOG_CRASH_AT`) kill
+//! it inside a deletion.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use crate::common::{
+    ChildSession, child_command, child_commands, child_env, data_files, geometry, read_values,
+    reply, tempdir,
+};
+use tidelog::{Config, Error, Wal};
+
+const TOPIC: &str = "t";
+const KEPT: &str = "kept";
+/// Generous: CI machines are slow and busy.
+const WAIT: Duration = Duration::from_secs(30);
+
+/// Files of 8 blocks of 64 KiB, housekeeping every 20 ms.
+fn config() -> Config {
+    geometry(8, 64 * 1024).sync_interval_ms(20)
+}
+
+fn value(topic: &str, i: u64) -> Vec<u8> {
+    let mut v = format!("{topic} {i:06} ").into_bytes();
+    v.resize(200, b'.');
+    v
+}
+
+/// Child: opens the directory and obeys `append TOPIC FROM TO` (replies the first offset),
+/// `writer` (takes a writer of `TOPIC`), `write` (appends through it; replies the offset or
+/// the error), `read` (a group reader of `TOPIC` from the start: replies how many records
+/// it read), `commit` (commits that reader: replies ok or the error), `delete` (deletes
+/// `TOPIC`); closes when stdin closes.
+#[test]
+fn child_process_entry() {
+    let Some((dir, _mode)) = child_env() else {
+        return;
+    };
+    let wal = Wal::open_with(&dir, config()).unwrap();
+    let mut writer = None;
+    let mut reader = None;
+    reply("open");
+    for line in child_commands() {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        match words.as_slice() {
+            ["append", topic, from, to] => {
+                let (from, to): (u64, u64) = (from.parse().unwrap(), to.parse().unwrap());
+                let first = wal.append(topic, &value(topic, from)).unwrap();
+                for i in from + 1..to {
+                    wal.append(topic, &value(topic, i)).unwrap();
+                }
+                reply(&first.to_string());
+            }
+            ["writer"] => {
+                writer = Some(wal.writer(TOPIC).unwrap());
+                reply("ok");
+            }
+            ["write"] => match writer.as_ref().unwrap().append(b"late") {
+                Ok(offset) => reply(&offset.to_string()),
+                Err(e) => reply(&format!("error {e:?}")),
+            },
+            ["read"] => {
+                let mut r = wal.reader(TOPIC, "g").unwrap();
+                let mut n = 0;
+                while r.next().unwrap().is_some() {
+                    n += 1;
+                }
+                reader = Some(r);
+                reply(&n.to_string());
+            }
+            ["commit"] => match reader.as_mut().unwrap().commit() {
+                Ok(()) => reply("ok"),
+                Err(e) => reply(&format!("error {e:?}")),
+            },
+            ["delete"] => {
+                wal.delete_topic(TOPIC).unwrap();
+                reply("deleted");
+            }
+            other => panic!("unknown command {other:?}"),
+        }
+    }
+    wal.close().unwrap();
+}
+
+fn child(dir: &Path, crash_at: Option<&str>) -> ChildSession {
+    let mut cmd = child_command(module_path!(), dir, "");
+    if let Some(point) = crash_at {
+        cmd.env("TIDELOG_CRASH_AT", point);
+    }
+    let mut session = ChildSession::spawn(&mut cmd);
+    assert_eq!(session.recv(WAIT), "open");
+    session
+}
+
+/// Sends `command` to `session` and returns its reply.
+fn ask(session: &mut ChildSession, command: &str) -> String {
+    session.send(command);
+    session.recv(WAIT)
+}
+
+/// Waits until `done` holds, at most `WAIT`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+fn values(wal: &Wal, topic: &str) -> Vec<Vec<u8>> {
+    read_values(wal, topic)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect()
+}
+
+fn expected(topic: &str, from: u64, to: u64) -> Vec<Vec<u8>> {
+    (from..to).map(|i| value(topic, i)).collect()
+}
+
+fn is_unknown_topic(reply: &str) -> bool {
+    reply.starts_with("error UnknownTopic")
+}
+
+#[test]
+fn a_topic_deleted_beside_another_process_is_gone_for_both() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    let mut other = child(dir.path(), None);
+    // About three files of the topic, and one topic that stays.
+    assert_eq!(ask(&mut other, "append t 0 6000"), "0");
+    for i in 0..100 {
+        wal.append(KEPT, &value(KEPT, i)).unwrap();
+    }
+    assert_eq!(ask(&mut other, "writer"), "ok");
+    assert_eq!(ask(&mut other, "read"), "6000");
+    let mut reader = wal.reader(TOPIC, "mine").unwrap();
+    assert!(reader.next().unwrap().is_some());
+    reader.commit().unwrap();
+    let files_before = data_files(dir.path()).len();
+
+    wal.delete_topic(TOPIC).unwrap();
+
+    // This process: its reader and the name.
+    assert!(matches!(reader.next(), Err(Error::UnknownTopic { .. })));
+    assert!(!wal.topics().contains(&TOPIC.to_owned()));
+    // The other process: its writer, its reader's commit, then the name anew.
+    assert!(is_unknown_topic(&ask(&mut other, "write")));
+    assert!(is_unknown_topic(&ask(&mut other, "commit")));
+    assert_eq!(ask(&mut other, "append t 0 10"), "0", "a new topic");
+    assert_eq!(values(&wal, TOPIC), expected(TOPIC, 0, 10));
+    // The leader deletes the files that held only the deleted topic.
+    eventually("the deleted topic's files go", || {
+        data_files(dir.path()).len() + 2 < files_before
+    });
+    assert_eq!(values(&wal, KEPT), expected(KEPT, 0, 100));
+    other.finish(WAIT);
+    drop(reader);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    assert_eq!(values(&wal, TOPIC), expected(TOPIC, 0, 10));
+    assert_eq!(values(&wal, KEPT), expected(KEPT, 0, 100));
+    // No cursor of the deleted topic came back: the group starts at the first offset.
+    let mut g = wal.reader(TOPIC, "g").unwrap();
+    assert_eq!(g.next().unwrap().map(|r| r.offset), Some(0));
+}
+
+/// A child appends 3000 records to the topic and is killed deleting it at the first pass
+/// through `point`; this process (the leader) finishes the deletion.
+fn deleter_killed_at(point: &str) {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    for i in 0..100 {
+        wal.append(KEPT, &value(KEPT, i)).unwrap();
+    }
+    eventually("this process leads", || {
+        wal.leader().is_some_and(|l| l.pid == std::process::id())
+    });
+    let mut deleter = child(dir.path(), Some(&format!("kill:{point}:1")));
+    assert_eq!(ask(&mut deleter, "append t 0 3000"), "0");
+    deleter.send("delete");
+    eventually("the deleter is killed", || deleter.has_exited());
+    // Deleted for this process already; the leader finishes it within a few ticks.
+    let reader = wal.reader(TOPIC, "mine");
+    assert!(
+        reader.is_err() || matches!(reader.unwrap().next(), Err(Error::UnknownTopic { .. })),
+        "{point}: the topic reads as deleted"
+    );
+    eventually("the deletion is finished", || {
+        wal.append(TOPIC, &value(TOPIC, 0)).is_ok_and(|o| o == 0)
+    });
+    for i in 1..10 {
+        assert_eq!(wal.append(TOPIC, &value(TOPIC, i)).unwrap(), i);
+    }
+    assert_eq!(values(&wal, TOPIC), expected(TOPIC, 0, 10), "{point}");
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    assert_eq!(
+        values(&wal, TOPIC),
+        expected(TOPIC, 0, 10),
+        "{point}: reopened"
+    );
+    assert_eq!(
+        values(&wal, KEPT),
+        expected(KEPT, 0, 100),
+        "{point}: reopened"
+    );
+}
+
+#[test]
+fn a_deleter_killed_after_marking_the_topic_is_finished_by_the_leader() {
+    deleter_killed_at("delete-begun");
+}
+
+#[test]
+fn a_deleter_killed_after_its_first_extent_mark_is_finished_by_the_leader() {
+    deleter_killed_at("delete-marked");
+}
