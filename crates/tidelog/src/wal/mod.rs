@@ -242,7 +242,7 @@ impl Wal {
     pub fn reader_with(&self, topic: &str, options: ReaderOptions) -> Result<Reader> {
         let state = &self.state;
         state.check_open()?;
-        let mut t = state.topics.get_live(topic)?;
+        let mut t = self.lookup(topic)?;
         // What other processes published so far: a reader from the latest starts after it.
         self.follow_others(&t)?;
         if t.is_deleted() {
@@ -287,6 +287,19 @@ impl Wal {
     }
 
     /// Catches `topic` up with other processes' appends (shared mode and read-only handles).
+    /// The topic `name` to read or describe. A read-only handle that does not know it reads
+    /// the directory again first: the writer may have created it since.
+    fn lookup(&self, name: &str) -> Result<Arc<Topic>> {
+        let state = &self.state;
+        match state.topics.get_live(name) {
+            Err(Error::UnknownTopic { .. }) if state.status.is_read_only() => {
+                follow::refresh(state)?;
+                state.topics.get_live(name)
+            }
+            found => found,
+        }
+    }
+
     fn follow_others(&self, topic: &Arc<Topic>) -> Result<()> {
         if self.follows_others() {
             follow::catch_up(&self.state, topic)?;
@@ -318,7 +331,7 @@ impl Wal {
     pub fn topic_info(&self, topic: &str) -> Result<TopicInfo> {
         let state = &self.state;
         state.check_open()?;
-        let t = state.topics.get(topic)?;
+        let t = self.lookup(topic)?;
         if state.topics.is_shared_mode() {
             follow::catch_up(state, &t)?;
         }

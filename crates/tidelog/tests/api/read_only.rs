@@ -325,3 +325,25 @@ fn exists_only(dir: &Path, names: &[&str]) -> bool {
     found.sort();
     found == names
 }
+
+#[test]
+fn a_read_only_handle_finds_a_topic_the_writer_created_after_it_opened() {
+    let dir = tempdir();
+    let writer = Wal::open_with(dir.path(), small()).expect("open");
+    writer.append("early", b"e").expect("append");
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("open read-only");
+    writer.append("late", b"first").expect("append");
+    writer.append("late", b"second").expect("append");
+    // No refresh: the lookup of a name it does not know reads the directory again.
+    let info = ro.topic_info("late").expect("topic_info of a later topic");
+    assert_eq!(info.next_offset, 2);
+    let mut reader = earliest(&ro, "late");
+    assert_eq!(
+        reader.next().expect("read").expect("a record").value,
+        b"first"
+    );
+    assert!(matches!(
+        ro.reader_with("never", ReaderOptions::default()),
+        Err(Error::UnknownTopic { .. })
+    ));
+}

@@ -376,6 +376,13 @@ enum Op {
         n: usize,
         len: usize,
     },
+    /// Another process deletes the topic: a second writable handle opens beside the first
+    /// (so the deletion runs beside another process: the slot marked, then released), deletes
+    /// it and closes; the first handle then finds it deleted, and its next append starts a
+    /// new topic.
+    OtherDelete {
+        topic: usize,
+    },
     /// Clean close, then open again.
     Reopen,
     /// Power loss: only the durable image survives (`torn`: plus random unsynced pages).
@@ -407,6 +414,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => topic.clone().prop_map(|topic| Op::Follow { topic }),
         2 => Just(Op::Flush),
         2 => (topic.clone(), 1usize..5, 0usize..3000).prop_map(|(topic, n, len)| Op::Other { topic, n, len }),
+        1 => topic.clone().prop_map(|topic| Op::OtherDelete { topic }),
         1 => Just(Op::Reopen),
         2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
         1 => (0..FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..4, prop::bool::weighted(0.2))
@@ -541,7 +549,7 @@ impl Harness {
             }
             // Faults are for the first handle's operations: the other one's stay for the
             // next of those.
-            Op::Reopen | Op::Crash { .. } | Op::Other { .. } => None,
+            Op::Reopen | Op::Crash { .. } | Op::Other { .. } | Op::OtherDelete { .. } => None,
             _ => self.pending_fault.take(),
         };
         if let Some((point, errno, skip, short)) = fault {
@@ -767,29 +775,15 @@ impl Harness {
                     format!("{name}: seek_time({target}) gave {got}, model {expected}")
                 })
             }
-            Op::DeleteTopic { topic } => {
-                let name = TOPICS[topic];
-                match self.wal().delete_topic(name) {
-                    Ok(()) => {}
-                    Err(Error::UnknownTopic { .. }) => {
-                        // A topic whose records were all lost is unknown; its cursors stay.
-                        ours(self.len(name) == 0, || {
-                            format!("{name}: unknown to the engine, model has it")
-                        })?;
-                        return Ok(());
-                    }
-                    Err(e) => {
-                        // Whether the deletion happened is unknown: the reopen decides.
-                        self.topics
-                            .entry(name.to_owned())
-                            .or_default()
-                            .maybe_deleted = true;
-                        return Err(Outcome::Engine(e));
-                    }
-                }
-                self.topics.remove(name);
-                self.deleted.insert(name.to_owned());
-                Ok(())
+            Op::DeleteTopic { topic } => self.delete_topic(topic, None),
+            Op::OtherDelete { topic } => {
+                let other = self.open_other()?;
+                let result = self.delete_topic(topic, Some(&other));
+                let closed = other.close();
+                result?;
+                closed.map_err(|e| {
+                    Outcome::Fail(fail(format!("the second handle failed to close: {e}")))
+                })
             }
             Op::Follow { topic } => self.check_follower(TOPICS[topic]),
             Op::Flush => {
@@ -843,17 +837,48 @@ impl Harness {
         }
     }
 
+    /// Deletes `topic` through the first handle, or through `other` (a second one).
+    fn delete_topic(&mut self, topic: usize, other: Option<&Wal>) -> Result<(), Outcome> {
+        let name = TOPICS[topic];
+        match other.unwrap_or_else(|| self.wal()).delete_topic(name) {
+            Ok(()) => {}
+            Err(Error::UnknownTopic { .. }) => {
+                // A topic whose records were all lost is unknown; its cursors stay.
+                ours(self.len(name) == 0, || {
+                    format!("{name}: unknown to the engine, model has it")
+                })?;
+                return Ok(());
+            }
+            Err(e) => {
+                // Whether the deletion happened is unknown: the reopen decides.
+                self.topics
+                    .entry(name.to_owned())
+                    .or_default()
+                    .maybe_deleted = true;
+                return Err(Outcome::Engine(e));
+            }
+        }
+        self.topics.remove(name);
+        self.deleted.insert(name.to_owned());
+        Ok(())
+    }
+
+    /// A second writable handle on the directory, as another process opens it.
+    fn open_other(&self) -> Result<Wal, Outcome> {
+        Wal::open_with_storage(
+            &self.dir,
+            config(),
+            self.storage.clone() as Arc<dyn Storage>,
+        )
+        .map_err(|e| Outcome::Fail(fail(format!("a second handle failed to open: {e}"))))
+    }
+
     /// `Op::Other`: a second handle appends `n` records to `topic` between the first one's
     /// operations; its appends are the model's like any other (dense after everything
     /// before), durable when they return, and the first handle reads them afterwards.
     fn other_process(&mut self, topic: usize, n: usize, len: usize) -> Result<(), Outcome> {
         let name = TOPICS[topic];
-        let other = Wal::open_with_storage(
-            &self.dir,
-            config(),
-            self.storage.clone() as Arc<dyn Storage>,
-        )
-        .map_err(|e| Outcome::Fail(fail(format!("a second handle failed to open: {e}"))))?;
+        let other = self.open_other()?;
         for i in 0..n {
             let value = self.value(topic, len + i);
             let ts = self.next_ts(name, 1);
