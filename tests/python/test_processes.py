@@ -307,62 +307,78 @@ def chaos_worker(path: str, worker: int, acks: str) -> None:
             os.write(fd, b"%d\n" % (seq - 1))
 
 
+class Workers:
+    """The appender processes of a chaos loop: each runs `target(data, worker, acks)` and
+    writes the sequence numbers it saw acknowledged to its own file under `acks`."""
+
+    def __init__(self, target: Any, data: Path, acks: Path) -> None:
+        self.ctx = mp.get_context("fork")
+        self.target = target
+        self.data = data
+        self.acks = acks
+        acks.mkdir()
+        self.started = 0
+        self.live: dict[int, Any] = {}
+
+    def spawn(self) -> None:
+        worker = self.started
+        self.started += 1
+        args = (str(self.data), worker, str(self.acks / str(worker)))
+        p = self.ctx.Process(target=self.target, args=args)
+        p.start()
+        self.live[worker] = p
+
+    def kill(self, worker: int) -> None:
+        import signal
+
+        os.kill(self.live[worker].pid, signal.SIGKILL)
+        self.live.pop(worker).join(WAIT_S)
+
+    def kill_all(self) -> None:
+        for worker in sorted(self.live):
+            self.kill(worker)
+
+    def acked(self, worker: int) -> list[int]:
+        return [int(x) for x in (self.acks / str(worker)).read_text().split()]
+
+
 def test_kill_9_among_appenders_loses_no_acknowledged_record(tmp_path: Path) -> None:
     """A chaos loop: three appender processes; a killer SIGKILLs one every 20-80 ms (in
     the middle of an append, holding a topic lock, rolling) and starts a new one. Every
     acknowledged record must be there, offsets dense, each writer's records in order, and
     the survivors must never stall behind a dead one."""
     import random
-    import signal
 
-    ctx = mp.get_context("fork")
     rng = random.Random(20)
-    acks_dir = tmp_path / "acks"
-    acks_dir.mkdir()
-    data = tmp_path / "data"
-    next_worker = 0
-    live: dict[int, Any] = {}
-
-    def spawn() -> None:
-        nonlocal next_worker
-        worker = next_worker
-        next_worker += 1
-        p = ctx.Process(target=chaos_worker, args=(str(data), worker, str(acks_dir / str(worker))))
-        p.start()
-        live[worker] = p
-
-    with tidelog.open(data, block_size=64 * 1024) as wal:
+    workers = Workers(chaos_worker, tmp_path / "data", tmp_path / "acks")
+    with tidelog.open(workers.data, block_size=64 * 1024) as wal:
         wal.append("c", tagged(1_000_000, 0))
         for _ in range(3):
-            spawn()
+            workers.spawn()
         deadline = time.monotonic() + 6.0
         kills = 0
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(0.02, 0.08))
-            victim = rng.choice(sorted(live))
-            os.kill(live[victim].pid, signal.SIGKILL)
-            live.pop(victim).join(WAIT_S)
+            workers.kill(rng.choice(sorted(workers.live)))
             kills += 1
-            spawn()
+            workers.spawn()
         # The parent still appends at once: no lock is left to a dead holder.
         start = time.monotonic()
         wal.append("c", tagged(1_000_000, 1))
         assert time.monotonic() - start < 1.0
-        for p in live.values():
-            os.kill(p.pid, signal.SIGKILL)
-            p.join(WAIT_S)
+        workers.kill_all()
         records = read_topic(wal, "c")
     per_worker = check_dense(records)
     acked = 0
-    for worker in range(next_worker):
-        lines = (acks_dir / str(worker)).read_text().split()
+    for worker in range(workers.started):
+        lines = workers.acked(worker)
         seqs = set(per_worker.get(worker, []))
-        for line in lines:
-            assert int(line) in seqs, f"worker {worker}'s acknowledged record {line} is lost"
+        for seq in lines:
+            assert seq in seqs, f"worker {worker}'s acknowledged record {seq} is lost"
         acked += len(lines)
     assert kills > 20 and acked > 1000, (kills, acked)
     # And from the files alone.
-    with tidelog.open(data, exclusive=True) as wal:
+    with tidelog.open(workers.data, exclusive=True) as wal:
         assert read_topic(wal, "c") == records
 
 
@@ -546,52 +562,32 @@ def test_kill_9_of_the_leader_under_retention_loses_no_retained_record(tmp_path:
     each writer's acknowledged records from its oldest one kept on are all there, in order,
     in the view of a read-only process and from the files alone; and files do go."""
     import random
-    import signal
 
-    ctx = mp.get_context("fork")
     rng = random.Random(21)
-    acks_dir = tmp_path / "acks"
-    acks_dir.mkdir()
-    data = tmp_path / "data"
-    next_worker = 0
-    live: dict[int, Any] = {}
-
-    def spawn() -> None:
-        nonlocal next_worker
-        worker = next_worker
-        next_worker += 1
-        p = ctx.Process(
-            target=retained_worker, args=(str(data), worker, str(acks_dir / str(worker)))
-        )
-        p.start()
-        live[worker] = p
-
-    spawn()
+    workers = Workers(retained_worker, tmp_path / "data", tmp_path / "acks")
+    workers.spawn()
     deadline = time.monotonic() + WAIT_S
-    while not (data / "LOCK").exists():
+    while not (workers.data / "LOCK").exists():
         assert time.monotonic() < deadline
         time.sleep(0.01)
     for _ in range(2):
-        spawn()
+        workers.spawn()
     kills = leader_kills = 0
-    with tidelog.open(data, readonly=True) as view:
+    with tidelog.open(workers.data, readonly=True) as view:
         deadline = time.monotonic() + 6.0
         while time.monotonic() < deadline:
             time.sleep(rng.uniform(0.02, 0.12))
             leader = (view.leader() or {}).get("pid")
-            by_pid = {p.pid: w for w, p in live.items()}
+            by_pid = {p.pid: w for w, p in workers.live.items()}
             if kills % 2 == 0 and leader in by_pid:
                 victim = by_pid[leader]
                 leader_kills += 1
             else:
-                victim = rng.choice(sorted(live))
-            os.kill(live[victim].pid, signal.SIGKILL)
-            live.pop(victim).join(WAIT_S)
+                victim = rng.choice(sorted(workers.live))
+            workers.kill(victim)
             kills += 1
-            spawn()
-        for p in live.values():
-            os.kill(p.pid, signal.SIGKILL)
-            p.join(WAIT_S)
+            workers.spawn()
+        workers.kill_all()
         seen = read_topic(view, "c")
 
     def check(records: list[tuple[int, bytes]]) -> None:
@@ -603,12 +599,11 @@ def test_kill_9_of_the_leader_under_retention_loses_no_retained_record(tmp_path:
             kept.setdefault(worker, []).append(seq)
         for worker, seqs in kept.items():
             assert seqs == sorted(seqs), f"worker {worker}'s records out of order"
-            acked = [int(x) for x in (acks_dir / str(worker)).read_text().split()]
-            lost = [s for s in acked if s >= seqs[0] and s not in set(seqs)]
+            lost = [s for s in workers.acked(worker) if s >= seqs[0] and s not in set(seqs)]
             assert not lost, f"worker {worker} lost acknowledged records {lost[:5]}"
 
     check(seen)
-    with tidelog.open(data, **RETAINED) as wal:
+    with tidelog.open(workers.data, **RETAINED) as wal:
         records = read_topic(wal, "c")
         check(records)
         assert records[0][0] > 0, "retention deleted old records"

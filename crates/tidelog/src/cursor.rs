@@ -150,6 +150,10 @@ impl Drop for CommitTurn {
 #[derive(Debug)]
 struct CursorInner {
     file: Option<File>,
+    /// The inode of the cursor file as this handle found or made it: another process that
+    /// deleted the group (or its topic) removed that file, and a later commit there may
+    /// have made a new one (see [`CursorFile::replaced`]).
+    inode: Option<u64>,
     newest: Option<CursorRecord>,
     /// The group was deleted: commits fail instead of recreating the file.
     deleted: bool,
@@ -169,6 +173,7 @@ impl CursorFile {
     fn load(storage: &dyn Storage, dir: &Path, topic: &str, group: &str) -> Result<CursorFile> {
         let path = dir.join(cursor_file_name(topic, group));
         let mut newest = None;
+        let inode = inode_of(storage, &path);
         // Read-only here; the first commit opens the file for writing.
         match storage.open(&path, false) {
             Ok(f) => {
@@ -190,10 +195,21 @@ impl CursorFile {
             dir: dir.to_owned(),
             inner: Mutex::new(CursorInner {
                 file: None,
+                inode,
                 newest,
                 deleted: false,
             }),
         })
+    }
+
+    /// Whether the file this handle found or made is no longer the one at the cursor's path:
+    /// another process removed it (deleting the group or its topic), and maybe made a new
+    /// one since. The cached commit and open file then belong to a deleted group.
+    fn replaced(&self, storage: &dyn Storage) -> bool {
+        let inner = self.inner.lock().recover();
+        inner
+            .inode
+            .is_some_and(|known| inode_of(storage, &self.path) != Some(known))
     }
 
     /// The committed offset, if the group ever committed.
@@ -215,7 +231,10 @@ impl CursorFile {
         }
         if inner.file.is_none() {
             match storage.open(&self.path, true) {
-                Ok(f) => inner.file = Some(f),
+                Ok(f) => {
+                    inner.file = Some(f);
+                    inner.inode = inode_of(storage, &self.path);
+                }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io("open cursor", &self.path, e)),
             }
@@ -242,6 +261,7 @@ impl CursorFile {
         let slot = encode_slot(&record)?;
         if inner.file.is_none() {
             inner.file = Some(self.open_for_write(storage, &slot)?);
+            inner.inode = inode_of(storage, &self.path);
         }
         let Some(file) = inner.file.as_ref() else {
             return Err(Error::Closed);
@@ -349,8 +369,13 @@ impl CursorTable {
     ) -> Result<Arc<CursorFile>> {
         let mut open = self.lock();
         if let Some(c) = open.get(topic).and_then(|groups| groups.get(group)) {
-            c.reload(storage)?;
-            return Ok(Arc::clone(c));
+            if !c.replaced(storage) {
+                c.reload(storage)?;
+                return Ok(Arc::clone(c));
+            }
+            // Another process deleted the group or its topic: its readers here fail their
+            // next commit, and the group starts afresh.
+            c.inner.lock().recover().deleted = true;
         }
         let dir = data_dir.join(CURSOR_DIR);
         let c = Arc::new(CursorFile::load(storage, &dir, topic, group)?);
@@ -377,9 +402,12 @@ impl CursorTable {
                 continue;
             }
             let path = dir.join(&name);
-            let bytes = storage
-                .read_file(&path)
-                .map_err(|e| Error::io("read cursor", &path, e))?;
+            let bytes = match storage.read_file(&path) {
+                Ok(bytes) => bytes,
+                // Removed since it was listed (another process deleted its group or topic).
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(Error::io("read cursor", &path, e)),
+            };
             let r = newest_slot(&bytes, &path)?;
             if cursor_file_name(&r.topic, &r.group) == name {
                 self.get(storage, data_dir, &r.topic, &r.group)?;
@@ -516,4 +544,10 @@ mod tests {
         assert_eq!(decode_slot(&torn), None);
         assert_eq!(decode_slot(&[0u8; CURSOR_SLOT_BYTES]), None);
     }
+}
+
+/// The inode of the file at `path`, if there is one.
+fn inode_of(storage: &dyn Storage, path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    storage.metadata(path).ok().map(|m| m.ino())
 }

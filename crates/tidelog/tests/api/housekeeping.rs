@@ -14,7 +14,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::common::{self, ChildSession, child_command, child_commands, child_env, tempdir};
+use crate::common::{self, ChildSession, child_commands, child_env, tempdir};
 use tidelog::{Config, Error, Retention, Visibility, Wal};
 
 const TOPIC: &str = "t";
@@ -92,22 +92,13 @@ fn child_process_entry() {
 const WAIT: Duration = Duration::from_secs(30);
 
 fn child(dir: &Path, mode: &str, crash_at: Option<&str>) -> ChildSession {
-    let mut cmd = child_command(module_path!(), dir, mode);
-    if let Some(point) = crash_at {
-        cmd.env("TIDELOG_CRASH_AT", point);
-    }
-    let mut session = ChildSession::spawn(&mut cmd);
-    assert_eq!(session.recv(WAIT), "open");
-    session
+    common::open_child(module_path!(), dir, mode, crash_at, WAIT)
 }
 
 /// Waits until `done` holds, at most `WAIT`.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+#[track_caller]
+fn eventually(what: &str, done: impl FnMut() -> bool) {
+    common::eventually(what, WAIT, done);
 }
 
 /// Every record from the first offset on is there and is the one appended at its offset.

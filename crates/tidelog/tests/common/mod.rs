@@ -387,6 +387,35 @@ pub fn reply(text: &str) {
     out.flush().expect("flush to the parent");
 }
 
+/// The child of `module` (the caller's `module_path!()`, see [`child_command`]) with `mode`,
+/// killed or stopped at crash point `crash_at` when given (`TIDELOG_CRASH_AT`), once it
+/// replied `open` (within `wait`).
+pub fn open_child(
+    module: &str,
+    dir: &Path,
+    mode: &str,
+    crash_at: Option<&str>,
+    wait: Duration,
+) -> ChildSession {
+    let mut cmd = child_command(module, dir, mode);
+    if let Some(point) = crash_at {
+        cmd.env("TIDELOG_CRASH_AT", point);
+    }
+    let mut session = ChildSession::spawn(&mut cmd);
+    assert_eq!(session.recv(wait), "open");
+    session
+}
+
+/// Waits until `done` holds, polling every 10 ms; fails the test after `wait`.
+#[track_caller]
+pub fn eventually(what: &str, wait: Duration, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < wait, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
 /// Reads commands from stdin in a [`ChildSession`]'s child, one per line, until EOF.
 pub fn child_commands() -> impl Iterator<Item = String> {
     std::io::stdin().lines().map_while(Result::ok)

@@ -13,11 +13,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{
-    ChildSession, child_command, child_commands, child_env, data_files, geometry, read_values,
-    reply, tempdir,
+    self as common, ChildSession, child_commands, child_env, data_files, geometry, open_child,
+    read_values, reply, tempdir,
 };
 use tidelog::{Config, Error, Wal};
 
@@ -94,13 +94,7 @@ fn child_process_entry() {
 }
 
 fn child(dir: &Path, crash_at: Option<&str>) -> ChildSession {
-    let mut cmd = child_command(module_path!(), dir, "");
-    if let Some(point) = crash_at {
-        cmd.env("TIDELOG_CRASH_AT", point);
-    }
-    let mut session = ChildSession::spawn(&mut cmd);
-    assert_eq!(session.recv(WAIT), "open");
-    session
+    open_child(module_path!(), dir, "", crash_at, WAIT)
 }
 
 /// Sends `command` to `session` and returns its reply.
@@ -110,12 +104,9 @@ fn ask(session: &mut ChildSession, command: &str) -> String {
 }
 
 /// Waits until `done` holds, at most `WAIT`.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+#[track_caller]
+fn eventually(what: &str, done: impl FnMut() -> bool) {
+    common::eventually(what, WAIT, done);
 }
 
 fn values(wal: &Wal, topic: &str) -> Vec<Vec<u8>> {

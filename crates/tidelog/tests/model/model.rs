@@ -1424,3 +1424,38 @@ fn regression_second_handle_appends_after_a_torn_first_record() {
         Op::Reopen,
     ]);
 }
+
+/// Another process deleted the topic (and its cursor files) while this handle had a cursor
+/// of one of its groups open: a reader of the name's new topic took that cursor, and its
+/// commit went to the removed file (lost at the reopen). A cursor whose file was removed
+/// or replaced since is loaded afresh.
+#[test]
+fn regression_a_commit_after_another_process_deleted_the_topic() {
+    replay(vec![
+        Op::Batch {
+            topic: 2,
+            n: 1,
+            len: 0,
+            always: false,
+        },
+        Op::GroupRead {
+            topic: 2,
+            group: 0,
+            n: 0,
+        },
+        Op::OtherDelete { topic: 2 },
+        Op::Append {
+            topic: 2,
+            len: 0,
+            key: false,
+            always: true,
+            ts_step: 0,
+        },
+        Op::GroupRead {
+            topic: 2,
+            group: 0,
+            n: 0,
+        },
+        Op::Reopen,
+    ]);
+}

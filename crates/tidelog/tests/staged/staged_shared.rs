@@ -11,10 +11,11 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::common::{
-    ChildSession, child_command, child_commands, child_env, geometry, read_values, reply, tempdir,
+    self as common, ChildSession, child_commands, child_env, geometry, open_child, read_values,
+    reply, tempdir,
 };
 use tidelog::stage::{self, StagedWriter};
 use tidelog::{Append, Config, Wal};
@@ -85,22 +86,13 @@ fn child_process_entry() {
 }
 
 fn child(dir: &Path, crash_at: Option<&str>) -> ChildSession {
-    let mut cmd = child_command(module_path!(), dir, "");
-    if let Some(point) = crash_at {
-        cmd.env("TIDELOG_CRASH_AT", point);
-    }
-    let mut session = ChildSession::spawn(&mut cmd);
-    assert_eq!(session.recv(WAIT), "open");
-    session
+    open_child(module_path!(), dir, "", crash_at, WAIT)
 }
 
 /// Waits until `done` holds, at most `WAIT`.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !done() {
-        assert!(start.elapsed() < WAIT, "timed out waiting until {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+#[track_caller]
+fn eventually(what: &str, done: impl FnMut() -> bool) {
+    common::eventually(what, WAIT, done);
 }
 
 /// The topic read in offset order: dense from 0, every record one of a job's or of an
