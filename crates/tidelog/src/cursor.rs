@@ -515,6 +515,12 @@ impl CursorTable {
     }
 }
 
+/// The inode of the file at `path`, if there is one.
+fn inode_of(storage: &dyn Storage, path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    storage.metadata(path).ok().map(|m| m.ino())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,10 +550,4 @@ mod tests {
         assert_eq!(decode_slot(&torn), None);
         assert_eq!(decode_slot(&[0u8; CURSOR_SLOT_BYTES]), None);
     }
-}
-
-/// The inode of the file at `path`, if there is one.
-fn inode_of(storage: &dyn Storage, path: &Path) -> Option<u64> {
-    use std::os::unix::fs::MetadataExt;
-    storage.metadata(path).ok().map(|m| m.ino())
 }
