@@ -12,4 +12,5 @@ mod crash_kill9;
 mod crash_races;
 mod follow_kill9;
 mod leader_kill9;
+mod publish_kill9;
 mod reopen_while_spawning;
