@@ -186,6 +186,23 @@ class WalMachine(RuleBasedStateMachine):
             self.check_record(topic, rec, offset)
         assert reader.next() is None
 
+    @precondition(lambda self: self.other is not None and self.model.topics)
+    @rule(data=st.data())
+    def other_delete_topic(self, data: st.DataObject) -> None:
+        """The other handle deletes a topic beside the first: it is gone for both (with its
+        groups; the first handle's readers of it fail), and the name starts afresh at its
+        next append in either."""
+        assert self.other is not None
+        topic = data.draw(st.sampled_from(sorted(self.model.topics)))
+        self.other.delete_topic(topic)
+        del self.model.topics[topic]
+        self.model.committed = {k: v for k, v in self.model.committed.items() if k[0] != topic}
+        for r in [r for r in self.readers if r.topic == topic]:
+            self.readers.remove(r)
+            with pytest.raises(tidelog.UnknownTopicError):
+                r.handle.next()
+            r.handle.close()
+
     @precondition(lambda self: self.other is not None)
     @rule()
     def other_close(self) -> None:

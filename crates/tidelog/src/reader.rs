@@ -353,9 +353,9 @@ impl Reader {
                 "an anonymous reader has no cursor to commit",
             ));
         };
-        // Deleted, here or by another process (its slot released or marked): the commit
-        // would bring a cursor of the deleted topic back.
-        if self.topic.is_deleted() || self.topic.slot().is_some_and(|s| s.is_gone()) {
+        // Deleted, here or by another process: the commit would bring a cursor of the
+        // deleted topic back.
+        if self.topic.is_gone() {
             return Err(Error::UnknownTopic {
                 topic: self.topic.name.clone(),
             });
@@ -398,7 +398,7 @@ impl Reader {
     /// frame (checksum verified when `verify`), `None` at the end.
     fn peek(&mut self, verify: bool) -> Result<Option<FrameView>> {
         loop {
-            if self.topic.is_deleted() {
+            if self.topic.is_gone() {
                 return Err(Error::UnknownTopic {
                     topic: self.topic.name.clone(),
                 });

@@ -337,6 +337,13 @@ impl Topic {
         self.slot.get()
     }
 
+    /// Deleted, by this handle or (its slot released or marked `deleting`) by another
+    /// process: its readers and writers get `UnknownTopic`.
+    #[inline]
+    pub fn is_gone(&self) -> bool {
+        self.is_deleted() || self.slot().is_some_and(TopicSlot::is_gone)
+    }
+
     /// Offset after the last record known to be durable.
     #[inline]
     pub fn durable_next(&self) -> u64 {

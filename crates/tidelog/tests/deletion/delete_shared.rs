@@ -40,7 +40,8 @@ fn value(topic: &str, i: u64) -> Vec<u8> {
 /// Child: opens the directory and obeys `append TOPIC FROM TO` (replies the first offset),
 /// `writer` (takes a writer of `TOPIC`), `write` (appends through it; replies the offset or
 /// the error), `read` (a group reader of `TOPIC` from the start: replies how many records
-/// it read), `commit` (commits that reader: replies ok or the error), `delete` (deletes
+/// it read), `next` (that reader's next: the record's offset, none, or the error), `commit`
+/// (commits that reader: replies ok or the error), `delete` (deletes
 /// `TOPIC`); closes when stdin closes.
 #[test]
 fn child_process_entry() {
@@ -79,6 +80,11 @@ fn child_process_entry() {
                 reader = Some(r);
                 reply(&n.to_string());
             }
+            ["next"] => match reader.as_mut().unwrap().next() {
+                Ok(Some(r)) => reply(&format!("record {}", r.offset)),
+                Ok(None) => reply("none"),
+                Err(e) => reply(&format!("error {e:?}")),
+            },
             ["commit"] => match reader.as_mut().unwrap().commit() {
                 Ok(()) => reply("ok"),
                 Err(e) => reply(&format!("error {e:?}")),
@@ -146,8 +152,9 @@ fn a_topic_deleted_beside_another_process_is_gone_for_both() {
     // This process: its reader and the name.
     assert!(matches!(reader.next(), Err(Error::UnknownTopic { .. })));
     assert!(!wal.topics().contains(&TOPIC.to_owned()));
-    // The other process: its writer, its reader's commit, then the name anew.
+    // The other process: its writer, its reader, its reader's commit, then the name anew.
     assert!(is_unknown_topic(&ask(&mut other, "write")));
+    assert!(is_unknown_topic(&ask(&mut other, "next")));
     assert!(is_unknown_topic(&ask(&mut other, "commit")));
     assert_eq!(ask(&mut other, "append t 0 10"), "0", "a new topic");
     assert_eq!(values(&wal, TOPIC), expected(TOPIC, 0, 10));
