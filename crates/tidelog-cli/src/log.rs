@@ -393,10 +393,33 @@ pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fail
         "disk: {} files, {} B reserved",
         usage.files, usage.bytes
     );
+    // Shared mode: the process that leads housekeeping (as the state file last said: a
+    // directory nobody holds keeps its last leader, whose idle time then grows).
+    let leader = wal.leader();
+    let _ = match &leader {
+        Some(l) => writeln!(
+            text,
+            "housekeeping leader: pid {}, epoch {}, last pass {} ms ago",
+            l.pid, l.epoch, l.idle_ms
+        ),
+        None => writeln!(
+            text,
+            "housekeeping leader: none (no shared-mode process led)"
+        ),
+    };
+    let leader_json = leader.map_or_else(
+        || "null".to_owned(),
+        |l| {
+            format!(
+                "{{\"pid\":{},\"epoch\":{},\"idle_ms\":{}}}",
+                l.pid, l.epoch, l.idle_ms
+            )
+        },
+    );
     if json {
         writeln!(
             out,
-            "{{\"topics\":[{topics}],\"files\":[{files}],\"staged\":[{staged}],\"disk\":{{\"files\":{},\"bytes\":{}}}}}",
+            "{{\"topics\":[{topics}],\"files\":[{files}],\"staged\":[{staged}],\"disk\":{{\"files\":{},\"bytes\":{}}},\"leader\":{leader_json}}}",
             usage.files, usage.bytes
         )
     } else {

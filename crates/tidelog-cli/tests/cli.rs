@@ -298,3 +298,26 @@ fn bench_runs_the_benchmark_beside_it_or_says_how_to() {
     assert!(err.contains(expect), "{err}");
     assert!(out.stdout.is_empty());
 }
+
+#[test]
+fn stat_names_the_housekeeping_leader_of_a_shared_directory() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    let config = tidelog::Config::default().sync_interval_ms(10);
+    let wal = tidelog::Wal::open_with(&dir, config).expect("open");
+    wal.append("t", b"x").expect("append");
+    let start = std::time::Instant::now();
+    while wal.leader().is_none_or(|l| l.pid != std::process::id()) {
+        assert!(start.elapsed().as_secs() < 30, "this process never led");
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    let dir = dir_arg(&dir);
+    let out = tidelog(&["stat", &dir, "--json"], "");
+    let stat = text(&out.stdout);
+    let want = format!("\"leader\":{{\"pid\":{},", std::process::id());
+    assert!(stat.contains(&want), "{stat}");
+    let out = tidelog(&["stat", &dir], "");
+    let want = format!("housekeeping leader: pid {}, epoch ", std::process::id());
+    assert!(text(&out.stdout).contains(&want), "{}", text(&out.stdout));
+    wal.close().expect("close");
+}
