@@ -65,13 +65,15 @@ impl Flusher {
     fn flush_extents(&self, closing: bool) -> Result<()> {
         let _flushing = self.hold();
         for topic in self.topics.all() {
+            // Another process deleted it and marked its extents: a sync here would write
+            // over the marks.
+            if self.topics.deleted_elsewhere(&topic) {
+                continue;
+            }
             if self.topics.is_shared_mode()
                 && let Some(slot) = topic.slot()
             {
-                // Another process deleted it (and marked its extents).
-                if !slot.is_gone() {
-                    self.flush_topic_shared(&topic, slot, closing)?;
-                }
+                self.flush_topic_shared(&topic, slot, closing)?;
                 continue;
             }
             // Loaded before the extents' publication words: the pass covers at least this.

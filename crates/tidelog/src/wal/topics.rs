@@ -61,11 +61,13 @@ impl Topics {
                             topic.attach_slot(slot);
                         }
                     }
-                    Slots::Find => {
-                        if let Some(slot) = s.find(topic.id) {
-                            topic.set_slot(slot);
-                        }
-                    }
+                    Slots::Find => match s.find(topic.id) {
+                        Some(slot) if !slot.is_gone() => topic.set_slot(slot),
+                        // Deleted by another process since this open read the directory
+                        // (its slot released, or its deletion begun): not this handle's.
+                        _ if shared_mode => continue,
+                        _ => {}
+                    },
                 }
             }
             table.by_name.insert(topic.name.clone(), topic);
@@ -290,7 +292,7 @@ impl Topics {
     /// Shared mode: whether another process deleted `topic` (see
     /// [`crate::shared::TopicSlot::is_gone`]).
     pub fn deleted_elsewhere(&self, topic: &Topic) -> bool {
-        self.shared_mode && topic.slot().is_some_and(TopicSlot::is_gone)
+        self.shared_mode && topic.slot().is_none_or(TopicSlot::is_gone)
     }
 
     /// Takes `name` out of the table if it is still `topic`.

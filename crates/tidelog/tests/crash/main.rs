@@ -10,6 +10,7 @@ mod common;
 mod batch_atomic_crash;
 mod crash_kill9;
 mod crash_races;
+mod delete_kill9;
 mod follow_kill9;
 mod leader_kill9;
 mod publish_kill9;
