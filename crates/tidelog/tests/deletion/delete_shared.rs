@@ -19,7 +19,7 @@ use crate::common::{
     self as common, ChildSession, child_commands, child_env, data_files, geometry, open_child,
     read_values, reply, tempdir,
 };
-use tidelog::{Config, Error, Wal};
+use tidelog::{Config, Error, ReaderOptions, StartPosition, Wal};
 
 const TOPIC: &str = "t";
 const KEPT: &str = "kept";
@@ -40,7 +40,9 @@ fn value(topic: &str, i: u64) -> Vec<u8> {
 /// Child: opens the directory and obeys `append TOPIC FROM TO` (replies the first offset),
 /// `writer` (takes a writer of `TOPIC`), `write` (appends through it; replies the offset or
 /// the error), `read` (a group reader of `TOPIC` from the start: replies how many records
-/// it read), `next` (that reader's next: the record's offset, none, or the error), `commit`
+/// it read), `next` (that reader's next: the record's offset, none, or the error), `unread`
+/// (an anonymous reader of `TOPIC` from its first record, that reads nothing yet),
+/// `next-unread` (its next, replied as `next`'s), `commit`
 /// (commits that reader: replies ok or the error), `delete` (deletes
 /// `TOPIC`); closes when stdin closes.
 #[test]
@@ -51,6 +53,7 @@ fn child_process_entry() {
     let wal = Wal::open_with(&dir, config()).unwrap();
     let mut writer = None;
     let mut reader = None;
+    let mut unread = None;
     reply("open");
     for line in child_commands() {
         let words: Vec<&str> = line.split_whitespace().collect();
@@ -80,6 +83,16 @@ fn child_process_entry() {
                 reader = Some(r);
                 reply(&n.to_string());
             }
+            ["unread"] => {
+                let options = ReaderOptions::default().start(StartPosition::Earliest);
+                unread = Some(wal.reader_with(TOPIC, options).unwrap());
+                reply("ok");
+            }
+            ["next-unread"] => match unread.as_mut().unwrap().next() {
+                Ok(Some(r)) => reply(&format!("record {}", r.offset)),
+                Ok(None) => reply("none"),
+                Err(e) => reply(&format!("error {e:?}")),
+            },
             ["next"] => match reader.as_mut().unwrap().next() {
                 Ok(Some(r)) => reply(&format!("record {}", r.offset)),
                 Ok(None) => reply("none"),
@@ -142,6 +155,7 @@ fn a_topic_deleted_beside_another_process_is_gone_for_both() {
     }
     assert_eq!(ask(&mut other, "writer"), "ok");
     assert_eq!(ask(&mut other, "read"), "6000");
+    assert_eq!(ask(&mut other, "unread"), "ok");
     let mut reader = wal.reader(TOPIC, "mine").unwrap();
     assert!(reader.next().unwrap().is_some());
     reader.commit().unwrap();
@@ -152,7 +166,10 @@ fn a_topic_deleted_beside_another_process_is_gone_for_both() {
     // This process: its reader and the name.
     assert!(matches!(reader.next(), Err(Error::UnknownTopic { .. })));
     assert!(!wal.topics().contains(&TOPIC.to_owned()));
-    // The other process: its writer, its reader, its reader's commit, then the name anew.
+    // The other process: a reader with records still to read (first: nothing there has
+    // touched the topic since), its writer, its other reader and that reader's commit,
+    // then the name anew.
+    assert!(is_unknown_topic(&ask(&mut other, "next-unread")));
     assert!(is_unknown_topic(&ask(&mut other, "write")));
     assert!(is_unknown_topic(&ask(&mut other, "next")));
     assert!(is_unknown_topic(&ask(&mut other, "commit")));
