@@ -436,6 +436,16 @@ impl Topic {
         true
     }
 
+    /// Another process deleted the topic: appends stop (as [`Topic::stop_appends`]) and its
+    /// extents leave this handle's view. False when it was deleted here already.
+    pub fn drop_deleted(&self) -> bool {
+        if !self.stop_appends(true) {
+            return false;
+        }
+        self.trim_front(|_| false);
+        true
+    }
+
     /// Makes the topic exclusive to a staged job's ingest: later appends wait, and this
     /// returns once every append already reserved is published, with the next offset.
     pub fn begin_ingest(&self) -> Result<u64> {

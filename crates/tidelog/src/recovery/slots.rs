@@ -187,9 +187,8 @@ pub fn mark_topic_deleted(
     dir: &Path,
     files: &BTreeMap<u64, Arc<DataFile>>,
     topic_id: u32,
-) -> Result<u64> {
+) -> Result<()> {
     let (listed, _) = list_files(storage, dir)?;
-    let mut marked = 0;
     for (seq, path) in &listed {
         let Some(file) = open_listed(storage, *seq, path, true, files)? else {
             continue;
@@ -204,14 +203,13 @@ pub fn mark_topic_deleted(
                     });
                     if id.topic_id == topic_id && !retired {
                         mark_retired(storage, &file, index, ProgressState::Deleted)?;
-                        marked += 1;
                     }
                     index += id.extent_count;
                 }
             }
         }
     }
-    Ok(marked)
+    Ok(())
 }
 
 /// Whether every extent of `file` is retired on disk (`Consumed` or `Deleted`), judged from

@@ -462,6 +462,21 @@ impl SharedState {
         out
     }
 
+    /// Ends every staged publish's reservation (see [`slot::S_PUBLISHER`]): the caller holds
+    /// the publish turn, so no publish holds one.
+    pub fn end_publishes(self: &Arc<Self>) {
+        for i in 0..SLOTS {
+            let key = self.key_at(i);
+            if key == 0 || key == KEY_TOMBSTONE {
+                continue;
+            }
+            let slot = self.slot(slot_at(i), key);
+            if slot.publisher() != 0 {
+                slot.end_publish();
+            }
+        }
+    }
+
     /// A slot was released (its topic deleted).
     fn topic_released(&self) {
         let _ =

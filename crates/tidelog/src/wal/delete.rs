@@ -48,7 +48,7 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
         }
         return retire_all(state, &topic, false);
     }
-    let Some(_turn) = state.dir_lock.publish_turn(TURN_WAIT) else {
+    let Some(_turn) = state.dir_lock.publish_turn(TURN_WAIT)? else {
         return Err(Error::Locked {
             path: state.dir.clone(),
         });
@@ -67,11 +67,8 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
             return Err(unknown(name));
         }
         retire_all(state, &topic, true)?;
-        // Any extent of the topic this handle's view lacks is marked too (the block slots
-        // of every data file say which).
-        let files = state.alloc.files().clone();
-        recovery::mark_topic_deleted(state.storage.as_ref(), &state.dir, &files, topic.id)
-            .inspect_err(|e| state.sync.poison(e))?;
+        // Any extent of the topic this handle's view lacks is marked too.
+        mark_on_disk(state, topic.id)?;
     }
     released(state, &slot);
     Ok(())
@@ -96,20 +93,26 @@ pub(super) fn finish_cut_short(state: &State) -> Result<()> {
             if let Ok(topic) = state.topics.get(&name)
                 && topic.id == id
             {
-                follow::forget_deleted(state, &topic);
+                state.topics.forget(&topic);
             }
             state
                 .cursors
                 .remove_topic(state.storage.as_ref(), &state.dir, &name)?;
             // Its extents as the disk has them: the dead deleter may have marked some, and
             // recovery skips a topic with one mark.
-            let files = state.alloc.files().clone();
-            recovery::mark_topic_deleted(state.storage.as_ref(), &state.dir, &files, id)
-                .inspect_err(|e| state.sync.poison(e))?;
+            mark_on_disk(state, id)?;
         }
         released(state, &slot);
     }
     Ok(())
+}
+
+/// Marks `Deleted` every extent of topic `id` that the block slots of the data files show
+/// not retired yet (`recovery::mark_topic_deleted`); a failure poisons the handle.
+fn mark_on_disk(state: &State, id: u32) -> Result<()> {
+    let files = state.alloc.files().clone();
+    recovery::mark_topic_deleted(state.storage.as_ref(), &state.dir, &files, id)
+        .inspect_err(|e| state.sync.poison(e))
 }
 
 /// The topic `name` as this handle or another process knows it.

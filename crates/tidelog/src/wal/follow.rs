@@ -35,7 +35,7 @@ pub(super) fn catch_up(state: &State, topic: &Arc<Topic>) -> Result<bool> {
     if state.topics.is_shared_mode() {
         if slot.is_gone() {
             // Another process deleted it: the next read reports it.
-            forget_deleted(state, topic);
+            state.topics.forget(topic);
             return Ok(true);
         }
         // Another process rolled: line the topic up under its append lock, so no appender
@@ -119,15 +119,10 @@ pub(super) fn check_live(state: &State, topic: &Topic, slot: &TopicSlot) -> Resu
     if !slot.is_gone() {
         return Ok(());
     }
-    forget_deleted(state, topic);
+    state.topics.forget(topic);
     Err(crate::Error::UnknownTopic {
         topic: topic.name.clone(),
     })
-}
-
-/// Another process deleted `topic` (see [`super::topics::Topics::forget`]).
-pub(super) fn forget_deleted(state: &State, topic: &Topic) {
-    state.topics.forget(topic);
 }
 
 /// Shared mode, under `topic`'s append lock: moves its tail to what the slot reports, other
@@ -153,7 +148,7 @@ pub(super) fn line_up(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<
 fn line_up_to(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
     // A released slot: another process deleted the topic.
     let Some(snap) = slot.snapshot_held() else {
-        forget_deleted(state, topic);
+        state.topics.forget(topic);
         return Err(crate::Error::UnknownTopic {
             topic: topic.name.clone(),
         });

@@ -8,8 +8,8 @@
 
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::path::Path;
-use std::sync::Mutex;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, TryLockError};
 use std::time::{Duration, Instant};
 
 use crate::cursor::CURSOR_DIR;
@@ -215,43 +215,41 @@ impl DirLock {
         }
     }
 
-    /// Shared mode: the turn to publish staged jobs beside other processes
-    /// (`PUBLISH_BYTE`), waiting up to `wait` for the process that has it (`None` after
-    /// that, or once the handle closed). An exclusive handle has it always.
-    pub fn publish_turn(&self, wait: Duration) -> Option<PublishTurn<'_>> {
+    /// The turn to publish staged jobs or delete a topic: this process's `publishing` mutex,
+    /// and in shared mode `PUBLISH_BYTE`, waiting up to `wait` for whoever has them (`None`
+    /// after that). A publish of this process that panicked left the mutex poisoned (and
+    /// the handle too): `Poisoned`.
+    pub fn publish_turn(&self, wait: Duration) -> Result<Option<PublishTurn<'_>>> {
         let deadline = crate::clock::deadline_after(wait);
-        let local = loop {
-            match self.publishing.try_lock() {
-                Ok(guard) => break guard,
-                Err(std::sync::TryLockError::Poisoned(p)) => break p.into_inner(),
-                Err(std::sync::TryLockError::WouldBlock) => {}
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(PUBLISH_POLL);
+        let local = poll_until(deadline, || match self.publishing.try_lock() {
+            Ok(guard) => Ok(Some(guard)),
+            Err(TryLockError::Poisoned(_)) => Err(Error::Poisoned {
+                op: "staged publish or topic deletion (it panicked)",
+                path: PathBuf::new(),
+                errno: None,
+            }),
+            Err(TryLockError::WouldBlock) => Ok(None),
+        })?;
+        let Some(local) = local else {
+            return Ok(None);
         };
         if !self.shared {
-            return Some(PublishTurn {
+            return Ok(Some(PublishTurn {
                 lock: None,
                 _local: local,
-            });
+            }));
         }
-        loop {
-            {
-                let file = self.file.lock().recover();
-                if ofd::try_lock(file.as_ref()?, PUBLISH_BYTE, Kind::Exclusive).unwrap_or(false) {
-                    return Some(PublishTurn {
-                        lock: Some(self),
-                        _local: local,
-                    });
-                }
-            }
-            if Instant::now() >= deadline {
-                return None;
-            }
-            std::thread::sleep(PUBLISH_POLL);
-        }
+        let held = poll_until(deadline, || {
+            let file = self.file.lock().recover();
+            let file = file.as_ref().ok_or(Error::Closed)?;
+            Ok(ofd::try_lock(file, PUBLISH_BYTE, Kind::Exclusive)
+                .unwrap_or(false)
+                .then_some(()))
+        })?;
+        Ok(held.map(|()| PublishTurn {
+            lock: Some(self),
+            _local: local,
+        }))
     }
 
     /// Shared mode.
@@ -260,7 +258,24 @@ impl DirLock {
     }
 }
 
-/// The turn to publish staged jobs (see [`DirLock::publish_turn`]); released when dropped.
+/// Tries `try_once` every `PUBLISH_POLL` until it has a value or `deadline` passes (`None`).
+fn poll_until<T>(
+    deadline: Instant,
+    mut try_once: impl FnMut() -> Result<Option<T>>,
+) -> Result<Option<T>> {
+    loop {
+        if let Some(value) = try_once()? {
+            return Ok(Some(value));
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(PUBLISH_POLL);
+    }
+}
+
+/// The turn to publish staged jobs or delete a topic (see [`DirLock::publish_turn`]);
+/// released when dropped.
 #[derive(Debug)]
 pub(crate) struct PublishTurn<'a> {
     lock: Option<&'a DirLock>,

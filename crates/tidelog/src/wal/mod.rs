@@ -365,7 +365,7 @@ impl Wal {
         let _panic = PanicGuard::new(&state.sync.poison, "staged publish (it panicked)");
         // Held across both steps, so no other publisher (this process's housekeeping
         // thread, another process) publishes it in between.
-        let Some(_turn) = state.dir_lock.publish_turn(COMMIT_TURN_WAIT) else {
+        let Some(_turn) = state.dir_lock.publish_turn(COMMIT_TURN_WAIT)? else {
             return Err(crate::Error::Locked {
                 path: state.dir.clone(),
             });

@@ -320,7 +320,7 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
     // Committed staged jobs (one cut by a crash resumes from its ledger) go in before any
     // new append could take the offsets the ledger gives them. No other thread runs yet.
     {
-        let _publishing = state.dir_lock.publish_turn(std::time::Duration::MAX);
+        let _publishing = state.dir_lock.publish_turn(std::time::Duration::MAX)?;
         state.ingest_committed(false)?;
     }
     state.remove_abandoned_staged()?;

@@ -17,6 +17,7 @@ use std::time::Duration;
 
 use super::follow;
 use super::state::State;
+use super::topics::slot_of;
 use crate::alloc::SHARED_LOCK_WAIT;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
@@ -128,16 +129,18 @@ impl State {
     /// reported through `stage::wait_published` and `stage::jobs`, and blocks neither the
     /// directory nor the other jobs. The caller holds the publish turn.
     pub(super) fn ingest_committed(&self, across: bool) -> Result<()> {
-        for job in self.committed_jobs(false)? {
-            self.publish_job(&job, across)?;
-        }
-        Ok(())
+        self.publish_jobs(false, across)
     }
 
     /// Finishes the publishes cut short (jobs with a ledger), before another job may take
     /// offsets in their topics. The caller holds the publish turn.
     pub(super) fn resume_cut_short(&self, across: bool) -> Result<()> {
-        for job in self.committed_jobs(true)? {
+        self.publish_jobs(true, across)
+    }
+
+    /// Publishes the committed jobs, those cut short first (only those: `cut_short`).
+    fn publish_jobs(&self, cut_short: bool, across: bool) -> Result<()> {
+        for job in self.committed_jobs(cut_short)? {
             self.publish_job(&job, across)?;
         }
         Ok(())
@@ -149,15 +152,10 @@ impl State {
     /// finished). The caller holds the publish turn.
     pub(super) fn publish_committed(&self, across: bool) -> Result<()> {
         self.ingest_committed(across)?;
-        if !self.topics.is_shared_mode() {
-            return Ok(());
-        }
-        for topic in self.topics.every()? {
-            if let Some(slot) = self.follow.slot(&topic)
-                && slot.publisher() != 0
-            {
-                slot.end_publish();
-            }
+        if let Some(shared) = self.follow.writer_state()
+            && self.topics.is_shared_mode()
+        {
+            shared.end_publishes();
         }
         Ok(())
     }
@@ -370,15 +368,9 @@ impl State {
             keep: resumed,
         };
         for topic in topics {
-            let slot = self.follow.slot(topic).ok_or_else(|| {
-                Error::limit(
-                    "topics with a slot (shared mode)",
-                    crate::shared::SLOTS as u64 + 1,
-                    crate::shared::SLOTS as u64,
-                )
-            })?;
+            let slot = slot_of(topic)?;
             let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-            follow::line_up(self, topic, &slot)?;
+            follow::line_up(self, topic, slot)?;
             slot.reserve_for_publish();
             reserved.topics.push(Arc::clone(topic));
         }
@@ -650,11 +642,9 @@ impl State {
         if !across {
             return topic.append(ctx, batch).map(drop);
         }
-        let slot = self.follow.slot(topic).ok_or_else(|| {
-            Error::invalid("topic", "a topic reserved for a publish lost its slot")
-        })?;
+        let slot = slot_of(topic)?;
         let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-        follow::line_up(self, topic, &slot)?;
+        follow::line_up(self, topic, slot)?;
         crate::process::crash_point("publish-copy");
         topic.append(ctx, batch).map(drop)
     }

@@ -204,8 +204,10 @@ fn housekeeping_loop(state: &State) {
 /// another process or thread has the turn (a publish, a deletion): the next tick looks
 /// again.
 fn turn_pass(state: &State, across: bool, checked: &mut Instant) {
-    let Some(_publishing) = state.dir_lock.publish_turn(Duration::ZERO) else {
-        return;
+    let _publishing = match state.dir_lock.publish_turn(Duration::ZERO) {
+        Ok(Some(turn)) => turn,
+        Ok(None) => return,
+        Err(e) => return state.reclaim.report(e),
     };
     if state.topics.is_shared_mode()
         && let Err(e) = super::delete::finish_cut_short(state)

@@ -38,6 +38,18 @@ pub(crate) enum Slots {
     Find,
 }
 
+/// Shared mode: `topic`'s slot, which every topic there has (one created when the table was
+/// full could not be: the limit).
+pub(super) fn slot_of(topic: &Topic) -> Result<&TopicSlot> {
+    topic.slot().ok_or_else(|| {
+        Error::limit(
+            "topics with a slot (shared mode)",
+            crate::shared::SLOTS as u64 + 1,
+            crate::shared::SLOTS as u64,
+        )
+    })
+}
+
 impl Topics {
     /// A table holding `topics`, with new ids from `next_id` up (and above every id given).
     /// With the writer's `shared` state file, every topic gets its slot there.
@@ -100,9 +112,8 @@ impl Topics {
     /// marked them) and no longer lists it, so a later append of the name makes a new
     /// topic.
     pub fn forget(&self, topic: &Topic) {
-        if topic.stop_appends(true) {
+        if topic.drop_deleted() {
             self.remove(topic);
-            topic.trim_front(|_| false);
         }
     }
 
@@ -135,8 +146,7 @@ impl Topics {
             // deletion (whose appends then fail) until its slot is released.
             let gone = Arc::clone(t);
             table.by_name.remove(name);
-            gone.stop_appends(true);
-            gone.trim_front(|_| false);
+            gone.drop_deleted();
         }
         if self.shared_mode {
             return self.create_shared(&mut table, name, topics_max);

@@ -57,13 +57,7 @@ fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'
     if !state.topics.is_shared_mode() {
         return Ok(None);
     }
-    let Some(slot) = topic.slot() else {
-        return Err(crate::Error::limit(
-            "topics with a slot (shared mode)",
-            crate::shared::SLOTS as u64 + 1,
-            crate::shared::SLOTS as u64,
-        ));
-    };
+    let slot = super::topics::slot_of(topic)?;
     let mut start = None;
     loop {
         let guard = slot.lock(SHARED_LOCK_WAIT)?;
