@@ -67,6 +67,10 @@ pub struct BlockAllocator {
     /// Shared mode: the cursor lives in the shared state file, under its allocator lock.
     /// `None` once cleared (close).
     shared: RwLock<Option<Arc<SharedState>>>,
+    /// Shared mode: the files of this process's allocations whose identity is not written
+    /// yet, one entry each (several threads may allocate at once). The shared state file
+    /// holds the lowest (see [`BlockAllocator::passed_files`]).
+    in_flight: Mutex<Vec<u64>>,
 }
 
 impl BlockAllocator {
@@ -100,6 +104,7 @@ impl BlockAllocator {
             doomed: Mutex::new(Vec::new()),
             files: RwLock::new(files),
             shared: RwLock::new(None),
+            in_flight: Mutex::new(Vec::new()),
         }
     }
 
@@ -269,7 +274,7 @@ impl BlockAllocator {
         }
         file.counters.disk_bytes.fetch_add(len, Ordering::AcqRel);
         if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
-            self.identity_written();
+            self.identity_written(file.seq);
             // The blocks stay unused (never holding our identity slot, recovery skips them)
             // and count as consumed, so the file can still be deleted.
             if file.counters.release(extent_count) | file.counters.consume(extent_count) {
@@ -290,12 +295,25 @@ impl BlockAllocator {
         })
     }
 
-    /// Shared mode: the extent this process was last handed has its identity written (or
-    /// was given up): the leader may judge its file from the disk again.
-    pub fn identity_written(&self) {
+    /// Shared mode: an extent this process was handed in data file `seq` has its identity
+    /// written (or was given up): the leader may judge that file from the disk again, once
+    /// no other allocation of this process awaits its identity there or below.
+    pub fn identity_written(&self, seq: u64) {
         if let Some(shared) = self.shared() {
-            shared.set_allocating(None);
+            let mut in_flight = self.in_flight.lock().recover();
+            if let Some(i) = in_flight.iter().position(|&s| s == seq) {
+                in_flight.swap_remove(i);
+            }
+            shared.set_allocating(in_flight.iter().min().copied());
         }
+    }
+
+    /// Shared mode, under the allocator lock: an extent of data file `seq` is handed to
+    /// this process, its identity not written yet.
+    fn allocating(&self, shared: &SharedState, seq: u64) {
+        let mut in_flight = self.in_flight.lock().recover();
+        in_flight.push(seq);
+        shared.set_allocating(in_flight.iter().min().copied());
     }
 
     fn take(
@@ -373,7 +391,7 @@ impl BlockAllocator {
                     current: Some((seq, next_block + count)),
                     ..cursor
                 });
-                shared.set_allocating(Some(seq));
+                self.allocating(shared, seq);
                 file.counters.allocate(count);
                 return Ok((file, next_block, count));
             }
@@ -409,7 +427,7 @@ impl BlockAllocator {
             current: Some((seq, count)),
             next_file_seq: seq + 1,
         });
-        shared.set_allocating(Some(seq));
+        self.allocating(shared, seq);
         file.counters.allocate(count);
         Ok((file, 0, count))
     }
@@ -466,10 +484,11 @@ impl BlockAllocator {
             .is_some_and(|(_, next_block)| u64::from(next_block) * 2 >= blocks)
     }
 
-    /// Shared mode, the housekeeping leader: the data files the allocator moved past, in
-    /// which no live process holds an allocation whose identity it has not written yet
-    /// (both read under the allocator lock; the allocator never returns to such a file, and
-    /// every extent handed out there before is then on disk). The caller judges each from
+    /// Shared mode, the housekeeping leader: the data files the allocator moved past, below
+    /// every file in which a live process holds an allocation whose identity it has not
+    /// written yet (both read under the allocator lock; the allocator never returns to such
+    /// a file, and every extent handed out there before is then on disk; each process
+    /// reports the lowest file of its allocations in flight). The caller judges each from
     /// its block slots. Files this handle does not know yet are opened; gone ones skipped.
     pub fn passed_files(&self, storage: &dyn Storage) -> Result<Vec<Arc<DataFile>>> {
         let Some(shared) = self.shared() else {
@@ -486,7 +505,8 @@ impl BlockAllocator {
             (first.unwrap_or(current)..current, shared.allocating())
         };
         let mut out = Vec::new();
-        for seq in seqs.filter(|seq| !busy.contains(seq)) {
+        let below = busy.into_iter().min().unwrap_or(u64::MAX);
+        for seq in seqs.filter(|&seq| seq < below) {
             if let Some(file) = self.file_by_seq(storage, seq)? {
                 out.push(file);
             }

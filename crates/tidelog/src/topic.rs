@@ -1057,7 +1057,8 @@ impl Topic {
             Some(Vec::new()),
         ));
         block.write_identity(&self.name);
-        ctx.alloc.identity_written();
+        ctx.alloc.identity_written(block.file.seq);
+        crate::process::crash_point("roll-identity");
         block.hold();
         // In the chain before the install: no offset of it is published until then, and the
         // current extent is not final yet, so readers do not look for it.

@@ -38,7 +38,7 @@ pub const STATE_FILE: &str = "tidelog.state";
 /// `b"TIDESHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TIDESHM1");
 /// Bumped whenever a byte of the layout below changes meaning.
-pub const LAYOUT_VERSION: u32 = 4;
+pub const LAYOUT_VERSION: u32 = 5;
 /// Bytes of the header page.
 pub const HEADER_BYTES: usize = 4096;
 /// Where the process table starts, and the bytes of one process slot.
@@ -694,8 +694,9 @@ impl SharedState {
         self.map.load_u64(H_RETIRED, Ordering::Acquire)
     }
 
-    /// This process's allocation in data file `seq` awaits its identity (`Some`, under the
-    /// allocator lock), or has it (`None`). A no-op before the process registered.
+    /// The lowest data file in which an allocation of this process awaits its identity
+    /// (`Some`; set under the allocator lock when it grows), or none does (`None`). A no-op
+    /// before the process registered.
     pub fn set_allocating(&self, seq: Option<u64>) {
         let Some(live) = self.liveness.get() else {
             return;
@@ -706,8 +707,9 @@ impl SharedState {
             .store(seq.map_or(0, |s| s + 1), Ordering::Release);
     }
 
-    /// The data files in which a live process holds an allocation whose identity is not
-    /// written yet (read under the allocator lock). A dead one's allocation holds no record.
+    /// Per live process, the lowest data file in which it holds an allocation whose identity
+    /// is not written yet (read under the allocator lock). A dead one's allocation holds no
+    /// record.
     pub fn allocating(&self) -> Vec<u64> {
         (0..PROCESSES as u32)
             .filter_map(|slot| {

@@ -169,6 +169,49 @@ fn retention_deletes_files_while_processes_share_the_directory() {
     wal.close().unwrap();
 }
 
+/// Two threads of one process allocate at once: one's `fallocate` is held (its extent's
+/// identity not written yet) while the other's allocations come and go, the allocator
+/// moves past that file and retention retires every other extent in it. The leader keeps
+/// the file until the held allocation is written, so its record is not lost.
+#[test]
+fn the_leader_keeps_a_file_an_allocation_of_another_thread_awaits() {
+    let dir = tempdir();
+    let storage = std::sync::Arc::new(common::GateStorage::default());
+    let wal =
+        std::sync::Arc::new(Wal::open_with_storage(dir.path(), cfg(), storage.clone()).unwrap());
+    // A second handle joins: from now on only the leader deletes files, judging them from
+    // their block slots.
+    let other = Wal::open_with(dir.path(), cfg()).unwrap();
+    append_range(&wal, 0, 1);
+    let first_file = common::data_files(dir.path())[0].clone();
+    // The first append to "late" rolls to its first extent, in the first file; its
+    // `fallocate` is held.
+    storage.hold_next_allocates(1);
+    let late = {
+        let wal = std::sync::Arc::clone(&wal);
+        std::thread::spawn(move || wal.append("late", b"held"))
+    };
+    storage.wait_held(1);
+    // Files' worth of records: this thread rolls many times, in the first file and after.
+    append_range(&wal, 1, 40_000);
+    eventually("retention retired the first file's extents", || {
+        wal.topic_info(TOPIC).unwrap().first_offset > 20_000
+    });
+    // A few more leader passes.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        first_file.exists(),
+        "the leader deleted a file an allocation awaits"
+    );
+    storage.open();
+    assert_eq!(late.join().unwrap().unwrap(), 0);
+    drop(other);
+    std::sync::Arc::try_unwrap(wal).unwrap().close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let mut reader = common::earliest(&wal, "late", Visibility::Published);
+    assert_eq!(reader.next().unwrap().unwrap().value, b"held");
+}
+
 #[test]
 fn a_group_of_another_process_holds_back_consumption() {
     let dir = tempdir();

@@ -17,133 +17,16 @@
 
 #![allow(clippy::unwrap_used)]
 
-use std::fs::File;
-use std::io;
-use std::path::{Path, PathBuf};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tidelog::io::{Mapping, StdStorage, Storage};
+use crate::common::GateStorage;
 use tidelog::{Config, Durability, Error, RingConfig, RingWal, Wal};
 
 /// How long the gate holds a call in the tests that time a queued appender.
 const HOLD: Duration = Duration::from_secs(1);
 /// The ring's bound on a wait for a free block buffer (`ring::writer::BUFFER_WAIT`).
 const RING_BUFFER_WAIT: Duration = Duration::from_secs(5);
-
-#[derive(Debug, Default)]
-struct GateState {
-    /// The next this many `fallocate` calls are held.
-    hold_allocates: u32,
-    /// Every write to this path is held.
-    hold_writes_to: Option<PathBuf>,
-    /// The gate is open: held calls go on, and no more are held.
-    open: bool,
-    /// Calls held right now.
-    waiting: u32,
-}
-
-/// [`StdStorage`] with a gate in front of `fallocate` and of writes to one path.
-#[derive(Debug, Default)]
-struct GateStorage {
-    state: Mutex<GateState>,
-    cv: Condvar,
-}
-
-impl GateStorage {
-    fn lock(&self) -> MutexGuard<'_, GateState> {
-        self.state.lock().unwrap_or_else(|p| p.into_inner())
-    }
-
-    fn hold_next_allocates(&self, n: u32) {
-        self.lock().hold_allocates = n;
-    }
-
-    fn hold_writes_to(&self, path: &Path) {
-        self.lock().hold_writes_to = Some(path.to_owned());
-    }
-
-    fn open(&self) {
-        self.lock().open = true;
-        self.cv.notify_all();
-    }
-
-    /// Waits until `n` calls are held.
-    fn wait_held(&self, n: u32) {
-        let deadline = Instant::now() + Duration::from_secs(30);
-        let mut st = self.lock();
-        while st.waiting < n {
-            let left = deadline.saturating_duration_since(Instant::now());
-            assert!(!left.is_zero(), "no call reached the gate");
-            st = self.cv.wait_timeout(st, left).unwrap().0;
-        }
-    }
-
-    fn pass(&self, hold: impl FnOnce(&mut GateState) -> bool) {
-        let mut st = self.lock();
-        if st.open || !hold(&mut st) {
-            return;
-        }
-        st.waiting += 1;
-        self.cv.notify_all();
-        while !st.open {
-            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
-        }
-        st.waiting -= 1;
-    }
-}
-
-impl Storage for GateStorage {
-    fn create_new(&self, path: &Path) -> io::Result<File> {
-        StdStorage.create_new(path)
-    }
-    fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
-        StdStorage.open(path, writable)
-    }
-    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
-        StdStorage.open_device(path, direct)
-    }
-    fn open_direct(&self, path: &Path) -> io::Result<File> {
-        StdStorage.open_direct(path)
-    }
-    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
-        StdStorage.set_len(file, path, len)
-    }
-    fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
-        // Data files' reservations only (not the shared state file's pages).
-        let data = path.extension().is_some_and(|e| e == "tdl");
-        self.pass(|st| {
-            let hold = data && st.hold_allocates > 0;
-            if hold {
-                st.hold_allocates -= 1;
-            }
-            hold
-        });
-        StdStorage.allocate(file, path, offset, len)
-    }
-    fn write_at(&self, file: &File, path: &Path, buf: &[u8], offset: u64) -> io::Result<()> {
-        self.pass(|st| st.hold_writes_to.as_deref() == Some(path));
-        StdStorage.write_at(file, path, buf, offset)
-    }
-    fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
-        StdStorage.read_at(file, path, buf, offset)
-    }
-    fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {
-        StdStorage.sync_file(file, path)
-    }
-    fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
-        StdStorage.sync_map(map, path, offset, len)
-    }
-    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
-        StdStorage.sync_dir(dir)
-    }
-    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
-        StdStorage.rename(from, to)
-    }
-    fn remove_file(&self, path: &Path) -> io::Result<()> {
-        StdStorage.remove_file(path)
-    }
-}
 
 /// 8 blocks of 64 KiB per file, no background flush.
 fn small() -> Config {

@@ -8,14 +8,17 @@
 #![allow(dead_code)]
 #![allow(clippy::unwrap_used)]
 
-use std::io::{BufRead, BufReader, Read, Write};
+use std::fs::File;
+use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Command, ExitStatus, Output, Stdio};
 use std::sync::mpsc::{self, Receiver};
+use std::sync::{Condvar, Mutex, MutexGuard};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use tidelog::format::{self, BlockIdentity, Progress};
+use tidelog::io::{Mapping, StdStorage, Storage};
 use tidelog::{Config, Durability, ReaderOptions, StartPosition, Wal};
 
 /// Env var naming the data dir a child process works in; absent in normal runs.
@@ -39,7 +42,11 @@ pub fn geometry(blocks: u64, block: u64) -> Config {
 }
 
 pub fn tempdir() -> tempfile::TempDir {
-    tempfile::tempdir().expect("create temp dir")
+    let mut d = tempfile::tempdir().expect("create temp dir");
+    if std::env::var_os("TIDELOG_KEEP_TEST_DIRS").is_some() {
+        d.disable_cleanup(true);
+    }
+    d
 }
 
 /// Copies `src` (data files, cursors, lock file) into `dst`: a crash image of `src`.
@@ -810,4 +817,120 @@ pub fn ring_append_n(
             (h.offset, b)
         })
         .collect()
+}
+
+// ---- a storage layer that holds calls at a gate ----------------------------------------
+
+#[derive(Debug, Default)]
+pub struct GateState {
+    /// The next this many `fallocate` calls are held.
+    hold_allocates: u32,
+    /// Every write to this path is held.
+    hold_writes_to: Option<PathBuf>,
+    /// The gate is open: held calls go on, and no more are held.
+    open: bool,
+    /// Calls held right now.
+    waiting: u32,
+}
+
+/// [`StdStorage`] with a gate in front of `fallocate` and of writes to one path.
+#[derive(Debug, Default)]
+pub struct GateStorage {
+    state: Mutex<GateState>,
+    cv: Condvar,
+}
+
+impl GateStorage {
+    fn lock(&self) -> MutexGuard<'_, GateState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn hold_next_allocates(&self, n: u32) {
+        self.lock().hold_allocates = n;
+    }
+
+    pub fn hold_writes_to(&self, path: &Path) {
+        self.lock().hold_writes_to = Some(path.to_owned());
+    }
+
+    pub fn open(&self) {
+        self.lock().open = true;
+        self.cv.notify_all();
+    }
+
+    /// Waits until `n` calls are held.
+    pub fn wait_held(&self, n: u32) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let mut st = self.lock();
+        while st.waiting < n {
+            let left = deadline.saturating_duration_since(Instant::now());
+            assert!(!left.is_zero(), "no call reached the gate");
+            st = self.cv.wait_timeout(st, left).unwrap().0;
+        }
+    }
+
+    fn pass(&self, hold: impl FnOnce(&mut GateState) -> bool) {
+        let mut st = self.lock();
+        if st.open || !hold(&mut st) {
+            return;
+        }
+        st.waiting += 1;
+        self.cv.notify_all();
+        while !st.open {
+            st = self.cv.wait(st).unwrap_or_else(|p| p.into_inner());
+        }
+        st.waiting -= 1;
+    }
+}
+
+impl Storage for GateStorage {
+    fn create_new(&self, path: &Path) -> io::Result<File> {
+        StdStorage.create_new(path)
+    }
+    fn open(&self, path: &Path, writable: bool) -> io::Result<File> {
+        StdStorage.open(path, writable)
+    }
+    fn open_device(&self, path: &Path, direct: bool) -> io::Result<File> {
+        StdStorage.open_device(path, direct)
+    }
+    fn open_direct(&self, path: &Path) -> io::Result<File> {
+        StdStorage.open_direct(path)
+    }
+    fn set_len(&self, file: &File, path: &Path, len: u64) -> io::Result<()> {
+        StdStorage.set_len(file, path, len)
+    }
+    fn allocate(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        // Data files' reservations only (not the shared state file's pages).
+        let data = path.extension().is_some_and(|e| e == "tdl");
+        self.pass(|st| {
+            let hold = data && st.hold_allocates > 0;
+            if hold {
+                st.hold_allocates -= 1;
+            }
+            hold
+        });
+        StdStorage.allocate(file, path, offset, len)
+    }
+    fn write_at(&self, file: &File, path: &Path, buf: &[u8], offset: u64) -> io::Result<()> {
+        self.pass(|st| st.hold_writes_to.as_deref() == Some(path));
+        StdStorage.write_at(file, path, buf, offset)
+    }
+    fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        StdStorage.read_at(file, path, buf, offset)
+    }
+    fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {
+        StdStorage.sync_file(file, path)
+    }
+    fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
+        StdStorage.sync_map(map, path, offset, len)
+    }
+    fn sync_dir(&self, dir: &Path) -> io::Result<()> {
+        StdStorage.sync_dir(dir)
+    }
+    fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
+        StdStorage.rename(from, to)
+    }
+    fn remove_file(&self, path: &Path) -> io::Result<()> {
+        StdStorage.remove_file(path)
+    }
 }
