@@ -322,6 +322,7 @@ impl State {
         let reserved = if across {
             Some(self.reserve(&job_dir, &topics)?)
         } else {
+            self.line_up_alone(&topics)?;
             None
         };
         // Exclusive from here; released however this ends.
@@ -376,6 +377,21 @@ impl State {
         }
         crate::process::crash_point("publish-reserved");
         Ok(reserved)
+    }
+
+    /// Shared mode, alone: lines each of `topics` up with what the processes gone since
+    /// this handle last looked appended (a dead appender's leftovers erased), so the job
+    /// starts after their records.
+    fn line_up_alone(&self, topics: &[Arc<Topic>]) -> Result<()> {
+        if !self.topics.is_shared_mode() {
+            return Ok(());
+        }
+        for topic in topics {
+            let slot = slot_of(topic)?;
+            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+            follow::line_up(self, topic, slot)?;
+        }
+        Ok(())
     }
 
     /// Reads job `job`'s commit. Breaks with the outcome when there is nothing to publish:

@@ -267,3 +267,31 @@ fn a_publisher_killed_while_it_copies_is_finished_before_another_append() {
 fn a_publisher_killed_after_reserving_its_topics_is_published_from_the_start() {
     publisher_killed_at("publish-reserved", 1);
 }
+
+/// A process left alone by the others adopts the job's segment: the job starts after what
+/// the others appended, though this process did not append (or look) since they did.
+#[test]
+fn a_commit_alone_after_others_appended_starts_after_their_records() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    wal.append(TOPIC, &own_value("parent", 0)).unwrap();
+    let mut other = child(dir.path(), None);
+    other.send("append child 0 700");
+    assert_eq!(other.recv(WAIT), "appended");
+    other.finish(WAIT);
+    stage_job(dir.path(), "j4", 300);
+    let ranges = wal.commit_staged("j4", &["p0"]).unwrap();
+    assert_eq!(ranges, vec![(TOPIC.to_owned(), 701..1001)]);
+    wal.append(TOPIC, &own_value("parent", 1)).unwrap();
+    let check = |wal: &Wal| {
+        let seen = layout(wal);
+        assert_eq!(seen.jobs, vec![("j4".to_owned(), 701, 300)]);
+        assert_eq!(own_records(&seen, "child"), (0..700).collect::<Vec<_>>());
+        assert_eq!(own_records(&seen, "parent"), vec![0, 1]);
+    };
+    check(&wal);
+    wal.close().unwrap();
+    // From the files alone.
+    let wal = Wal::open_with(dir.path(), config()).unwrap();
+    check(&wal);
+}
