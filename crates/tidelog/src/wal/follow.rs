@@ -362,12 +362,11 @@ fn read_directory(state: &State, published: &Published, only: Option<&Topic>) ->
         all_present.extend(present);
         seen.insert(t.name);
     }
-    // Topics the writer deleted: nothing of theirs is left to read, and they are no longer
-    // listed.
+    // Topics the writer deleted: nothing of theirs is left to read (their readers get
+    // `UnknownTopic`), and they are no longer listed.
     for topic in state.topics.all() {
         if !seen.contains(&topic.name) {
-            topic.trim_front(|_| false);
-            state.topics.remove(&topic);
+            state.topics.forget(&topic);
         }
     }
     recovery.known.retain(|key, _| all_present.contains(key));

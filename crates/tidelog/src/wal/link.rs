@@ -128,6 +128,13 @@ impl SharedLink {
         }
     }
 
+    /// A read-only handle: the state file is current and no slot names `topic` (its
+    /// writer deleted it, or found the table full), so only the directory tells what the
+    /// topic of that name is now. False for a writer, and while no state file is current.
+    pub fn lacks_slot(&self, topic: &Topic) -> bool {
+        matches!(self.role, Role::Reader(_)) && self.slot(topic).is_none() && self.state().is_some()
+    }
+
     /// The slot `topic` has now: the writer's own, or the one a reader finds (attaching to
     /// the file again, at most every `ATTACH_EVERY`, when a writer rebuilt it).
     pub fn slot(&self, topic: &Topic) -> Option<TopicSlot> {

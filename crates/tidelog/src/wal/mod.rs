@@ -287,17 +287,23 @@ impl Wal {
     }
 
     /// Catches `topic` up with other processes' appends (shared mode and read-only handles).
-    /// The topic `name` to read or describe. A read-only handle that does not know it reads
-    /// the directory again first: the writer may have created it since.
+    /// The topic `name` to read or describe. A read-only handle reads the directory again
+    /// first when it does not know the name (the writer may have created it since) or the
+    /// current shared state file has no slot for the topic it knows (the writer may have
+    /// deleted it, and created it again).
     fn lookup(&self, name: &str) -> Result<Arc<Topic>> {
         let state = &self.state;
-        match state.topics.get_live(name) {
-            Err(Error::UnknownTopic { .. }) if state.status.is_read_only() => {
-                follow::refresh(state)?;
-                state.topics.get_live(name)
-            }
-            found => found,
+        let found = state.topics.get_live(name);
+        if !state.status.is_read_only() {
+            return found;
         }
+        match found {
+            Ok(t) if !state.follow.lacks_slot(&t) => return Ok(t),
+            Ok(_) | Err(Error::UnknownTopic { .. }) => {}
+            Err(e) => return Err(e),
+        }
+        follow::refresh(state)?;
+        state.topics.get_live(name)
     }
 
     fn follow_others(&self, topic: &Arc<Topic>) -> Result<()> {

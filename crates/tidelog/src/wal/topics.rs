@@ -107,7 +107,8 @@ impl Topics {
         })
     }
 
-    /// Shared mode: another process deleted `topic`. This handle appends to it no more
+    /// Another process deleted `topic` (in shared mode, or the writer a read-only handle
+    /// follows). This handle appends to it no more
     /// (its readers and writers get `UnknownTopic`), drops its extents (their deleter
     /// marked them) and no longer lists it, so a later append of the name makes a new
     /// topic.
@@ -253,21 +254,27 @@ impl Topics {
         self.shared_mode
     }
 
-    /// The topic `name` with id `id` as a read-only refresh found it: a known topic under
-    /// another id was deleted and created again by the writer, and is replaced (its readers
-    /// keep their own handle).
+    /// The topic `name` with id `id` as a read-only refresh found it. A known topic under
+    /// another id was deleted and created again by the writer: it is replaced, and dropped
+    /// as deleted (its readers get `UnknownTopic`).
     pub fn get_or_insert_found(&self, name: &str, id: u32) -> Arc<Topic> {
-        let mut table = self.table.write().recover();
-        table.next_id = table.next_id.max(id.saturating_add(1));
-        if table.by_name.get(name).is_some_and(|old| old.id != id) {
-            table.by_name.remove(name);
-        }
-        Arc::clone(
-            table
+        let (found, replaced) = {
+            let mut table = self.table.write().recover();
+            table.next_id = table.next_id.max(id.saturating_add(1));
+            let replaced = match table.by_name.get(name) {
+                Some(old) if old.id != id => table.by_name.remove(name),
+                _ => None,
+            };
+            let found = table
                 .by_name
                 .entry(name.to_owned())
-                .or_insert_with(|| Arc::new(Topic::new(name.to_owned(), id))),
-        )
+                .or_insert_with(|| Arc::new(Topic::new(name.to_owned(), id)));
+            (Arc::clone(found), replaced)
+        };
+        if let Some(old) = replaced {
+            old.drop_deleted();
+        }
+        found
     }
 
     /// Every live topic.

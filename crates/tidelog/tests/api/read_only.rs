@@ -347,3 +347,36 @@ fn a_read_only_handle_finds_a_topic_the_writer_created_after_it_opened() {
         Err(Error::UnknownTopic { .. })
     ));
 }
+
+/// The writer deletes a topic and creates it again: once the read-only handle sees the new
+/// topic, a new reader reads it (never the old one's records), and a reader of the old one
+/// gets `UnknownTopic`, as beside a deletion in shared mode.
+#[test]
+fn a_read_only_handle_reads_a_topic_created_again_not_the_deleted_one() {
+    let dir = tempdir();
+    let writer = Wal::open_with(dir.path(), small()).expect("open");
+    for i in 0..3 {
+        writer.append("x", &value("old", i)).expect("append");
+    }
+    writer.flush().expect("flush");
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("open read-only");
+    let mut old = earliest(&ro, "x");
+    assert_eq!(
+        old.next().expect("read").expect("a record").value,
+        value("old", 0)
+    );
+    writer.delete_topic("x").expect("delete");
+    for i in 0..5 {
+        writer.append("x", &value("new", i)).expect("append");
+    }
+    writer.flush().expect("flush");
+    let mut new = earliest(&ro, "x");
+    let mut got = Vec::new();
+    while let Some(rec) = new.next().expect("read the new topic") {
+        got.push((rec.offset, rec.value.to_vec()));
+    }
+    let want: Vec<_> = (0..5).map(|i| (i, value("new", i))).collect();
+    assert_eq!(got, want);
+    assert_eq!(ro.topic_info("x").expect("info").next_offset, 5);
+    assert!(matches!(old.next(), Err(Error::UnknownTopic { .. })));
+}
