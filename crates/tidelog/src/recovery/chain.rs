@@ -43,6 +43,19 @@ pub(super) struct TopicChain {
     /// extent with records joins the chain (one with none, an allocation whose writer died
     /// before its first publish, does not end it: another process may still append there).
     pub(super) ends_if_followed: Option<(Arc<Extent>, u64, u64)>,
+    /// The highest first offset of the topic's extents marked `Consumed`, if any.
+    pub(super) consumed_to: Option<u64>,
+}
+
+impl TopicChain {
+    /// Forgets the extents placed so far: the chain starts again at the next one.
+    fn restart(&mut self) {
+        self.chain.clear();
+        self.unsynced.clear();
+        self.tail = Tail::default();
+        self.expected = None;
+        self.ends_if_followed = None;
+    }
 }
 
 impl Recovery<'_> {
@@ -53,10 +66,10 @@ impl Recovery<'_> {
         &self,
         name: String,
         mut extents: Vec<Found>,
-        deleting: &HashSet<(String, u32)>,
+        grouped: &Grouped,
         report: &mut RecoveryReport,
     ) -> Result<Option<RecoveredTopic>> {
-        let live = live_topic_id(&name, &extents, deleting);
+        let live = live_topic_id(&name, &extents, &grouped.deleting);
         for f in extents.iter().filter(|f| Some(f.id.topic_id) != live) {
             report.deleted_remnants += 1;
             if self.writable {
@@ -76,6 +89,7 @@ impl Recovery<'_> {
             expected: None,
             dropping: false,
             ends_if_followed: None,
+            consumed_to: grouped.consumed_to.get(&topic_id).copied(),
         };
         let firsts: Vec<u64> = extents.iter().map(|f| f.id.first_offset).collect();
         // Whether an extent after the i-th claims durable records.
@@ -137,7 +151,12 @@ impl Recovery<'_> {
                 }
                 return Ok(());
             }
-            return self.drop_after_gap(topic, &f, &block, report);
+            if topic.dropping || !self.prefix_retired_since(topic)? {
+                return self.drop_after_gap(topic, &f, &block, report);
+            }
+            // The extents placed so far were retired after their slots were read: the
+            // topic starts here.
+            topic.restart();
         }
         let before = topic.ends_if_followed.take();
         let kept = match f.progress {
@@ -160,6 +179,24 @@ impl Recovery<'_> {
             topic.chain.push(block);
         }
         Ok(())
+    }
+
+    /// Whether the extents placed so far in `topic` are retired on disk now, though they
+    /// were live when their slots were read: a recovery that does not repair reads while
+    /// the housekeeping leader retires extents front to back, so it may see an extent live
+    /// and, a moment later, one after it retired, which looks like a gap. The last one
+    /// placed tells (retirement goes front to back).
+    fn prefix_retired_since(&self, topic: &TopicChain) -> Result<bool> {
+        if self.writable {
+            return Ok(false);
+        }
+        let Some(last) = topic.chain.last() else {
+            return Ok(false);
+        };
+        let slots = read_slots(self.storage, &last.file, last.block_index)?;
+        Ok(slots
+            .progress
+            .is_some_and(|p| matches!(p.state, ProgressState::Consumed | ProgressState::Deleted)))
     }
 
     /// Drops extent `f`, which follows a gap in its topic's offsets (a writable open marks
@@ -302,8 +339,16 @@ impl Recovery<'_> {
             }
             // A later extent of the topic must continue from here: one that claims durable
             // records after this empty one means records were lost, which is corruption,
-            // not a topic that starts later.
-            topic.expected = Some(f.id.first_offset);
+            // not a topic that starts later. Not so for the first extent found, with others
+            // after it, when retention (or the groups) retired an extent from its first
+            // offset on: an allocation whose writer died rolling, left behind when the
+            // extents around it were retired. The topic starts at the next one.
+            let below_retained = topic.expected.is_none()
+                && !is_last
+                && topic.consumed_to.is_some_and(|to| to >= f.id.first_offset);
+            if !below_retained {
+                topic.expected = Some(f.id.first_offset);
+            }
             return Ok(false);
         }
         topic.tail.max_ts = topic.tail.max_ts.max(s.max_ts);

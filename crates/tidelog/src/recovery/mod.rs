@@ -198,8 +198,8 @@ pub fn recover(
         interval: config.index_interval_bytes,
         track_unsynced: map_writable,
     };
-    for (name, extents) in grouped.by_topic {
-        let topic = recovery.recover_topic(name, extents, &grouped.deleting, &mut out.report)?;
+    for (name, extents) in std::mem::take(&mut grouped.by_topic) {
+        let topic = recovery.recover_topic(name, extents, &grouped, &mut out.report)?;
         out.topics.extend(topic);
     }
     place_allocation(storage, writable, &listing.used_end, &mut out)?;
@@ -317,6 +317,9 @@ fn find_extents(
 struct Grouped {
     by_topic: BTreeMap<String, Vec<Found>>,
     deleting: HashSet<(String, u32)>,
+    /// Per topic id, the highest first offset of its extents marked `Consumed`: retention
+    /// or the groups passed every offset below it.
+    consumed_to: HashMap<u32, u64>,
 }
 
 /// Groups the extents by topic, checking that names and ids agree. Extents marked deleted
@@ -334,6 +337,9 @@ fn group_by_topic(found: Vec<Found>, writable: bool, next_topic_id: &mut u32) ->
                 .is_some_and(|p| p.state == ProgressState::Deleted)
             {
                 grouped.deleting.insert((f.id.topic.clone(), f.id.topic_id));
+            } else {
+                let to = grouped.consumed_to.entry(f.id.topic_id).or_insert(0);
+                *to = (*to).max(f.id.first_offset);
             }
             if writable {
                 count_unused(&f.file, f.id.extent_count);

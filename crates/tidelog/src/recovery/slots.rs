@@ -219,7 +219,18 @@ pub fn mark_topic_deleted(
 /// still writes the identity of an extent it was handed there. A block slot never handed
 /// out (or handed to a process that died before writing its identity) holds nothing; any
 /// other slot, damaged ones included, keeps the file.
-pub fn file_retired(storage: &dyn Storage, file: &DataFile) -> Result<bool> {
+///
+/// An extent that holds no record (no durable claim, its first frame blank) below its
+/// topic's first offset (`below_first(topic id, first offset)`, the leader's view, lined up)
+/// is a roll whose writer died before it named it, left behind when retention retired the
+/// extents around it: it is marked `Consumed` here (no topic's chain holds it, so nothing
+/// else ever would, and its file would stay for good). A live roll's extent starts at its
+/// topic's next offset, never below the first.
+pub fn file_retired(
+    storage: &dyn Storage,
+    file: &DataFile,
+    below_first: impl Fn(u32, u64) -> bool,
+) -> Result<bool> {
     let mut index = 0u32;
     while index < file.extent_count {
         match classify_slot(storage, file, index)? {
@@ -227,6 +238,14 @@ pub fn file_retired(storage: &dyn Storage, file: &DataFile) -> Result<bool> {
             SlotKind::Extent(id, Some(p), false)
                 if matches!(p.state, ProgressState::Consumed | ProgressState::Deleted) =>
             {
+                index += id.extent_count;
+            }
+            SlotKind::Extent(id, p, false)
+                if p.is_none_or(|p| p.record_count == 0)
+                    && below_first(id.topic_id, id.first_offset)
+                    && first_frame_blank(storage, file, index)? =>
+            {
+                mark_retired(storage, file, index, ProgressState::Consumed)?;
                 index += id.extent_count;
             }
             SlotKind::Extent(..) => return Ok(false),

@@ -6,6 +6,7 @@
 //! each data file judged from its block slots before it is deleted. The other processes
 //! follow what the leader retired (`follow_retired`).
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use super::follow;
@@ -127,8 +128,16 @@ fn delete_retired_files(state: &State) -> Result<bool> {
     let storage = state.storage.as_ref();
     let mut first_error = Ok(());
     let mut deleted = false;
+    // Each topic's first offset as this pass left it (lined up, retired).
+    let firsts: HashMap<u32, u64> = state
+        .topics
+        .all()
+        .iter()
+        .map(|t| (t.id, t.first_offset()))
+        .collect();
+    let below_first = |id: u32, offset: u64| firsts.get(&id).is_some_and(|&first| offset < first);
     for file in state.alloc.passed_files(storage)? {
-        match recovery::file_retired(storage, &file) {
+        match recovery::file_retired(storage, &file, below_first) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {

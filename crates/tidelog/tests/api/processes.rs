@@ -19,6 +19,8 @@ use crate::common::{self, child_command, child_env, geometry, tempdir};
 use tidelog::{Append, Config, Durability, Error, Wal};
 
 const SHARED_TOPIC: &str = "shared";
+/// Generous: CI machines are slow and busy.
+const WAIT: Duration = Duration::from_secs(30);
 
 fn cfg() -> Config {
     // Small extents: the appenders roll often, and roll after each other.
@@ -65,6 +67,19 @@ fn child_process_entry() {
     };
     let wal = Wal::open_with(&dir, config).unwrap();
     let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
+    if parts[0] == "shared" {
+        // `shared:CHILD[:COUNT[:LEN]]`: one record at a time to the shared topic only (each
+        // padded to LEN bytes if given).
+        let len: Option<usize> = parts.get(3).map(|l| l.parse().unwrap());
+        for seq in 0..count {
+            let mut v = value(child, seq);
+            if let Some(len) = len {
+                v.resize(len, b'y');
+            }
+            wal.append(SHARED_TOPIC, &v).unwrap();
+        }
+        return;
+    }
     let own = format!("own-{child}");
     let mut seq = 0;
     while seq < count {
@@ -190,7 +205,12 @@ fn exclusive_and_shared_handles_exclude_each_other() {
 
 /// Kills a child at its `n`th pass through `point` and returns once it is dead.
 fn kill_child_at(dir: &Path, point: &str, n: u64) {
-    let mut child = child_command(module_path!(), dir, "hold:9")
+    kill_child_in_mode_at(dir, "hold:9", point, n);
+}
+
+/// [`kill_child_at`] for a child started in `mode`.
+fn kill_child_in_mode_at(dir: &Path, mode: &str, point: &str, n: u64) {
+    let mut child = child_command(module_path!(), dir, mode)
         .env("TIDELOG_CRASH_AT", format!("kill:{point}:{n}"))
         .spawn()
         .unwrap();
@@ -277,6 +297,110 @@ fn a_holder_killed_while_allocating_is_taken_over() {
     wal.close().unwrap();
     let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
     assert_eq!(read_all(&wal, SHARED_TOPIC), records);
+}
+
+/// A directory where a holder was killed rolling (`roll-identity`: its new extent's
+/// identity written, the extent never named), so an extent holding no record lies among
+/// the topic's, with retention on the topic; files of `blocks` blocks of 64 KiB. Returns
+/// it, this process's handle, the empty extent's first offset and the data files then.
+fn killed_roll(blocks: u64) -> (tempfile::TempDir, Wal, u64, Vec<std::path::PathBuf>) {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), retained(blocks)).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    kill_child_in_mode_at(dir.path(), "shared:9", "roll-identity", 1);
+    // The empty extent starts where the killed roll's records would have.
+    let first = wal.topic_info(SHARED_TOPIC).unwrap().next_offset;
+    let files = common::data_files(dir.path());
+    (dir, wal, first, files)
+}
+
+/// Shared mode, retention on the shared topic (two blocks kept), `blocks` blocks a file.
+fn retained(blocks: u64) -> Config {
+    let mut c = common::geometry(blocks, 64 * 1024).topic_retention(
+        SHARED_TOPIC,
+        tidelog::Retention::default().max_bytes(2 * 64 * 1024),
+    );
+    c.sync_interval_ms = 10;
+    c
+}
+
+/// Appends `n` records of 2000 bytes to the shared topic (sequence numbers after `seq`).
+fn append_padded(wal: &Wal, seq: &mut u64, n: u64) {
+    for _ in 0..n {
+        *seq += 1;
+        let mut v = value(0, *seq);
+        v.resize(2000, b'p');
+        wal.append(SHARED_TOPIC, &v).unwrap();
+    }
+}
+
+/// The shared topic reads dense from its first offset to its next; retention may pass the
+/// reader meanwhile (then it reads again).
+fn check_retained(wal: &Wal) {
+    for _ in 0..20 {
+        let info = wal.topic_info(SHARED_TOPIC).unwrap();
+        let mut reader = common::earliest(wal, SHARED_TOPIC, tidelog::Visibility::Published);
+        let mut offset = info.first_offset;
+        let passed = loop {
+            match reader.next() {
+                Ok(Some(rec)) => {
+                    assert_eq!(rec.offset, offset, "dense from the first offset");
+                    offset += 1;
+                }
+                Ok(None) => break false,
+                Err(Error::OffsetOutOfRange { .. }) => break true,
+                Err(e) => panic!("reading the topic: {e:?}"),
+            }
+        };
+        if !passed {
+            assert!(offset >= info.next_offset, "read up to the next offset");
+            return;
+        }
+    }
+    panic!("retention passed every read");
+}
+
+/// The extent a killed roll left empty stays in the current file while retention retires
+/// the extents around it (the next roll's among them, from the same first offset): a
+/// read-only open, a joining process and a reopen alone start the topic at the first
+/// extent kept, not at the empty one below it.
+#[test]
+fn an_extent_left_empty_by_a_killed_roll_does_not_start_the_topic() {
+    // One file holds it all: no file is passed, so the leader judges none.
+    let (dir, wal, empty_first, _) = killed_roll(256);
+    let mut seq = 0;
+    append_padded(&wal, &mut seq, 300);
+    common::eventually("retention passes the empty extent", WAIT, || {
+        wal.topic_info(SHARED_TOPIC).unwrap().first_offset > empty_first + 100
+    });
+    assert_eq!(common::data_files(dir.path()).len(), 1);
+    let ro = Wal::open_read_only_with(dir.path(), retained(256)).unwrap();
+    check_retained(&ro);
+    drop(ro);
+    let other = Wal::open_with(dir.path(), retained(256)).unwrap();
+    check_retained(&other);
+    other.close().unwrap();
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), retained(256).exclusive(true)).unwrap();
+    check_retained(&wal);
+}
+
+/// Once the allocator moved past the file of an extent a killed roll left empty, and
+/// retention passed it, the leader marks it retired with the rest, so the file goes (no
+/// topic's chain holds it: nothing else ever would).
+#[test]
+fn an_extent_left_empty_by_a_killed_roll_does_not_keep_its_file() {
+    let (dir, wal, _, files_then) = killed_roll(16);
+    let mut seq = 0;
+    append_padded(&wal, &mut seq, 2000);
+    common::eventually("the empty extent's file is deleted", WAIT, || {
+        append_padded(&wal, &mut seq, 10);
+        files_then.iter().all(|f| !f.exists())
+    });
+    check_retained(&wal);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), retained(16).exclusive(true)).unwrap();
+    check_retained(&wal);
 }
 
 #[test]

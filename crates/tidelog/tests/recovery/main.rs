@@ -14,6 +14,7 @@ mod full_disk;
 mod large_records;
 mod panics;
 mod recover_corruption;
+mod recover_races;
 mod recover_torn_tail;
 mod sweep;
 mod sync_failures;
