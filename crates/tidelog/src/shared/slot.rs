@@ -187,6 +187,10 @@ impl TopicSlot {
             let seq = self.word64(S_ROLL_SEQ);
             let s = seq.load(Ordering::Relaxed);
             if s & 1 == 1 {
+                // A roll died writing its entry, which may be the older one readers read:
+                // the ring is emptied (nobody read the entry under an odd sequence, and
+                // readers find extents' ends in the directory without it).
+                self.word64(S_ROLLS).store(0, Ordering::Relaxed);
                 seq.store(s.wrapping_add(1), Ordering::Release);
             }
         }
