@@ -345,6 +345,16 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
     Ok(())
 }
 
+/// Shared mode, a close alone: finishes the deletions a dead process cut short (their
+/// slots say `deleting`, and every process treated the topics as deleted), which the next
+/// open would otherwise not know of. Skipped while a commit of this process holds the turn.
+fn finish_deletions(state: &State) -> Result<()> {
+    match state.dir_lock.publish_turn(std::time::Duration::ZERO)? {
+        Some(_turn) => super::delete::finish_cut_short(state),
+        None => Ok(()),
+    }
+}
+
 /// Closes: stops appends, waits for in-flight ones, flushes, marks active extents clean,
 /// closes the strategy, fails waiters no sync can cover any more, and releases the
 /// directory. The background threads are stopped already.
@@ -362,7 +372,9 @@ pub(super) fn close(state: &State) -> Result<()> {
         // `Clean` says nothing follows: in shared mode only a handle alone may say so.
         let alone = state.housekeeping_turn();
         let lined = match &alone {
-            Some(_) if state.topics.is_shared_mode() => super::follow::line_up_all(state),
+            Some(_) if state.topics.is_shared_mode() => {
+                finish_deletions(state).and_then(|()| super::follow::line_up_all(state))
+            }
             _ => Ok(()),
         };
         // A line-up that failed leaves extents unmarked: recovery scans them, as after a crash.

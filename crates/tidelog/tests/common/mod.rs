@@ -479,6 +479,11 @@ impl ChildSession {
             .expect("the child replied in time (see its stderr above)")
     }
 
+    /// The next reply, if one comes within `timeout`.
+    pub fn try_recv(&mut self, timeout: Duration) -> Option<String> {
+        self.replies.recv_timeout(timeout).ok()
+    }
+
     /// SIGKILLs the child and reaps it.
     pub fn kill(&mut self) {
         let _ = self.child.kill();

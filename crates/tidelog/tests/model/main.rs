@@ -7,3 +7,4 @@
 mod common;
 
 mod model;
+mod two_processes;
