@@ -19,6 +19,7 @@ from hypothesis.stateful import (
     precondition,
     rule,
 )
+from other_process import OtherProcess
 
 TOPICS = st.sampled_from(["alpha", "beta", "gamma"])
 GROUPS = st.sampled_from([None, "g1", "g2"])
@@ -62,8 +63,9 @@ class WalMachine(RuleBasedStateMachine):
         self.held: list[tuple[object, bytes]] = []
         self.timestamp = 1_000_000
         # A second writable handle on the directory: in shared mode it is what another
-        # process holds (its own lock byte and process slot, its own view of each topic).
-        self.other: tidelog.Wal | None = None
+        # process holds (its own lock byte and process slot, its own view of each topic),
+        # or another process indeed (`ProcessWalMachine`).
+        self.other: tidelog.Wal | OtherProcess | None = None
 
     @initialize()
     def start(self) -> None:
@@ -84,12 +86,17 @@ class WalMachine(RuleBasedStateMachine):
         return self.wal
 
     def check_record(self, topic: str, rec: tidelog.Record, offset: int) -> None:
-        want = self.model.topics[topic][offset]
         assert rec.offset == offset
-        assert bytes(rec) == want.value
-        assert rec.key == want.key
+        self.check_fields(topic, offset, bytes(rec), rec.key, rec.timestamp)
+
+    def check_fields(
+        self, topic: str, offset: int, value: bytes, key: bytes | None, timestamp: int
+    ) -> None:
+        want = self.model.topics[topic][offset]
+        assert value == want.value
+        assert key == want.key
         if want.timestamp is not None:
-            assert rec.timestamp == want.timestamp
+            assert timestamp == want.timestamp
 
     @precondition(is_open)
     @rule(topic=TOPICS, value=VALUES, key=KEYS, timed=st.booleans())
@@ -154,7 +161,19 @@ class WalMachine(RuleBasedStateMachine):
     @precondition(lambda self: self.shared() and self.other is None)
     @rule()
     def other_open(self) -> None:
-        self.other = open_small(self.dir, fsync="never")
+        self.other = self.open_other()
+
+    def open_other(self) -> tidelog.Wal | OtherProcess:
+        return open_small(self.dir, fsync="never")
+
+    def other_records(self, topic: str) -> list[tuple[int, bytes, bytes | None, int]]:
+        """Every record of `topic` as the other handle reads it from the start."""
+        assert isinstance(self.other, tidelog.Wal)
+        reader = self.other.reader(topic, start="earliest")
+        out = []
+        while (rec := reader.next()) is not None:
+            out.append((rec.offset, bytes(rec), rec.key, rec.timestamp))
+        return out
 
     @precondition(lambda self: self.other is not None)
     @rule(topic=TOPICS, values=st.lists(VALUES, min_size=1, max_size=4), batch=st.booleans())
@@ -179,12 +198,10 @@ class WalMachine(RuleBasedStateMachine):
         assert self.other is not None
         topic = data.draw(st.sampled_from(sorted(self.model.topics)))
         stored = self.model.topics[topic]
-        reader = self.other.reader(topic, start="earliest")
-        for offset in range(len(stored)):
-            rec = reader.next()
-            assert rec is not None, f"{topic}: no record {offset} in the other handle"
-            self.check_record(topic, rec, offset)
-        assert reader.next() is None
+        records = self.other_records(topic)
+        assert [r[0] for r in records] == list(range(len(stored))), topic
+        for offset, value, key, timestamp in records:
+            self.check_fields(topic, offset, value, key, timestamp)
 
     @precondition(lambda self: self.other is not None and self.model.topics)
     @rule(data=st.data())
@@ -308,12 +325,33 @@ class RingWalMachine(WalMachine):
     OPTIONS: ClassVar[dict[str, object]] = {"backend": "ring", "capacity": RING_CAPACITY}
 
 
-for machine in (WalMachine, RingWalMachine):
+class ProcessWalMachine(WalMachine):
+    """The same machine whose other handle is another process's, which a step may SIGKILL
+    (between its commands: it holds no lock then, and the page cache keeps what it
+    appended, so the model stays as it is)."""
+
+    def open_other(self) -> tidelog.Wal | OtherProcess:
+        return OtherProcess(self.dir)
+
+    def other_records(self, topic: str) -> list[tuple[int, bytes, bytes | None, int]]:
+        assert isinstance(self.other, OtherProcess)
+        return self.other.read_all(topic)
+
+    @precondition(lambda self: self.other is not None)
+    @rule()
+    def other_kill(self) -> None:
+        assert isinstance(self.other, OtherProcess)
+        self.other.kill()
+        self.other = None
+
+
+for machine, examples in ((WalMachine, 60), (RingWalMachine, 60), (ProcessWalMachine, 20)):
     machine.TestCase.settings = settings(
-        max_examples=60,
+        max_examples=examples,
         stateful_step_count=40,
         deadline=None,
         suppress_health_check=[HealthCheck.too_slow],
     )
 TestWalMachine = WalMachine.TestCase
 TestRingWalMachine = RingWalMachine.TestCase
+TestProcessWalMachine = ProcessWalMachine.TestCase
