@@ -838,14 +838,35 @@ pub struct GateState {
     waiting: u32,
 }
 
-/// [`StdStorage`] with a gate in front of `fallocate` and of writes to one path.
-#[derive(Debug, Default)]
+/// What runs before a read (`path`, `offset`), once per call, holding no lock of the engine.
+pub type ReadHook = Box<dyn Fn(&Path, u64) + Send + Sync>;
+
+/// [`StdStorage`] with a gate in front of `fallocate` and of writes to one path, and a hook
+/// before each read.
+#[derive(Default)]
 pub struct GateStorage {
     state: Mutex<GateState>,
     cv: Condvar,
+    on_read: Option<ReadHook>,
+}
+
+impl std::fmt::Debug for GateStorage {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("GateStorage")
+            .field("state", &self.state)
+            .finish_non_exhaustive()
+    }
 }
 
 impl GateStorage {
+    /// A storage that runs `hook` before every read.
+    pub fn on_read(hook: ReadHook) -> GateStorage {
+        GateStorage {
+            on_read: Some(hook),
+            ..GateStorage::default()
+        }
+    }
+
     fn lock(&self) -> MutexGuard<'_, GateState> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -921,6 +942,9 @@ impl Storage for GateStorage {
         StdStorage.write_at(file, path, buf, offset)
     }
     fn read_at(&self, file: &File, path: &Path, buf: &mut [u8], offset: u64) -> io::Result<usize> {
+        if let Some(hook) = &self.on_read {
+            hook(path, offset);
+        }
         StdStorage.read_at(file, path, buf, offset)
     }
     fn sync_file(&self, file: &File, path: &Path) -> io::Result<()> {
