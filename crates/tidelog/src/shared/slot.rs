@@ -231,6 +231,12 @@ impl TopicSlot {
             .store(self.shared.owner(), Ordering::Release);
     }
 
+    /// The pid of the process whose deletion of the topic began (0 when none).
+    pub fn deleter_pid(&self) -> u32 {
+        self.shared
+            .pid_of_owner(self.word32(S_DELETING).load(Ordering::Acquire))
+    }
+
     /// Whether a deletion of the topic began (it ends with [`TopicSlot::release`]).
     pub fn is_deleting(&self) -> bool {
         self.word32(S_DELETING).load(Ordering::Acquire) != 0

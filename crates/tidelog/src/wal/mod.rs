@@ -380,6 +380,11 @@ impl Wal {
         // others, the job's topics are reserved and every segment copied.
         let alone = state.housekeeping_turn();
         let across = alone.is_none();
+        // A deletion a dead process cut short holds its topic's name until it is finished,
+        // which needs this turn.
+        if state.topics.is_shared_mode() {
+            delete::finish_cut_short(state)?;
+        }
         let committed = stage::write_commit(
             state.storage.as_ref(),
             &state.dir,

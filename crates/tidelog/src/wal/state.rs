@@ -4,14 +4,14 @@
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::durability::{Appending, Strategy, WriteOpts};
 use super::flush::Flusher;
 use super::link::SharedLink;
 use super::lock::DirLock;
 use super::topics::Topics;
-use crate::alloc::BlockAllocator;
+use crate::alloc::{BlockAllocator, SHARED_LOCK_WAIT};
 use crate::clock::Clock;
 use crate::config::Config;
 use crate::cursor::CursorTable;
@@ -25,6 +25,9 @@ use crate::stage;
 use crate::status::Status;
 use crate::sync::{GroupLimits, SyncQueue};
 use crate::topic::{Ctx, Topic};
+
+/// Between two looks of an appender at a topic of its name another process is deleting.
+const DELETION_POLL: Duration = Duration::from_millis(1);
 
 /// What recovery found, and the extents a read-only handle has seen (reused by refresh).
 #[derive(Debug)]
@@ -115,9 +118,29 @@ impl State {
         }
     }
 
-    /// The topic `name`, created if needed.
+    /// The topic `name`, created if needed. In shared mode, while another process deletes
+    /// the topic of that name (its slot marked, not released yet), this waits for the
+    /// deletion to end (its deleter's, or after it died the next holder of the publish
+    /// turn's), at most `SHARED_LOCK_WAIT`, then makes a new topic: the old one's appends
+    /// would fail.
     pub fn topic_or_create(&self, name: &str) -> Result<Arc<Topic>> {
-        self.topics.get_or_create(name, self.config.max_topics)
+        let start = Instant::now();
+        loop {
+            let topic = self.topics.get_or_create(name, self.config.max_topics)?;
+            let Some(slot) = topic.slot().filter(|s| s.is_deleting()) else {
+                return Ok(topic);
+            };
+            let waited = start.elapsed();
+            if waited >= SHARED_LOCK_WAIT {
+                return Err(Error::LockTimeout {
+                    lock: "topic deletion",
+                    holder_pid: slot.deleter_pid(),
+                    waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                });
+            }
+            self.check_writable()?;
+            std::thread::sleep(DELETION_POLL);
+        }
     }
 
     /// Checks a batch against the directory's limits before anything is reserved.

@@ -195,9 +195,6 @@ struct Topic {
     records: Vec<u64>,
     /// Committed offset per group.
     committed: BTreeMap<usize, u64>,
-    /// A deletion whose deleter was killed is being finished: the name's appends may fail
-    /// with `UnknownTopic` until then.
-    finishing: bool,
 }
 
 /// The case under way: the directory, both processes, the model.
@@ -361,20 +358,17 @@ impl Case {
                 Ok(())
             }
             Op::Delete { child, topic } => {
-                let known = self.model.get(&topic).is_some_and(|t| !t.finishing);
+                let known = self.model.contains_key(&topic);
                 let got = self.run(child, &format!("delete {}", TOPICS[topic]));
                 match got {
                     Some(got) if known => prop_assert_eq!(&got, "ok"),
                     Some(got) => {
                         prop_assert!(got == "ok" || got == "err UnknownTopic", "delete: {}", got);
                     }
-                    // Killed in it: deleted (at `delete-begun` and after) or not yet (before
-                    // it marked the topic: every point it passes is after).
-                    None => {
-                        self.model.remove(&topic);
-                        self.topic(topic).finishing = true;
-                        return Ok(());
-                    }
+                    // Killed in it: deleted (every point a deletion passes lies after it
+                    // marked the topic); the survivor finishes it, and an append of the
+                    // name waits for that.
+                    None => {}
                 }
                 self.model.remove(&topic);
                 Ok(())
@@ -396,7 +390,7 @@ impl Case {
     }
 
     /// Appends `n` records (a batch when `batch`) to `topic`; the model takes them once
-    /// acknowledged. A deletion being finished may refuse the name's appends for a while.
+    /// acknowledged.
     fn append(
         &mut self,
         child: bool,
@@ -413,22 +407,12 @@ impl Case {
         } else {
             format!("append {name} {seq} {len}")
         };
-        let start = Instant::now();
-        let got = loop {
-            let Some(got) = self.run(child, &command) else {
-                // Killed in it: every point an append passes lies before its publish.
-                return Ok(());
-            };
-            let finishing = self.model.get(&topic).is_some_and(|t| t.finishing);
-            if got == "err UnknownTopic" && finishing && start.elapsed() < WAIT {
-                std::thread::sleep(Duration::from_millis(5));
-                continue;
-            }
-            break got;
+        let Some(got) = self.run(child, &command) else {
+            // Killed in it: every point an append passes lies before its publish.
+            return Ok(());
         };
         let t = self.topic(topic);
         prop_assert_eq!(got, t.records.len().to_string(), "the append's offset");
-        t.finishing = false;
         for s in seq..seq + n {
             t.records.push(digest(&value(name, s, len)));
         }
