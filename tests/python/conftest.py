@@ -81,6 +81,18 @@ def backend(request: pytest.FixtureRequest) -> Iterator[str]:
         del os.environ[BACKEND_ENV]
 
 
+@pytest.fixture
+def python_sigint() -> Iterator[None]:
+    """Python's own SIGINT handler for the test (KeyboardInterrupt), whatever an earlier
+    library call left installed (a full run once found SIGINT ignored by the time of the
+    ring's interrupt tests); the previous handler comes back after."""
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+
+
 @pytest.fixture(scope="session")
 def spark() -> Iterator[SparkSession]:
     """One small local Spark session for every Spark test (starting one costs seconds);

@@ -258,6 +258,7 @@ def test_space_timeout_expires(ring: tidelog.RingWal) -> None:
     assert 0.25 <= elapsed < 5.0
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_space_wait_is_interruptible(ring: tidelog.RingWal) -> None:
     with pytest.raises(tidelog.RingFullError):
         while True:
@@ -273,6 +274,7 @@ def test_space_wait_is_interruptible(ring: tidelog.RingWal) -> None:
     assert time.monotonic() - start < 10.0
 
 
+@pytest.mark.usefixtures("python_sigint")
 def test_durability_wait_is_interruptible(ring_path: Path) -> None:
     # A one-second block delay keeps the record's block open that long.
     with open_ring(ring_path, block_delay=1.0, seal_when_idle=False) as ring:

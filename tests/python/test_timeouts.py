@@ -142,6 +142,7 @@ def assert_interrupted(wait: Callable[[], Any]) -> None:
 @pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signals go to main"
 )
+@pytest.mark.usefixtures("python_sigint")
 def test_waits_are_interruptible(tmp_path: Path) -> None:
     wal = open_small(tmp_path / "wal", fsync="never")
     handle = wal.append_async("t", b"x")
@@ -164,6 +165,7 @@ def test_waits_are_interruptible(tmp_path: Path) -> None:
 @pytest.mark.skipif(
     threading.current_thread() is not threading.main_thread(), reason="signals go to main"
 )
+@pytest.mark.usefixtures("python_sigint")
 def test_waiting_for_a_busy_reader_is_interruptible(tmp_path: Path) -> None:
     wal = open_small(tmp_path, fsync="never")
     wal.append("t", b"a")
