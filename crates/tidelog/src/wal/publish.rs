@@ -319,16 +319,10 @@ impl State {
             .iter()
             .map(|(name, _)| self.topic_or_create(name))
             .collect::<Result<Vec<_>>>()?;
-        let reserved = if across {
-            Some(self.reserve(&job_dir, &topics)?)
-        } else {
-            self.line_up_alone(&topics)?;
-            None
-        };
+        let mut reserved = self.reserve(&job_dir, &topics, across)?;
         // Exclusive from here; released however this ends.
         let (_exclusive, next) = make_exclusive(&topics)?;
         let starts = self.job_starts(&job_dir, &names, &next)?;
-        let mut reserved = reserved;
         if let Some(r) = reserved.as_mut() {
             // The job owns the offsets after its starts now.
             r.keep = true;
@@ -359,10 +353,20 @@ impl State {
         Ok(Outcome::Published(ranges))
     }
 
-    /// Beside other processes: reserves each of `topics` for this publish, under its
-    /// append lock and lined up with what the others appended (a dead appender's leftovers
-    /// erased). A job cut short keeps the reservations its publisher left until it is done.
-    fn reserve(&self, job_dir: &Path, topics: &[Arc<Topic>]) -> Result<Reserved> {
+    /// Shared mode: lines each of `topics` up, under its append lock, with what other
+    /// processes appended (a dead appender's leftovers erased), and beside them (`across`)
+    /// reserves it for this publish. Alone, the processes gone since this handle last looked
+    /// may have appended too: the job starts after their records. A job cut short keeps
+    /// the reservations its publisher left until it is done. `None` without reservations.
+    fn reserve(
+        &self,
+        job_dir: &Path,
+        topics: &[Arc<Topic>],
+        across: bool,
+    ) -> Result<Option<Reserved>> {
+        if !self.topics.is_shared_mode() {
+            return Ok(None);
+        }
         let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
         let mut reserved = Reserved {
             topics: Vec::with_capacity(topics.len()),
@@ -372,26 +376,16 @@ impl State {
             let slot = slot_of(topic)?;
             let _lock = slot.lock(SHARED_LOCK_WAIT)?;
             follow::line_up(self, topic, slot)?;
-            slot.reserve_for_publish();
-            reserved.topics.push(Arc::clone(topic));
+            if across {
+                slot.reserve_for_publish();
+                reserved.topics.push(Arc::clone(topic));
+            }
+        }
+        if !across {
+            return Ok(None);
         }
         crate::process::crash_point("publish-reserved");
-        Ok(reserved)
-    }
-
-    /// Shared mode, alone: lines each of `topics` up with what the processes gone since
-    /// this handle last looked appended (a dead appender's leftovers erased), so the job
-    /// starts after their records.
-    fn line_up_alone(&self, topics: &[Arc<Topic>]) -> Result<()> {
-        if !self.topics.is_shared_mode() {
-            return Ok(());
-        }
-        for topic in topics {
-            let slot = slot_of(topic)?;
-            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-            follow::line_up(self, topic, slot)?;
-        }
-        Ok(())
+        Ok(Some(reserved))
     }
 
     /// Reads job `job`'s commit. Breaks with the outcome when there is nothing to publish:

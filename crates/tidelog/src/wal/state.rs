@@ -130,16 +130,19 @@ impl State {
             let Some(slot) = topic.slot().filter(|s| s.is_deleting()) else {
                 return Ok(topic);
             };
-            let waited = start.elapsed();
-            if waited >= SHARED_LOCK_WAIT {
-                return Err(Error::LockTimeout {
-                    lock: "topic deletion",
-                    holder_pid: slot.deleter_pid(),
-                    waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
-                });
+            // Until the slot is released; the next lookup then makes the new topic.
+            while slot.is_valid() {
+                let waited = start.elapsed();
+                if waited >= SHARED_LOCK_WAIT {
+                    return Err(Error::LockTimeout {
+                        lock: "topic deletion",
+                        holder_pid: slot.deleter_pid(),
+                        waited_ms: u64::try_from(waited.as_millis()).unwrap_or(u64::MAX),
+                    });
+                }
+                self.check_writable()?;
+                std::thread::sleep(DELETION_POLL);
             }
-            self.check_writable()?;
-            std::thread::sleep(DELETION_POLL);
         }
     }
 

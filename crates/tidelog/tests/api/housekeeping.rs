@@ -105,34 +105,18 @@ fn eventually(what: &str, done: impl FnMut() -> bool) {
 /// Retention may still move the first offset meanwhile: a read that it overtook starts
 /// again.
 fn check_records(wal: &Wal, next: u64) {
-    for _ in 0..100 {
-        let info = wal.topic_info(TOPIC).unwrap();
-        assert_eq!(info.next_offset, next);
-        let mut reader = common::earliest(wal, TOPIC, Visibility::Published);
-        let mut offset = reader.position();
-        assert!(
-            offset >= info.first_offset,
-            "reading starts at the first offset"
-        );
-        let read = loop {
-            match reader.next() {
-                Ok(Some(r)) => {
-                    assert_eq!(r.offset, offset, "offsets dense");
-                    assert_eq!(r.value, value(offset), "record {offset} differs");
-                    offset += 1;
-                }
-                Ok(None) => break true,
-                Err(Error::OffsetOutOfRange { .. }) => break false,
-                Err(e) => panic!("reading {TOPIC} at {offset}: {e}"),
-            }
-        };
-        if read {
-            assert_eq!(offset, next, "every record up to the next offset");
-            return;
-        }
-        std::thread::sleep(Duration::from_millis(20));
+    let (info, records) = common::read_retained(wal, TOPIC);
+    assert_eq!(info.next_offset, next);
+    let first = records.first().map_or(next, |r| r.0);
+    assert!(
+        first >= info.first_offset,
+        "reading starts at the first offset"
+    );
+    for (offset, v) in &records {
+        assert_eq!(*v, value(*offset), "record {offset} differs");
     }
-    panic!("retention kept overtaking the reader");
+    let end = records.last().map_or(first, |r| r.0 + 1);
+    assert_eq!(end, next, "every record up to the next offset");
 }
 
 fn leads(session: &mut ChildSession) -> bool {

@@ -312,6 +312,35 @@ pub fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Option<Vec<u8>>, Vec<u8>)> 
     out
 }
 
+/// `topic`'s info and every record read from its first stored offset, in offset order
+/// (checked dense), as one pass saw them; while retention passes the reader
+/// (`OffsetOutOfRange`) it reads again, up to 100 times.
+pub fn read_retained(wal: &Wal, topic: &str) -> (tidelog::TopicInfo, Vec<(u64, Vec<u8>)>) {
+    for _ in 0..100 {
+        let info = wal.topic_info(topic).unwrap();
+        let mut reader = earliest(wal, topic, tidelog::Visibility::Published);
+        let mut out: Vec<(u64, Vec<u8>)> = Vec::new();
+        let whole = loop {
+            match reader.next() {
+                Ok(Some(r)) => {
+                    if let Some((last, _)) = out.last() {
+                        assert_eq!(r.offset, last + 1, "{topic}: offsets dense");
+                    }
+                    out.push((r.offset, r.value.to_vec()));
+                }
+                Ok(None) => break true,
+                Err(tidelog::Error::OffsetOutOfRange { .. }) => break false,
+                Err(e) => panic!("reading {topic}: {e:?}"),
+            }
+        };
+        if whole {
+            return (info, out);
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    panic!("retention kept overtaking the reader of {topic}");
+}
+
 /// A reader of `topic` from its first stored offset, with `visibility`.
 pub fn earliest(wal: &Wal, topic: &str, visibility: tidelog::Visibility) -> tidelog::Reader {
     wal.reader_with(

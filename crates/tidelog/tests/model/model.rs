@@ -1304,7 +1304,8 @@ fn run_ops(ops: &[Op]) -> Result<(), TestCaseError> {
     result
 }
 
-fn cases() -> u32 {
+/// Cases of the model test (`TIDELOG_MODEL_CASES`, default 96).
+pub(crate) fn cases() -> u32 {
     std::env::var("TIDELOG_MODEL_CASES")
         .ok()
         .and_then(|v| v.parse().ok())

@@ -469,11 +469,9 @@ fn run_ops(ops: &[Op]) -> Result<(), TestCaseError> {
     result
 }
 
+/// A quarter of the model test's cases: each starts a process.
 fn cases() -> u32 {
-    std::env::var("TIDELOG_MODEL_CASES")
-        .ok()
-        .and_then(|v| v.parse::<u32>().ok())
-        .map_or(24, |n| (n / 4).max(1))
+    (super::model::cases() / 4).max(1)
 }
 
 #[test]
