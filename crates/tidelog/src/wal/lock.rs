@@ -136,9 +136,9 @@ impl DirLock {
         Ok((lock, alone))
     }
 
-    /// Shared mode, the open's last step: takes a free process slot (its byte) and registers
-    /// it in `shared`, lets other handles join (`ALONE_BYTE` shared) and ends the open's
-    /// turn.
+    /// Shared mode, near the open's end: takes a free process slot (its byte), registers it
+    /// in `shared` and lets other handles join (`ALONE_BYTE` shared). The turn lasts until
+    /// [`DirLock::end_open_turn`].
     pub fn opened(&self, shared: &SharedState, dir: &Path, alone: bool) -> Result<()> {
         let guard = self.file.lock().recover();
         let Some(file) = guard.as_ref() else {
@@ -164,8 +164,19 @@ impl DirLock {
         };
         shared.register(file.try_clone().map_err(lock_err)?, slot, alone)?;
         ofd::try_lock(file, ALONE_BYTE, Kind::Shared).map_err(lock_err)?;
-        ofd::unlock(file, INIT_BYTE).map_err(lock_err)?;
         Ok(())
+    }
+
+    /// Shared mode, the open's last step: ends its turn, once a handle alone has claimed a
+    /// slot for every topic it recovered (a joiner before that would find none and start
+    /// the topic again under a new id).
+    pub fn end_open_turn(&self, dir: &Path) -> Result<()> {
+        let guard = self.file.lock().recover();
+        let Some(file) = guard.as_ref() else {
+            return Err(Error::Closed);
+        };
+        ofd::unlock(file, INIT_BYTE)
+            .map_err(|e| Error::io("lock directory", dir.join(LOCK_FILE), e))
     }
 
     /// True when no other shared-mode handle holds the directory now (always for an

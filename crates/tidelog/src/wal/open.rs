@@ -143,13 +143,20 @@ fn open_shared(dir: &Path, config: Config, storage: Arc<dyn Storage>) -> Result<
     };
     dir_lock.opened(&shared, dir, alone)?;
     let follow = SharedLink::writer(shared);
-    let slots = if alone { Slots::Claim } else { Slots::Find };
+    let slots = if alone {
+        crate::process::crash_point("open-claim");
+        Slots::Claim
+    } else {
+        Slots::Find
+    };
     let state = assemble(
         dir, config, storage, false, dir_lock, durable, recovered, follow, slots,
     )?;
     if let Some(shared) = state.follow.writer_state() {
         state.alloc.share(shared);
     }
+    // Not before: the slots claimed and the allocator on the shared cursor.
+    state.dir_lock.end_open_turn(dir)?;
     Ok(Arc::new(state))
 }
 

@@ -534,21 +534,7 @@ fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
         .env("TIDELOG_CRASH_AT", "stop:sync-turn:5")
         .spawn()
         .unwrap();
-    // Until the child stopped, holding the topic's sync turn.
-    let stat = format!("/proc/{}/stat", child.id());
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit(')')
-        .next()
-        .is_some_and(|rest| rest.trim_start().starts_with('T'))
-    {
-        assert!(
-            Instant::now() < deadline,
-            "the child never stopped in its turn"
-        );
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    wait_until_stopped(&child, "holding the topic's sync turn");
     // A sync of this process waits for the turn at most its bound, then syncs on its own:
     // the append neither fails nor poisons the handle.
     let start = Instant::now();
@@ -564,4 +550,65 @@ fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
     let info = wal.topic_info(SHARED_TOPIC).unwrap();
     assert_eq!(info.durable_offset, info.next_offset);
     check_topic(&read_all(&wal, SHARED_TOPIC));
+}
+
+/// Waits until `child` stopped itself (a `stop:` crash point) `where`.
+fn wait_until_stopped(child: &std::process::Child, place: &str) {
+    let stat = format!("/proc/{}/stat", child.id());
+    let deadline = Instant::now() + WAIT;
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+    {
+        assert!(Instant::now() < deadline, "the child never stopped {place}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+#[test]
+fn a_process_joining_while_the_first_one_opens_finds_its_topics() {
+    const COUNT: u64 = 5;
+    let dir = tempdir();
+    {
+        let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+        for seq in 0..COUNT {
+            wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+        }
+        wal.close().unwrap();
+    }
+    // The child opens alone and stops before it claims the topics' slots.
+    let mut child = child_command(module_path!(), dir.path(), "shared:9:1")
+        .env("TIDELOG_CRASH_AT", "stop:open-claim:1")
+        .spawn()
+        .unwrap();
+    wait_until_stopped(&child, "in its open");
+    let pid = child.id().to_string();
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        let status = std::process::Command::new("kill")
+            .args(["-CONT", &pid])
+            .status()
+            .unwrap();
+        assert!(status.success());
+    });
+    // This open waits for the child's turn; it must find the topic the child recovered, not
+    // start it again.
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let offset = wal.append(SHARED_TOPIC, &value(0, COUNT)).unwrap();
+    resume.join().unwrap();
+    assert!(child.wait().unwrap().success(), "the child failed");
+    // After the records there, before or after the child's one.
+    assert!(
+        offset == COUNT || offset == COUNT + 1,
+        "appended at {offset}"
+    );
+    let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
+    assert_eq!(per_child[&0], (0..=COUNT).collect::<Vec<_>>());
+    assert_eq!(per_child[&9], vec![0]);
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg().exclusive(true)).unwrap();
+    assert_eq!(wal.topic_info(SHARED_TOPIC).unwrap().next_offset, COUNT + 2);
+    assert_eq!(wal.topics().len(), 1, "one topic: {:?}", wal.topics());
 }
