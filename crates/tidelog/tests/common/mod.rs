@@ -646,6 +646,17 @@ impl Running {
         }
     }
 
+    /// Waits up to `wait` for the child's first `@@` line; false if none came.
+    pub fn started(&self, wait: Duration) -> bool {
+        self.first.recv_timeout(wait).is_ok()
+    }
+
+    /// Sends SIGKILL and returns at once (several children die as one with a power loss);
+    /// [`Running::wait`] collects what it left.
+    pub fn sigkill(&mut self) {
+        let _ = self.child.kill();
+    }
+
     /// The child's pid.
     pub fn id(&self) -> u32 {
         self.child.id()

@@ -13,5 +13,7 @@ mod crash_races;
 mod delete_kill9;
 mod follow_kill9;
 mod leader_kill9;
+mod power_loss_processes;
 mod publish_kill9;
 mod reopen_while_spawning;
+mod shadow;
