@@ -109,8 +109,10 @@ fn collect(tag: u32, lines: &[String], into: &mut Acks) -> u64 {
 /// Opens `dir` alone (recovery from the files) and checks it against `acked`; returns the
 /// number of records and the retained topic's first offset.
 fn check(dir: &Path, acked: &Acks, seed: u64, cycle: u64) -> (u64, u64) {
-    let wal = Wal::open_with(dir, cfg())
-        .unwrap_or_else(|e| panic!("open after power loss {cycle} failed: {e} (seed {seed})"));
+    let wal = Wal::open_with(dir, cfg()).unwrap_or_else(|e| {
+        print_extents(dir);
+        panic!("open after power loss {cycle} failed: {e} (seed {seed})")
+    });
     let (mut records, mut retained_from) = (0, 0);
     for topic in TOPICS {
         let info = wal.topic_info(topic).unwrap();
@@ -122,6 +124,7 @@ fn check(dir: &Path, acked: &Acks, seed: u64, cycle: u64) -> (u64, u64) {
         assert_eq!(reader.position(), offset, "{topic}: the first offset");
         let mut last: HashMap<u32, u64> = HashMap::new();
         while let Some(rec) = reader.next().unwrap_or_else(|e| {
+            print_extents(dir);
             panic!("{topic} at {offset} after power loss {cycle}: {e} (seed {seed})")
         }) {
             assert_eq!(rec.offset, offset, "{topic}: offsets dense");
@@ -161,6 +164,24 @@ fn check(dir: &Path, acked: &Acks, seed: u64, cycle: u64) -> (u64, u64) {
     }
     wal.close().unwrap();
     (records, retained_from)
+}
+
+/// Every extent of `dir` with its identity and progress slot, for a failure's report (the
+/// directory itself is gone with the run unless `TIDELOG_KEEP_TEST_DIRS` is set).
+fn print_extents(dir: &Path) {
+    eprintln!("extents of {}:", dir.display());
+    for e in common::extents(dir) {
+        eprintln!(
+            "  {} block at {}: {} (id {}) first {} x{} blocks, progress {:?}",
+            e.file.file_name().unwrap().to_string_lossy(),
+            e.start,
+            e.id.topic,
+            e.id.topic_id,
+            e.id.first_offset,
+            e.id.extent_count,
+            e.progress
+        );
+    }
 }
 
 #[test]
