@@ -552,7 +552,8 @@ fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
     check_topic(&read_all(&wal, SHARED_TOPIC));
 }
 
-/// Waits until `child` stopped itself (a `stop:` crash point) `where`.
+/// Waits until `child` stopped itself at a `stop:` crash point (`place` says where, for the
+/// failure message).
 fn wait_until_stopped(child: &std::process::Child, place: &str) {
     let stat = format!("/proc/{}/stat", child.id());
     let deadline = Instant::now() + WAIT;

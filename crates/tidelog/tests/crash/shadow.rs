@@ -151,15 +151,9 @@ impl ShadowStorage {
         write_whole(&path, text.as_bytes());
     }
 
-    /// Copies `ranges` of the live file (read by `read`, `live_len` bytes long) into its
-    /// image, whose length becomes `live_len` (under the lock).
-    fn make_durable(
-        &self,
-        ino: u64,
-        live_len: u64,
-        ranges: &[(usize, usize)],
-        read: &dyn Fn(usize, &mut [u8]),
-    ) {
+    /// Writes `bytes`, the live file's from `start`, into the image of the file whose inode
+    /// is `ino`; the image's length becomes the live one, `live_len` (under the lock).
+    fn make_durable(&self, ino: u64, live_len: u64, start: usize, bytes: &[u8]) {
         let image = OpenOptions::new()
             .create(true)
             .truncate(false)
@@ -167,14 +161,7 @@ impl ShadowStorage {
             .open(self.data(self.id_of(ino)))
             .unwrap();
         image.set_len(live_len).unwrap();
-        for &(start, end) in ranges {
-            let end = end.min(live_len as usize);
-            if end > start {
-                let mut buf = vec![0u8; end - start];
-                read(start, &mut buf);
-                image.write_all_at(&buf, start as u64).unwrap();
-            }
-        }
+        image.write_all_at(bytes, start as u64).unwrap();
     }
 
     /// Writes what a power loss now would leave into `dst` (a new directory). With `torn`,
@@ -283,14 +270,7 @@ impl Storage for ShadowStorage {
                 return Ok(());
             }
         }
-        self.make_durable(
-            meta.ino(),
-            live.len() as u64,
-            &[(0, live.len())],
-            &|at, out| {
-                out.copy_from_slice(&live[at..at + out.len()]);
-            },
-        );
+        self.make_durable(meta.ino(), live.len() as u64, 0, &live);
         Ok(())
     }
     fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
@@ -299,15 +279,12 @@ impl Storage for ShadowStorage {
         let meta = fs::metadata(path)?;
         // msync writes whole pages.
         let start = offset / PAGE * PAGE;
-        let end = (offset + len).div_ceil(PAGE) * PAGE;
-        self.make_durable(
-            meta.ino(),
-            meta.len(),
-            &[(start, end.min(map.len()))],
-            &|at, out| {
-                map.copy_out(at, out);
-            },
-        );
+        let end = ((offset + len).div_ceil(PAGE) * PAGE)
+            .min(map.len())
+            .min(meta.len() as usize);
+        let mut pages = vec![0u8; end.saturating_sub(start)];
+        map.copy_out(start, &mut pages);
+        self.make_durable(meta.ino(), meta.len(), start, &pages);
         Ok(())
     }
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
