@@ -320,14 +320,28 @@ impl Recovery<'_> {
         }
         block.set_index(std::mem::take(&mut s.index));
         let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
-        block.restore(
-            s.count,
-            s.end,
-            s.max_ts,
-            synced,
-            progress.map_or(ProgressState::Open, |p| p.state),
-        );
         let clean = progress.is_some_and(|p| p.state == ProgressState::Clean);
+        let resumable = self.writable && is_last && !torn && clean_end;
+        let mut disk = progress.map_or(ProgressState::Open, |p| p.state);
+        if resumable {
+            // `Clean` says nothing was written past its end since the mark; appends will be.
+            // Unless the mark goes first, a crash that loses the page at that end but not
+            // later ones would read as a clean close, and the next appends there, over the
+            // same positions, could end right before a frame of theirs.
+            block.write_progress(
+                self.storage,
+                &Progress {
+                    state: ProgressState::Open,
+                    durable_end: s.end,
+                    record_count: s.count,
+                    max_timestamp_us: s.max_ts,
+                    footer_count: 0,
+                    footer_crc: 0,
+                },
+            )?;
+            disk = ProgressState::Open;
+        }
+        block.restore(s.count, s.end, s.max_ts, synced, disk);
         // A shared-mode roll names its new extent before the first record goes in: a
         // handle lining up to it finds it in its chain, empty.
         let named_empty = !self.writable && is_last && reported >= format::BLOCK_HEADER_BYTES;
@@ -353,7 +367,6 @@ impl Recovery<'_> {
         }
         topic.tail.max_ts = topic.tail.max_ts.max(s.max_ts);
         topic.expected = Some(f.id.first_offset + s.count);
-        let resumable = self.writable && is_last && !torn && clean_end;
         self.place_scanned(topic, f, block, &s, is_last, resumable);
         Ok(true)
     }

@@ -10,8 +10,8 @@
 use std::path::Path;
 
 use crate::common::{
-    FrameLoc, child_env, copy_dir, extents, frame_of, payload, read_all, run_child, small, tempdir,
-    zero_range,
+    FrameLoc, child_env, copy_dir, data_files, extents, frame_of, frames, payload, read_all,
+    run_child, small, tempdir, zero_range,
 };
 use tidelog::{Append, Wal};
 
@@ -257,4 +257,76 @@ fn a_torn_first_record_of_an_extent_is_counted_once() {
         }
         wal.close().expect("close");
     }
+}
+
+/// Pages written after a clean close, some lost in a crash and some written back, never
+/// bring their records back later. A clean close marks the last extent `Clean` at its end;
+/// the next handle appends there. If a crash then lost the page at that end but writeback
+/// had flushed later pages, and the mark were still on disk, the extent would read as
+/// closed cleanly where its records end, and a handle that appended there again over the
+/// same positions could end right before one of the old frames: the crash after that
+/// showed records the last recovery had cut.
+#[test]
+fn records_cut_after_a_clean_close_never_come_back() {
+    const T: &str = "t";
+    let value = |i: u64| payload(i, 200);
+    let base = tempdir();
+    let live = base.path().join("live");
+    let wal = Wal::open_with(&live, small()).unwrap();
+    for i in 0..10 {
+        wal.append(T, &value(i)).unwrap();
+    }
+    wal.close().unwrap();
+    let wal = Wal::open_with(&live, small()).unwrap();
+    // What the open left is durable (it writes nothing it does not sync).
+    let opened = base.path().join("opened");
+    copy_dir(&live, &opened);
+    for i in 10..40 {
+        wal.append(T, &value(i)).unwrap();
+    }
+    // The crash: the files as opened, with every page the appends changed but the first.
+    let crashed = base.path().join("crashed");
+    copy_dir(&opened, &crashed);
+    let mut first_lost = None;
+    for (c, l) in data_files(&crashed).iter().zip(data_files(&live)) {
+        let (mut bytes, now) = (std::fs::read(c).unwrap(), std::fs::read(&l).unwrap());
+        for page in (0..bytes.len().min(now.len())).step_by(4096) {
+            let end = (page + 4096).min(bytes.len());
+            if bytes[page..end] != now[page..end] {
+                if first_lost.is_none() {
+                    first_lost = Some(end as u64);
+                    continue;
+                }
+                bytes[page..end].copy_from_slice(&now[page..end]);
+            }
+        }
+        std::fs::write(c, bytes).unwrap();
+    }
+    let lost_to = first_lost.expect("the appends changed a page");
+    // The first frame of the second life that lies wholly in a page written back.
+    let stale = frames(&live)
+        .into_iter()
+        .find(|f| f.offset >= 10 && f.pos >= lost_to)
+        .expect("a frame past the lost page");
+    drop(wal);
+    let wal = Wal::open_with(&crashed, small()).unwrap();
+    assert_eq!(
+        wal.topic_info(T).unwrap().next_offset,
+        10,
+        "cut after the lost page"
+    );
+    // The same records again, so they end where that old frame starts.
+    for i in 10..stale.offset {
+        assert_eq!(wal.append(T, &value(i)).unwrap(), i);
+    }
+    let again = base.path().join("again");
+    copy_dir(&crashed, &again);
+    drop(wal);
+    let wal = Wal::open_with(&again, small()).unwrap();
+    assert_eq!(
+        wal.topic_info(T).unwrap().next_offset,
+        stale.offset,
+        "records the last recovery cut came back"
+    );
+    wal.close().unwrap();
 }
