@@ -121,7 +121,7 @@ fn append_to_visible_rows_report_latencies_against_the_pipe() {
         .expect("the pipe baseline");
     assert!(pipe["p99_us"].as_f64().expect("p99") > 0.0, "{pipe}");
     let ours: Vec<&serde_json::Value> = rows.iter().filter(|r| r["kind"] == "tidelog").collect();
-    assert_eq!(ours.len(), 2, "{ours:?}");
+    assert_eq!(ours.len(), 3, "{ours:?}");
     for row in ours {
         assert_eq!(row["op"], "visible", "{row}");
         assert!(row.get("skipped").is_none(), "{row}");

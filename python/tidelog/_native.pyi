@@ -210,10 +210,13 @@ class Wal:
         start: Literal["committed", "earliest", "latest"] | int = "committed",
         verify_checksums: bool = True,
         visibility: Literal["published", "durable"] = "published",
+        spin_us: int = 0,
     ) -> Reader:
         """A reader of `topic`. `visibility="published"` returns every record whose append
         returned, in any process; `"durable"` only records already on disk (what survives a
-        crash of the machine)."""
+        crash of the machine). `spin_us`: how long `next(timeout)` watches for a record on a
+        CPU before it sleeps (at most 10000; 0 sleeps at once): a record appended meanwhile,
+        in any process, arrives without a wake-up, at the cost of that CPU."""
     def read(self, topic: str, offset: int) -> Record: ...
     def read_arrow(
         self,

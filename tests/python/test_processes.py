@@ -26,12 +26,14 @@ def value(i: int) -> bytes:
     return (b"%08d-" % i) * (1 + i % 17)
 
 
-def follow(path: str, topic: str, count: int, visibility: str, out: Any, ready: Any) -> None:
+def follow(
+    path: str, topic: str, count: int, visibility: str, out: Any, ready: Any, spin_us: int = 0
+) -> None:
     """Child: opens `path` read-only and reads `count` records of `topic` through waits;
     sends back [(offset, value)] or the error's text."""
     try:
         with tidelog.open(path, readonly=True) as ro:
-            reader = ro.reader(topic, start="earliest", visibility=visibility)
+            reader = ro.reader(topic, start="earliest", visibility=visibility, spin_us=spin_us)
             ready.set()
             got = []
             while len(got) < count:
@@ -46,7 +48,12 @@ def follow(path: str, topic: str, count: int, visibility: str, out: Any, ready: 
 
 
 def run_followers(
-    tmp_path: Path, method: str, followers: int, count: int, visibility: str = "published"
+    tmp_path: Path,
+    method: str,
+    followers: int,
+    count: int,
+    visibility: str = "published",
+    spin_us: int = 0,
 ) -> list[Any]:
     ctx = mp.get_context(method)
     with tidelog.open(tmp_path, fsync="never", block_size=64 * 1024) as wal:
@@ -54,7 +61,9 @@ def run_followers(
         out = ctx.Queue()
         readies = [ctx.Event() for _ in range(followers)]
         procs = [
-            ctx.Process(target=follow, args=(str(tmp_path), "t", count, visibility, out, r))
+            ctx.Process(
+                target=follow, args=(str(tmp_path), "t", count, visibility, out, r, spin_us)
+            )
             for r in readies
         ]
         for p in procs:
@@ -80,6 +89,16 @@ def test_readers_in_other_processes_see_appends_without_a_flush(
     expected = [(i, value(i)) for i in range(count)]
     for got in run_followers(tmp_path, method, followers=2, count=count):
         assert got == expected
+
+
+def test_a_spinning_reader_in_another_process_reads_every_append(tmp_path: Path) -> None:
+    count = 500
+    (got,) = run_followers(tmp_path, "spawn", followers=1, count=count, spin_us=10_000)
+    assert got == [(i, value(i)) for i in range(count)]
+    with tidelog.open(tmp_path) as wal:
+        assert wal.reader("t", start="latest", spin_us=10_000).next(timeout=0.001) is None
+        with pytest.raises(tidelog.InvalidArgumentError, match="spin"):
+            wal.reader("t", spin_us=10_001)
 
 
 def test_a_durable_reader_in_another_process_waits_for_the_flush(tmp_path: Path) -> None:

@@ -624,11 +624,10 @@ fn bandwidth_ceilings(
 /// How many rows of tidelog's own one round runs (for the progress bar).
 fn engine_row_count(plan: &Plan) -> u64 {
     let per_size_thread = engine::Mode::ALL.len() as u64 + 2 + 2;
-    // Per round: walrus's workload, the two append-to-visible rows and the many-processes
-    // rows.
+    // Per round: walrus's workload, the append-to-visible rows and the many-processes rows.
     plan.sizes.len() as u64 * (plan.threads.len() as u64 * per_size_thread + 1)
         + 1
-        + 2
+        + visible::ROWS
         + processes::ROWS
 }
 
@@ -722,7 +721,7 @@ fn engine_rows(
         wants,
         notes,
     ));
-    progress.inc(2);
+    progress.inc(visible::ROWS);
     progress.message("tidelog from many processes");
     rows.extend(processes::rows(&fresh("processes"), b, wants, notes));
     progress.inc(processes::ROWS);

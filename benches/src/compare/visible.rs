@@ -1,8 +1,9 @@
 //! Append to visible: how long a record takes from the writer's append to a reader that was
-//! asleep waiting for it, with the reader in another process (`visible_reader`, a binary of
-//! this package, blocked in `Wal::wait_for_records` on a read-only handle) and in a thread
-//! of the writer's own process; and the baseline both are held against, one message through
-//! a pipe to a process blocked in `read(2)` (the kernel's own wake-up).
+//! waiting for it, with the reader in another process (`visible_reader`, a binary of this
+//! package, blocked in `Wal::wait_for_records` on a read-only handle, asleep; or spinning
+//! first, `ReaderOptions::spin`, for longer than the writer's pace, so that it never sleeps)
+//! and in a thread of the writer's own process; and the baseline they are held against, one
+//! message through a pipe to a process blocked in `read(2)` (the kernel's own wake-up).
 //!
 //! Every sample is timed across processes: the writer puts the `CLOCK_MONOTONIC` time in
 //! nanoseconds (one clock for the whole system) in the record's first 8 bytes just before
@@ -29,6 +30,13 @@ pub(crate) const PIPE_WAKE: &str = "pipe wake-up";
 /// Marks the rows with the reader in another process, which the issue sets targets for.
 pub(crate) const OTHER_PROCESS: &str = "reader in another process";
 const OTHER_CONFIG: &str = "append to visible: reader in another process blocked in Wal::wait_for_records, Durability::Never";
+const SPIN_CONFIG: &str = "append to visible: reader in another process spinning up to 1 ms (ReaderOptions::spin) before it sleeps in Wal::wait_for_records, Durability::Never";
+/// The spinning reader's `ReaderOptions::spin`: longer than `PACE`, so it catches every
+/// record while it spins.
+const SPIN: Duration = Duration::from_millis(1);
+/// Rows of a round besides the pipe baseline: reader in another process asleep, spinning,
+/// and a reader thread in the writer's process.
+pub(crate) const ROWS: u64 = 3;
 const SAME_CONFIG: &str = "append to visible: reader thread in this process blocked in Wal::wait_for_records, Durability::Never";
 const PIPE_CONFIG: &str = "100 B write(2) to a process blocked in read(2)";
 const LATENCY_OF: &str = "record, append to read (the reader asleep before each)";
@@ -134,10 +142,11 @@ fn read_records(wal: &Wal, reader: &mut Reader, count: u64) -> Result<Vec<u64>, 
     Ok(latencies)
 }
 
-fn reader_options() -> ReaderOptions {
+fn reader_options(spin: Duration) -> ReaderOptions {
     ReaderOptions::default()
         .start(StartPosition::Latest)
         .visibility(Visibility::Published)
+        .spin(spin)
 }
 
 /// The writer's configuration: nothing synced per record, no flush in the timed loop.
@@ -243,9 +252,9 @@ impl Drop for ReaderProcess {
     }
 }
 
-/// The rows of one round: the pipe baseline first (a ceiling, run when either tidelog row
-/// is wanted), then tidelog with the reader in another process and in this one. Each
-/// directory is made and removed by its row.
+/// The rows of one round: the pipe baseline first (a ceiling, run when any tidelog row is
+/// wanted), then tidelog with the reader in another process (asleep, then spinning) and in
+/// this one. Each directory is made and removed by its row.
 pub(crate) fn rows(
     other_dir: &Path,
     same_dir: &Path,
@@ -256,10 +265,10 @@ pub(crate) fn rows(
     let head = |config: &str| {
         Row::new("tidelog", "tidelog", config, "D0", OP, RECORD_BYTES, 1).against(PIPE_WAKE)
     };
-    let (other, same) = (head(OTHER_CONFIG), head(SAME_CONFIG));
-    let (want_other, want_same) = (wants(&other), wants(&same));
+    let (other, spin, same) = (head(OTHER_CONFIG), head(SPIN_CONFIG), head(SAME_CONFIG));
+    let (want_other, want_spin, want_same) = (wants(&other), wants(&spin), wants(&same));
     let mut rows = Vec::new();
-    if !want_other && !want_same {
+    if !want_other && !want_spin && !want_same {
         return rows;
     }
     // Untimed: write back what the round's earlier rows left dirty, so that the kernel's
@@ -271,7 +280,12 @@ pub(crate) fn rows(
     }
     if want_other {
         rows.push(run_in(other_dir, other, |dir, row| {
-            other_process(dir, row, budget)
+            other_process(dir, row, budget, Duration::ZERO)
+        }));
+    }
+    if want_spin {
+        rows.push(run_in(other_dir, spin, |dir, row| {
+            other_process(dir, row, budget, SPIN)
         }));
     }
     if want_same {
@@ -312,7 +326,7 @@ fn paced(
     Ok(())
 }
 
-fn other_process(dir: &Path, row: Row, budget: Budget) -> Result<Row, String> {
+fn other_process(dir: &Path, row: Row, budget: Budget, spin: Duration) -> Result<Row, String> {
     let (warm, samples) = counts(budget);
     let (wal, writer) = open_writer(dir)?;
     let mut reader = ReaderProcess::spawn(
@@ -320,6 +334,7 @@ fn other_process(dir: &Path, row: Row, budget: Budget) -> Result<Row, String> {
             "tidelog".into(),
             dir.into(),
             (warm + samples).to_string().into(),
+            spin.as_micros().to_string().into(),
         ],
         Stdio::null(),
     )?;
@@ -335,7 +350,9 @@ fn other_process(dir: &Path, row: Row, budget: Budget) -> Result<Row, String> {
 fn same_process(dir: &Path, row: Row, budget: Budget) -> Result<Row, String> {
     let (warm, samples) = counts(budget);
     let (wal, writer) = open_writer(dir)?;
-    let mut reader = wal.reader_with(TOPIC, reader_options()).map_err(err)?;
+    let mut reader = wal
+        .reader_with(TOPIC, reader_options(Duration::ZERO))
+        .map_err(err)?;
     let count = warm + samples;
     let latencies = std::thread::scope(|s| {
         let read = s.spawn(|| read_records(&wal, &mut reader, count));
@@ -370,9 +387,10 @@ fn pipe(budget: Budget) -> Result<Row, String> {
     Ok(finished(row, latencies, warm))
 }
 
-/// The reader process: `visible_reader tidelog DIR COUNT` opens `DIR` read-only, makes a
-/// reader at the end of the topic and reads COUNT stamped records, sleeping in
-/// `Wal::wait_for_records` whenever none is there; `visible_reader pipe COUNT` reads COUNT
+/// The reader process: `visible_reader tidelog DIR COUNT SPIN_US` opens `DIR` read-only,
+/// makes a reader at the end of the topic (spinning up to SPIN_US before each sleep) and
+/// reads COUNT stamped records, waiting in `Wal::wait_for_records` whenever none is there;
+/// `visible_reader pipe COUNT` reads COUNT
 /// messages of 100 bytes from stdin (a pipe), blocked in `read(2)`. Prints `ready` once it
 /// is about to wait for the first, then one JSON line with every latency; exits 1 with a
 /// line on stderr when it fails, 2 for bad usage.
@@ -380,12 +398,18 @@ pub(crate) fn reader_main(args: &[String]) -> u8 {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     let result = match args {
-        [mode, dir, count] if mode == "tidelog" => {
-            parse_count(count).and_then(|n| read_log(Path::new(dir), n, &mut out))
-        }
+        [mode, dir, count, spin_us] if mode == "tidelog" => parse_count(count).and_then(|n| {
+            let spin = spin_us
+                .parse()
+                .map(Duration::from_micros)
+                .map_err(|_| format!("SPIN_US {spin_us:?} is not a number"))?;
+            read_log(Path::new(dir), n, spin, &mut out)
+        }),
         [mode, count] if mode == "pipe" => parse_count(count).and_then(|n| read_pipe(n, &mut out)),
         _ => {
-            eprintln!("usage: {READER_PROGRAM} tidelog DIR COUNT | {READER_PROGRAM} pipe COUNT");
+            eprintln!(
+                "usage: {READER_PROGRAM} tidelog DIR COUNT SPIN_US | {READER_PROGRAM} pipe COUNT"
+            );
             return 2;
         }
     };
@@ -418,9 +442,14 @@ fn say_ready(out: &mut impl Write) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
-fn read_log(dir: &Path, count: u64, out: &mut impl Write) -> Result<Vec<u64>, String> {
+fn read_log(
+    dir: &Path,
+    count: u64,
+    spin: Duration,
+    out: &mut impl Write,
+) -> Result<Vec<u64>, String> {
     let wal = Wal::open_read_only_with(dir, Config::default()).map_err(err)?;
-    let mut reader = wal.reader_with(TOPIC, reader_options()).map_err(err)?;
+    let mut reader = wal.reader_with(TOPIC, reader_options(spin)).map_err(err)?;
     say_ready(out)?;
     let latencies = read_records(&wal, &mut reader, count)?;
     drop(reader);

@@ -1,7 +1,7 @@
 //! `Wal`, `Writer`, `AppendHandle` and `TopicInfo`.
 
 use std::sync::{Arc, Mutex, PoisonError, RwLock, Weak};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
@@ -306,8 +306,12 @@ impl PyWal {
     }
 
     #[pyo3(
-        signature = (topic, group = None, *, start = None, verify_checksums = true, visibility = "published"),
-        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True, visibility='published')"
+        signature = (topic, group = None, *, start = None, verify_checksums = true, visibility = "published", spin_us = 0),
+        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True, visibility='published', spin_us=0)"
+    )]
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "Python keyword arguments, one per reader option"
     )]
     fn reader(
         &self,
@@ -317,6 +321,7 @@ impl PyWal {
         start: Option<&Bound<'_, PyAny>>,
         verify_checksums: bool,
         visibility: &str,
+        spin_us: u64,
     ) -> PyResult<PyReader> {
         let start = match start {
             Some(s) => start_position(s)?,
@@ -327,6 +332,7 @@ impl PyWal {
             start,
             skip_checksums: !verify_checksums,
             visibility: visibility_option(visibility)?,
+            spin: Duration::from_micros(spin_us),
             ..ReaderOptions::default()
         };
         let reader = detached(py, || self.wal.reader_with(topic, options))?;

@@ -74,7 +74,9 @@ pub use config::{
 pub use error::{Error, Result};
 pub use file::FileState;
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
-pub use reader::{CommitMode, Reader, ReaderOptions, Record, RecordRef, StartPosition, Visibility};
+pub use reader::{
+    CommitMode, Reader, ReaderOptions, Record, RecordRef, SPIN_MAX, StartPosition, Visibility,
+};
 pub use record::Append;
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};

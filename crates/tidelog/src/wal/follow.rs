@@ -250,6 +250,8 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
     // Handles whose topics other processes append to follow them like read-only ones.
     let following = read_only || state.topics.is_shared_mode();
     let mut poll = POLL_MIN;
+    // The reader's spin, once per wait, before its first sleep.
+    let mut spin = reader.spin();
     loop {
         state.check_open()?;
         // Behind the slot after a catch-up: look again soon rather than at the next wake.
@@ -275,7 +277,7 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
                     Visibility::Published => Watch::Published,
                     Visibility::Durable => Watch::Durable,
                 };
-                slot.wait(watch, left, || {
+                let ready = || {
                     let moved = if following {
                         match visibility {
                             Visibility::Published => slot.next_offset() > topic.next_offset(),
@@ -285,7 +287,14 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
                         visible_next(&topic, visibility) > position
                     };
                     moved || topic.is_deleted() || state.status.is_closed() || !slot.is_valid()
-                });
+                };
+                if !spin.is_zero() {
+                    let watched = std::mem::take(&mut spin).min(left);
+                    if spin_until(watched, ready) {
+                        continue;
+                    }
+                }
+                slot.wait(watch, left, ready);
             }
             None => {
                 std::thread::sleep(poll.min(left));
@@ -294,6 +303,25 @@ pub(super) fn wait(state: &State, reader: &Reader, timeout: Duration) -> Result<
                     read_directory(state, &Published::default(), None)?;
                 }
             }
+        }
+    }
+}
+
+/// Watches `ready` on this CPU for up to `limit`; true as soon as it holds. Loads of words
+/// in the shared state file only: no lock is held, nothing else waits on this.
+fn spin_until(limit: Duration, ready: impl Fn() -> bool) -> bool {
+    /// Checks between two reads of the clock (a clock read costs about as much as a check).
+    const CHECKS_PER_CLOCK: u32 = 16;
+    let start = Instant::now();
+    loop {
+        for _ in 0..CHECKS_PER_CLOCK {
+            if ready() {
+                return true;
+            }
+            std::hint::spin_loop();
+        }
+        if start.elapsed() >= limit {
+            return ready();
         }
     }
 }

@@ -400,3 +400,53 @@ fn damage_past_the_durable_point_is_never_read_and_reported_once_durable() {
         );
     }
 }
+
+/// A reader that spins before it sleeps (`ReaderOptions::spin`) reads the same records, in
+/// order, whether they arrive while it spins or after it fell asleep; a wait with nothing to
+/// see still ends at its timeout (the spin is bounded by it); a spin beyond `SPIN_MAX` is
+/// refused.
+#[test]
+fn a_spinning_reader_reads_every_record_and_its_wait_still_times_out() {
+    let dir = tempdir();
+    let wal = std::sync::Arc::new(Wal::open_with(dir.path(), small()).expect("open"));
+    wal.append("t", &value(0)).expect("append");
+    let ro = Wal::open_read_only_with(dir.path(), small()).expect("read-only open");
+    let too_long = ReaderOptions::default().spin(tidelog::SPIN_MAX + Duration::from_micros(1));
+    match ro.reader_with("t", too_long) {
+        Err(Error::InvalidArgument { name: "spin", .. }) => {}
+        other => panic!("a spin beyond SPIN_MAX: {other:?}"),
+    }
+    let options = ReaderOptions::default()
+        .start(StartPosition::Earliest)
+        .spin(tidelog::SPIN_MAX);
+    let mut readers = [
+        wal.reader_with("t", options.clone()).expect("reader"),
+        ro.reader_with("t", options).expect("reader"),
+    ];
+    for (handle, reader) in [&*wal, &ro].into_iter().zip(&mut readers) {
+        read_on(handle, reader, 0, 1);
+        // Nothing new: the wait ends at its timeout, shorter than the spin.
+        assert!(
+            !handle
+                .wait_for_records(reader, Duration::from_millis(2))
+                .expect("wait")
+        );
+    }
+    const N: u64 = 300;
+    let w = std::sync::Arc::clone(&wal);
+    let writer = thread::spawn(move || {
+        for i in 1..N {
+            w.append("t", &value(i)).expect("append");
+            // Some arrive while the readers spin, some after they fell asleep.
+            if i % 30 == 0 {
+                thread::sleep(Duration::from_millis(15));
+            }
+        }
+    });
+    thread::scope(|s| {
+        let [a, b] = &mut readers;
+        s.spawn(|| read_on(&wal, a, 1, N));
+        s.spawn(|| read_on(&ro, b, 1, N));
+    });
+    writer.join().expect("writer");
+}
