@@ -191,12 +191,48 @@ impl Extent {
         }
     }
 
-    /// Writes the identity slot (before any record is written into the extent).
-    pub fn write_identity(&self, topic: &str) {
+    /// The identity slot now on disk at this extent's block, if it is a valid one.
+    fn identity_on_disk(&self) -> Option<BlockIdentity> {
+        let mut slot = [0u8; format::ID_LEN];
+        self.file
+            .map
+            .copy_out(self.abs(format::ID_SLOT_AT as u64), &mut slot);
+        BlockIdentity::decode(&slot)
+    }
+
+    /// An invariant broken: the block at this extent's place holds another extent's
+    /// identity (`found`), which a write here would destroy.
+    fn foreign_block(&self, topic: &str, what: &str, found: Option<BlockIdentity>) -> Error {
+        Error::Corruption {
+            topic: topic.to_owned(),
+            offset: self.first_offset,
+            path: self.file.path.clone(),
+            position: self.start,
+            reason: format!(
+                "{what} block {} of this file, which holds {}; nothing was written there",
+                self.block_index,
+                found.map_or_else(
+                    || "no extent".to_owned(),
+                    |id| format!(
+                        "an extent of topic {:?} from offset {}",
+                        id.topic, id.first_offset
+                    )
+                ),
+            ),
+        }
+    }
+
+    /// Writes the identity slot (before any record is written into the extent). The
+    /// allocator hands out only blocks past every extent: one whose slot holds a valid
+    /// identity is refused, not overwritten.
+    pub fn write_identity(&self, topic: &str) -> Result<()> {
         debug_assert!(
             !self.relative(),
             "adopted extents keep their staged identity"
         );
+        if let Some(found) = self.identity_on_disk() {
+            return Err(self.foreign_block(topic, "the allocator handed out", Some(found)));
+        }
         let id = BlockIdentity {
             version: self.file.header.version,
             topic_id: self.topic_id,
@@ -210,6 +246,7 @@ impl Extent {
         self.file
             .map
             .write_header(self.abs(format::ID_SLOT_AT as u64), &id.encode());
+        Ok(())
     }
 
     /// Absolute position in the file's mapping of relative position `rel`.
@@ -543,7 +580,7 @@ impl Extent {
             footer_count,
             footer_crc,
         };
-        self.write_progress(storage, &progress)?;
+        self.write_progress(storage, topic, &progress)?;
         st.progress_end = end;
         st.sealed_on_disk = sealing;
         st.clean_on_disk = clean;
@@ -667,7 +704,7 @@ impl Extent {
     /// Marks the extent `Consumed` (every consumer is done with it, or retention dropped it)
     /// or `Deleted` (its topic was deleted) on disk; recovery skips it from then on and the
     /// flusher no longer touches it.
-    pub fn retire(&self, storage: &dyn Storage, state: ProgressState) -> Result<()> {
+    pub fn retire(&self, storage: &dyn Storage, topic: &str, state: ProgressState) -> Result<()> {
         debug_assert!(matches!(
             state,
             ProgressState::Consumed | ProgressState::Deleted
@@ -685,7 +722,7 @@ impl Extent {
             footer_count: 0,
             footer_crc: 0,
         };
-        self.write_progress(storage, &progress)?;
+        self.write_progress(storage, topic, &progress)?;
         st.deleted = true;
         Ok(())
     }
@@ -757,7 +794,17 @@ impl Extent {
     }
 
     /// Writes and msyncs the progress slot.
-    pub fn write_progress(&self, storage: &dyn Storage, progress: &Progress) -> Result<()> {
+    pub fn write_progress(
+        &self,
+        storage: &dyn Storage,
+        topic: &str,
+        progress: &Progress,
+    ) -> Result<()> {
+        // Only over this extent's own identity: anything else there is another extent.
+        let found = self.identity_on_disk();
+        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
+            return Err(self.foreign_block(topic, "a progress slot was to be written into", found));
+        }
         let at = self.abs(format::PG_SLOT_AT as u64);
         self.file.map.write_header(at, &progress.encode());
         storage

@@ -173,3 +173,7 @@ impl ExtentFixture {
         self.block.read_footer("fixture", progress)
     }
 }
+
+/// Where the shared state file (`tidelog.state`) keeps the allocator's next block (a `u64`,
+/// little-endian), for the test that damages it.
+pub const STATE_ALLOC_NEXT_BLOCK_AT: usize = crate::shared::H_ALLOC_NEXT_BLOCK;

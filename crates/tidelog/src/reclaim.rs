@@ -129,7 +129,9 @@ impl Reclaimer {
         for block in dropped {
             // Marked on disk first, front to back: a file is only deleted after, so a topic's
             // extents on disk never have a gap, and a restart does not bring them back.
-            if let Err(e) = block.retire(self.storage.as_ref(), ProgressState::Consumed) {
+            if let Err(e) =
+                block.retire(self.storage.as_ref(), &topic.name, ProgressState::Consumed)
+            {
                 self.fail(e);
                 return true;
             }

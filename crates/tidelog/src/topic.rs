@@ -502,7 +502,7 @@ impl Topic {
                 .recover()
                 .retain(|b| !Arc::ptr_eq(b, &old));
             self.forget_synced(std::slice::from_ref(&old));
-            old.retire(ctx.storage, format::ProgressState::Consumed)?;
+            old.retire(ctx.storage, &self.name, format::ProgressState::Consumed)?;
         }
         if old.release_writer() | (count == 0 && old.mark_consumed()) {
             ctx.alloc.doom(&old.file);
@@ -1056,8 +1056,9 @@ impl Topic {
             interval,
             Some(Vec::new()),
         ));
-        block.write_identity(&self.name);
+        let written = block.write_identity(&self.name);
         ctx.alloc.identity_written(block.file.seq);
+        written?;
         crate::process::crash_point("roll-identity");
         block.hold();
         // In the chain before the install: no offset of it is published until then, and the

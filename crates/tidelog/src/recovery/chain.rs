@@ -330,6 +330,7 @@ impl Recovery<'_> {
             // same positions, could end right before a frame of theirs.
             block.write_progress(
                 self.storage,
+                &topic.name,
                 &Progress {
                     state: ProgressState::Open,
                     durable_end: s.end,

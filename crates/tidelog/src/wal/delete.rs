@@ -147,7 +147,7 @@ fn retire_all(state: &State, topic: &Topic, locked: bool) -> Result<()> {
     let chain = topic.take_all();
     let active = topic.tail().block.take();
     for (i, block) in chain.iter().enumerate() {
-        if let Err(e) = block.retire(state.storage.as_ref(), ProgressState::Deleted) {
+        if let Err(e) = block.retire(state.storage.as_ref(), &topic.name, ProgressState::Deleted) {
             state.sync.poison(&e);
             return Err(e);
         }

@@ -465,3 +465,51 @@ fn progress_slots(dir: &Path, topic: &str) -> Vec<(std::path::PathBuf, usize, Ve
         })
         .collect()
 }
+
+/// A damaged allocator cursor never makes an append destroy an extent: the block it hands
+/// out is checked before its identity is written, and one that holds an extent is refused
+/// with `Corruption`; the records there stay readable, before and after a reopen.
+#[test]
+fn an_allocator_pointed_at_a_used_block_overwrites_nothing() {
+    use std::os::unix::fs::FileExt;
+    let dir = tempdir();
+    let big = |i: u64| vec![u8::try_from(i).unwrap(); 30_000];
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    // Two records per 64 KiB extent: three extents, blocks 0 to 2 of the first file.
+    for i in 0..6 {
+        assert_eq!(wal.append("t", &big(i)).unwrap(), i);
+    }
+    assert_eq!(extents(dir.path()).len(), 3);
+    // The shared state file's cursor goes back to block 0, as damage might leave it.
+    let state = std::fs::OpenOptions::new()
+        .write(true)
+        .open(dir.path().join("tidelog.state"))
+        .unwrap();
+    state
+        .write_all_at(
+            &0u64.to_le_bytes(),
+            tidelog::internals::STATE_ALLOC_NEXT_BLOCK_AT as u64,
+        )
+        .unwrap();
+    // The next roll is handed block 0.
+    match wal.append("t", &big(6)) {
+        Err(Error::Corruption { reason, .. }) => {
+            assert!(reason.contains("handed out"), "{reason}");
+        }
+        other => panic!("an allocation over an extent: {other:?}"),
+    }
+    let check = |wal: &Wal| {
+        let records = read_all(wal, "t");
+        assert_eq!(records.len(), 6);
+        for (i, (offset, _, value)) in records.into_iter().enumerate() {
+            assert_eq!((offset, value), (i as u64, big(i as u64)));
+        }
+    };
+    check(&wal);
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    check(&wal);
+    // The reopened handle places the allocator from the files again.
+    assert_eq!(wal.append("t", &big(6)).unwrap(), 6);
+    wal.close().unwrap();
+}
