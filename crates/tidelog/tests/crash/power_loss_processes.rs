@@ -10,7 +10,10 @@
 //! two topics (two `Always`, one `Interval` with a `flush()` every 16 appends; small extents,
 //! so rolls and new files are frequent; one topic under retention, so the housekeeping
 //! leader retires extents and deletes files) and print `@@ack TOPIC OFFSET SEQ` for each record
-//! acknowledged. After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in
+//! acknowledged. The `Interval` child also appends to a third topic, which only it writes,
+//! and deletes it every so often (`@@deleting`, then `@@deleted` once `delete_topic`
+//! returned): a deletion that returned never comes undone, the records of the topic's
+//! new life acknowledged since are there, and one cut short leaves the topic whole or gone. After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in
 //! an open) every child is SIGKILLed at once, the image is written into a new directory
 //! (three cycles in four with a random half of the pages written since their last sync, as
 //! writeback may have flushed them), opened alone and checked against every acknowledgement
@@ -35,6 +38,10 @@ use tidelog::io::Storage;
 use tidelog::{Config, Durability, Retention, Visibility, Wal};
 
 const TOPICS: [&str; 2] = ["p", "q"];
+/// The topic the `Interval` child alone appends to and deletes now and then.
+const DELETED: &str = "r";
+/// The `Interval` child deletes `DELETED` after this many of its appends.
+const DELETE_EVERY: u64 = 96;
 /// The topic under retention: the leader retires its extents and deletes files meanwhile.
 const RETAINED: &str = "q";
 const RETAIN_BYTES: u64 = 4 * common::BLOCK;
@@ -71,7 +78,19 @@ fn child_process_entry() {
     let mut rng = Rng::new(u64::from(tag));
     let mut pending = Vec::new();
     for seq in 0..u64::MAX / 2 {
-        let topic = TOPICS[rng.range(0, 1) as usize];
+        let topic = match rng.range(0, 2) {
+            2 if !always => DELETED,
+            n => TOPICS[(n % 2) as usize],
+        };
+        if !always && seq % DELETE_EVERY == DELETE_EVERY - 1 {
+            wal.flush().unwrap();
+            for line in pending.drain(..) {
+                println!("{line}");
+            }
+            println!("@@deleting {DELETED} {seq}");
+            wal.delete_topic(DELETED).unwrap();
+            println!("@@deleted {DELETED}");
+        }
         let offset = wal.append(topic, &tagged_value(tag, seq, MAX_PAD)).unwrap();
         pending.push(format!("@@ack {topic} {offset} {seq}"));
         if always || (seq + 1) % FLUSH_EVERY == 0 {
@@ -88,27 +107,104 @@ fn child_process_entry() {
 /// `(tag, seq)` acknowledged at each `(topic, offset)`.
 type Acks = HashMap<(String, u64), (u32, u64)>;
 
-fn collect(tag: u32, lines: &[String], into: &mut Acks) -> u64 {
+/// What the deleted topic's records must be. Its one writer's `(tag, seq)` grow with every
+/// append (tags with every cycle), so a record's `(tag, seq)` tells its life.
+#[derive(Debug, Default)]
+struct Lives {
+    /// `(tag, seq)` acknowledged at each offset of the topic's current life.
+    acked: HashMap<u64, (u32, u64)>,
+    /// Records up to this `(tag, seq)` belong to lives whose deletion returned.
+    deleted_upto: Option<(u32, u64)>,
+    /// A deletion begun and not returned when the power went: records up to this
+    /// `(tag, seq)` are the life it deletes.
+    deleting: Option<(u32, u64)>,
+    /// Deletions that returned.
+    deleted: u64,
+}
+
+fn collect(tag: u32, lines: &[String], into: &mut Acks, lives: &mut Lives) -> u64 {
     let mut n = 0;
     for line in lines {
         let words: Vec<&str> = line.split_whitespace().collect();
-        if let ["ack", topic, offset, seq] = words.as_slice() {
-            let key = ((*topic).to_owned(), offset.parse().unwrap());
-            let ack = (tag, seq.parse().unwrap());
-            let prev = into.insert(key.clone(), ack);
-            assert!(
-                prev.is_none(),
-                "{key:?} acknowledged twice: {prev:?}, then {ack:?}"
-            );
-            n += 1;
+        match words.as_slice() {
+            ["ack", topic, offset, seq] if *topic == DELETED => {
+                let ack = (tag, seq.parse().unwrap());
+                let prev = lives.acked.insert(offset.parse().unwrap(), ack);
+                assert!(prev.is_none(), "{DELETED}@{offset} acknowledged twice");
+                n += 1;
+            }
+            ["ack", topic, offset, seq] => {
+                let key = ((*topic).to_owned(), offset.parse().unwrap());
+                let ack = (tag, seq.parse().unwrap());
+                let prev = into.insert(key.clone(), ack);
+                assert!(
+                    prev.is_none(),
+                    "{key:?} acknowledged twice: {prev:?}, then {ack:?}"
+                );
+                n += 1;
+            }
+            // Every append before `seq` is of the life this deletion ends.
+            ["deleting", _, seq] => {
+                let seq: u64 = seq.parse().unwrap();
+                lives.deleting = Some((tag, seq.saturating_sub(1)));
+            }
+            ["deleted", _] => {
+                lives.deleted_upto = lives.deleting.take();
+                lives.acked.clear();
+                lives.deleted += 1;
+            }
+            _ => {}
         }
     }
     n
 }
 
-/// Opens `dir` alone (recovery from the files) and checks it against `acked`; returns the
-/// number of records and the retained topic's first offset.
-fn check(dir: &Path, acked: &Acks, seed: u64, cycle: u64) -> (u64, u64) {
+/// Checks the deleted topic in the recovered `wal` against `lives`, and settles a deletion
+/// the power cut short (it took effect or not, as the records show). Its records' count.
+fn check_deleted(wal: &Wal, lives: &mut Lives, seed: u64, cycle: u64) -> u64 {
+    let ctx = format!("{DELETED} after power loss {cycle} (seed {seed})");
+    let records = match wal.topic_info(DELETED) {
+        Ok(_) => common::read_values(wal, DELETED),
+        Err(tidelog::Error::UnknownTopic { .. }) => Vec::new(),
+        Err(e) => panic!("{ctx}: {e}"),
+    };
+    let mut old_life = false;
+    for (i, (offset, value)) in records.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "{ctx}: offsets dense from 0");
+        let got = parse_tagged(value).unwrap_or_else(|| panic!("{ctx}: damaged record {offset}"));
+        assert!(
+            lives.deleted_upto.is_none_or(|upto| got > upto),
+            "{ctx}: record {offset} {got:?} of a life whose deletion returned"
+        );
+        old_life |= lives.deleting.is_some_and(|upto| got <= upto);
+        if let Some(&ack) = lives.acked.get(offset) {
+            assert_eq!(ack, got, "{ctx}: acknowledged record {offset} replaced");
+        }
+    }
+    // A deletion cut short took effect unless a record of the life it deletes is there (its
+    // writer flushed before it began, so that life's acknowledged records were durable).
+    if let Some(upto) = lives.deleting.take()
+        && !old_life
+    {
+        lives.deleted_upto = Some(upto);
+        lives.acked.clear();
+    }
+    let lost: Vec<u64> = lives
+        .acked
+        .keys()
+        .filter(|&&o| o >= records.len() as u64)
+        .copied()
+        .collect();
+    assert!(
+        lost.is_empty(),
+        "{ctx}: acknowledged records lost: {lost:?}"
+    );
+    records.len() as u64
+}
+
+/// Opens `dir` alone (recovery from the files) and checks it against `acked` and `lives`;
+/// returns the number of records and the retained topic's first offset.
+fn check(dir: &Path, acked: &Acks, lives: &mut Lives, seed: u64, cycle: u64) -> (u64, u64) {
     let wal = Wal::open_with(dir, cfg()).unwrap_or_else(|e| {
         print_extents(dir);
         panic!("open after power loss {cycle} failed: {e} (seed {seed})")
@@ -162,6 +258,7 @@ fn check(dir: &Path, acked: &Acks, seed: u64, cycle: u64) -> (u64, u64) {
             retained_from = info.first_offset;
         }
     }
+    records += check_deleted(&wal, lives, seed, cycle);
     wal.close().unwrap();
     (records, retained_from)
 }
@@ -191,6 +288,7 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
     let base = tempdir();
     let mut dir = base.path().join("cycle0");
     let mut acked = Acks::new();
+    let mut lives = Lives::default();
     {
         let wal = Wal::open_with(&dir, cfg()).unwrap();
         for topic in TOPICS {
@@ -235,7 +333,7 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
                 "child {tag} ended by itself: {}",
                 ended.stderr
             );
-            cycle_acks += collect(tag, &ended.lines, &mut acked);
+            cycle_acks += collect(tag, &ended.lines, &mut acked, &mut lives);
         }
         let image = base.path().join(format!("cycle{cycle}"));
         let torn = (rng.range(0, 3) != 0).then(|| rng.next_u64());
@@ -244,15 +342,17 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
         storage.discard();
         std::fs::remove_dir_all(&dir).unwrap();
         let retained_from;
-        (records, retained_from) = check(&image, &acked, seed, cycle);
+        (records, retained_from) = check(&image, &acked, &mut lives, seed, cycle);
         retired |= retained_from > 0;
         eprintln!("power loss {cycle}: {cycle_acks} acknowledged, {records} records kept");
         dir = image;
     }
     eprintln!(
         "power_loss_processes: {cycles} power losses ({early} early, {torn_cycles} with \
-         pages written back), {} acknowledged, {records} records at the end",
-        acked.len()
+         pages written back), {} acknowledged, {} deletions of {DELETED}, {records} records \
+         at the end",
+        acked.len(),
+        lives.deleted
     );
     assert!(
         acked.len() as u64 > cycles,
@@ -261,5 +361,9 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
     assert!(
         retired || cycles < 8,
         "retention never retired an extent of {RETAINED}"
+    );
+    assert!(
+        lives.deleted > 0 || cycles < 8,
+        "{DELETED} was never deleted"
     );
 }
