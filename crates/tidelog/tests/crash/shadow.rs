@@ -276,7 +276,14 @@ impl Storage for ShadowStorage {
     fn sync_map(&self, map: &Mapping, path: &Path, offset: usize, len: usize) -> io::Result<()> {
         StdStorage.sync_map(map, path, offset, len)?;
         let _lock = self.lock();
-        let meta = fs::metadata(path)?;
+        let meta = match fs::metadata(path) {
+            Ok(meta) => meta,
+            // Deleted meanwhile (by the leader, in another process): the kernel's msync of an
+            // unlinked file's mapping succeeds, and its name is gone at the next directory
+            // sync, which follows the unlink at once.
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        };
         // msync writes whole pages.
         let start = offset / PAGE * PAGE;
         let end = ((offset + len).div_ceil(PAGE) * PAGE)
