@@ -322,26 +322,12 @@ impl Recovery<'_> {
         let synced = progress.map_or(0, |p| p.durable_end.min(s.end));
         let clean = progress.is_some_and(|p| p.state == ProgressState::Clean);
         let resumable = self.writable && is_last && !torn && clean_end;
-        let mut disk = progress.map_or(ProgressState::Open, |p| p.state);
-        if resumable {
-            // `Clean` says nothing was written past its end since the mark; appends will be.
-            // Unless the mark goes first, a crash that loses the page at that end but not
-            // later ones would read as a clean close, and the next appends there, over the
-            // same positions, could end right before a frame of theirs.
-            block.write_progress(
-                self.storage,
-                &topic.name,
-                &Progress {
-                    state: ProgressState::Open,
-                    durable_end: s.end,
-                    record_count: s.count,
-                    max_timestamp_us: s.max_ts,
-                    footer_count: 0,
-                    footer_crc: 0,
-                },
-            )?;
-            disk = ProgressState::Open;
-        }
+        // A resumed extent's slot is rewritten `Open` before the open returns (see
+        // `resume_in_place`): the handle knows it so from now on.
+        let disk = match progress {
+            Some(p) if !resumable => p.state,
+            _ => ProgressState::Open,
+        };
         block.restore(s.count, s.end, s.max_ts, synced, disk);
         // A shared-mode roll names its new extent before the first record goes in: a
         // handle lining up to it finds it in its chain, empty.

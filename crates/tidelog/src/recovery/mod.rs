@@ -202,8 +202,48 @@ pub fn recover(
         let topic = recovery.recover_topic(name, extents, &grouped, &mut out.report)?;
         out.topics.extend(topic);
     }
+    if writable {
+        resume_in_place(storage, &out.topics)?;
+    }
     place_allocation(storage, writable, &listing.used_end, &mut out)?;
     Ok(out)
+}
+
+/// A writable open: the topics that resume in their last extent (closed cleanly where its
+/// records end) have its slot rewritten `Open`, synced, before anything is appended there.
+/// `Clean` says nothing was written past its end since the mark, and the appends to come
+/// break that: were the mark still on disk, a crash that lost the page at that end while
+/// writeback had flushed later ones would read as a clean close again, and the next appends
+/// over the same positions could end right before a frame of the lost ones, which a later
+/// scan reads as records. One msync per data file covers its slots.
+fn resume_in_place(storage: &dyn Storage, topics: &[RecoveredTopic]) -> Result<()> {
+    let mut spans: BTreeMap<u64, (Arc<DataFile>, usize, usize)> = BTreeMap::new();
+    for t in topics {
+        let Some(block) = &t.tail.block else {
+            continue;
+        };
+        let (count, end) = block.published();
+        let progress = Progress {
+            state: ProgressState::Open,
+            durable_end: end,
+            record_count: count,
+            max_timestamp_us: block.max_timestamp_us(),
+            footer_count: 0,
+            footer_crc: 0,
+        };
+        let at = block.write_progress_unsynced(&t.name, &progress)?;
+        let span = spans
+            .entry(block.file.seq)
+            .or_insert_with(|| (Arc::clone(&block.file), at, at));
+        span.1 = span.1.min(at);
+        span.2 = span.2.max(at + format::PG_LEN);
+    }
+    for (file, lo, hi) in spans.into_values() {
+        storage
+            .sync_map(&file.map, &file.path, lo, hi - lo)
+            .map_err(|e| Error::io("msync", &file.path, e))?;
+    }
+    Ok(())
 }
 
 /// Removes the `.tmp` leftovers of data file creations a crash cut short.

@@ -44,7 +44,7 @@ const DELETED: &str = "r";
 const DELETE_EVERY: u64 = 96;
 /// The topic under retention: the leader retires its extents and deletes files meanwhile.
 const RETAINED: &str = "q";
-const RETAIN_BYTES: u64 = 4 * common::BLOCK;
+const RETAIN_BYTES: u64 = 2 * common::BLOCK;
 const CYCLES: u64 = 24;
 const CHILDREN: u32 = 3;
 const MAX_PAD: u64 = 400;
