@@ -131,6 +131,9 @@ class Reader:
     @property
     def visibility(self) -> Literal["published", "durable"]: ...
     @property
+    def spin_us(self) -> int:
+        """How long `next(timeout)` watches for a record before it sleeps, in microseconds."""
+    @property
     def position(self) -> int:
         """The offset the next call returns."""
     @property

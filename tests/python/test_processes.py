@@ -96,7 +96,10 @@ def test_a_spinning_reader_in_another_process_reads_every_append(tmp_path: Path)
     (got,) = run_followers(tmp_path, "spawn", followers=1, count=count, spin_us=10_000)
     assert got == [(i, value(i)) for i in range(count)]
     with tidelog.open(tmp_path) as wal:
-        assert wal.reader("t", start="latest", spin_us=10_000).next(timeout=0.001) is None
+        reader = wal.reader("t", start="latest", spin_us=10_000)
+        assert reader.spin_us == 10_000
+        assert reader.next(timeout=0.001) is None
+        assert wal.reader("t").spin_us == 0
         with pytest.raises(tidelog.InvalidArgumentError, match="spin"):
             wal.reader("t", spin_us=10_001)
 

@@ -139,6 +139,12 @@ impl PyReader {
         })
     }
 
+    /// How long `next(timeout)` watches for a record before it sleeps, in microseconds.
+    #[getter]
+    fn spin_us(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| Ok(r.spin().as_micros() as u64))
+    }
+
     /// The offset the next call returns.
     #[getter]
     fn position(&self, py: Python<'_>) -> PyResult<u64> {
