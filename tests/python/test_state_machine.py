@@ -134,10 +134,11 @@ class WalMachine(RuleBasedStateMachine):
         else:
             self.check_record(topic, wal.read(topic, offset), offset)
 
-    @rule(topic=TOPICS)
-    def follow(self, topic: str) -> None:
+    @rule(topic=TOPICS, spin_us=st.sampled_from([0, 50, 10_000]))
+    def follow(self, topic: str, spin_us: int) -> None:
         """A read-only handle (as another process opens one) sees every record appended,
-        flushed or not (the writer runs with fsync="never"), and waits for none."""
+        flushed or not (the writer runs with fsync="never"), and waits for none, whether
+        its reader spins before it sleeps or not."""
         stored = self.model.topics.get(topic)
         with tidelog.open(self.dir, readonly=True) as ro:
             if stored is None:
@@ -146,7 +147,7 @@ class WalMachine(RuleBasedStateMachine):
             info = ro.topic_info(topic)
             assert (info.first_offset, info.next_offset) == (0, len(stored))
             assert info.durable_offset <= info.next_offset
-            reader = ro.reader(topic, start="earliest")
+            reader = ro.reader(topic, start="earliest", spin_us=spin_us)
             for offset in range(len(stored)):
                 rec = reader.next(timeout=5.0)
                 assert rec is not None, f"{topic}: no record {offset}"
