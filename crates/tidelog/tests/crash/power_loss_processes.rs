@@ -13,7 +13,11 @@
 //! acknowledged. The `Interval` child also appends to a third topic, which only it writes,
 //! and deletes it every so often (`@@deleting`, then `@@deleted` once `delete_topic`
 //! returned): a deletion that returned never comes undone, the records of the topic's
-//! new life acknowledged since are there, and one cut short leaves the topic whole or gone. After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in
+//! new life acknowledged since are there, and one cut short leaves the topic whole or
+//! gone. One `Always` child also stages jobs for a fourth topic and commits them
+//! (`@@committing`, then `@@committed` with the offsets): each job is there whole and
+//! once, at its offsets once the commit returned, and one cut short whole or not at all.
+//! After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in
 //! an open) every child is SIGKILLed at once, the image is written into a new directory
 //! (three cycles in four with a random half of the pages written since their last sync, as
 //! writeback may have flushed them), opened alone and checked against every acknowledgement
@@ -42,6 +46,11 @@ const TOPICS: [&str; 2] = ["p", "q"];
 const DELETED: &str = "r";
 /// The `Interval` child deletes `DELETED` after this many of its appends.
 const DELETE_EVERY: u64 = 96;
+/// The topic only staged jobs go to: one `Always` child stages and commits a job of
+/// `JOB_RECORDS` records after every `STAGE_EVERY` of its appends.
+const STAGED: &str = "s";
+const JOB_RECORDS: u64 = 20;
+const STAGE_EVERY: u64 = 8;
 /// The topic under retention: the leader retires its extents and deletes files meanwhile.
 const RETAINED: &str = "q";
 const RETAIN_BYTES: u64 = 2 * common::BLOCK;
@@ -58,7 +67,34 @@ fn cfg() -> Config {
     c
 }
 
-/// Child `TAG:always` or `TAG:flush`: appends tagged records until killed.
+/// Stages a job of `JOB_RECORDS` tagged records to `STAGED`, from `seq` on, and commits it:
+/// `@@committing SEQ` before, `@@committed SEQ FROM TO` once the commit returned.
+fn stage_and_commit(wal: &Wal, dir: &Path, storage: &Arc<dyn Storage>, tag: u32, seq: u64) {
+    let job = format!("j{tag}-{seq}");
+    let mut part =
+        tidelog::stage::StagedWriter::create_with_storage(dir, &job, "p0", Arc::clone(storage))
+            .unwrap()
+            // The data files' geometry: small segments, which an adoption may take whole.
+            .segment_geometry(common::BLOCK, 2)
+            .unwrap();
+    let values: Vec<Vec<u8>> = (seq..seq + JOB_RECORDS)
+        .map(|i| tagged_value(tag, i, MAX_PAD))
+        .collect();
+    let records: Vec<tidelog::Append<'_>> =
+        values.iter().map(|v| tidelog::Append::value(v)).collect();
+    part.append(STAGED, &records).unwrap();
+    part.finish().unwrap();
+    println!("@@committing {seq}");
+    let ranges = wal.commit_staged(&job, &["p0"]).unwrap();
+    let [(topic, range)] = ranges.as_slice() else {
+        panic!("job {job} got {ranges:?}");
+    };
+    assert_eq!(topic, STAGED);
+    println!("@@committed {seq} {} {}", range.start, range.end);
+}
+
+/// Child `TAG:always`, `TAG:stage` (`Always`, and staged jobs) or `TAG:flush`: appends
+/// tagged records until killed.
 #[test]
 fn child_process_entry() {
     let Some((dir, mode)) = child_env() else {
@@ -66,18 +102,25 @@ fn child_process_entry() {
     };
     let (tag, how) = mode.split_once(':').unwrap();
     let tag: u32 = tag.parse().unwrap();
-    let always = how == "always";
+    let always = how != "flush";
+    let stages = how == "stage";
     let durability = if always {
         Durability::Always
     } else {
         Durability::Interval
     };
     let storage = Arc::new(ShadowStorage::attach(&dir)) as Arc<dyn Storage>;
-    let wal = Wal::open_with_storage(&dir, cfg().durability(durability), storage).unwrap();
+    let wal =
+        Wal::open_with_storage(&dir, cfg().durability(durability), Arc::clone(&storage)).unwrap();
     println!("@@open");
     let mut rng = Rng::new(u64::from(tag));
     let mut pending = Vec::new();
-    for seq in 0..u64::MAX / 2 {
+    let mut seq = 0;
+    while seq < u64::MAX / 2 {
+        if stages && seq % STAGE_EVERY == STAGE_EVERY - 1 {
+            stage_and_commit(&wal, &dir, &storage, tag, seq);
+            seq += JOB_RECORDS;
+        }
         let topic = match rng.range(0, 2) {
             2 if !always => DELETED,
             n => TOPICS[(n % 2) as usize],
@@ -101,6 +144,7 @@ fn child_process_entry() {
                 println!("{line}");
             }
         }
+        seq += 1;
     }
 }
 
@@ -122,11 +166,32 @@ struct Lives {
     deleted: u64,
 }
 
-fn collect(tag: u32, lines: &[String], into: &mut Acks, lives: &mut Lives) -> u64 {
+/// The staged jobs, each named by its child's tag and the seq of its first record.
+#[derive(Debug, Default)]
+struct Jobs {
+    /// Jobs whose commit began: the offsets they got, once their commit returned or a
+    /// recovery showed them published.
+    begun: HashMap<(u32, u64), Option<(u64, u64)>>,
+    /// Jobs whose commit the power cut short before it took effect: never published.
+    never: std::collections::HashSet<(u32, u64)>,
+    /// Commits that returned.
+    committed: u64,
+}
+
+fn collect(tag: u32, lines: &[String], into: &mut Acks, lives: &mut Lives, jobs: &mut Jobs) -> u64 {
     let mut n = 0;
     for line in lines {
         let words: Vec<&str> = line.split_whitespace().collect();
         match words.as_slice() {
+            ["committing", seq] => {
+                jobs.begun.insert((tag, seq.parse().unwrap()), None);
+            }
+            ["committed", seq, from, to] => {
+                let range = (from.parse().unwrap(), to.parse().unwrap());
+                jobs.begun.insert((tag, seq.parse().unwrap()), Some(range));
+                jobs.committed += 1;
+                n += 1;
+            }
             ["ack", topic, offset, seq] if *topic == DELETED => {
                 let ack = (tag, seq.parse().unwrap());
                 let prev = lives.acked.insert(offset.parse().unwrap(), ack);
@@ -157,6 +222,67 @@ fn collect(tag: u32, lines: &[String], into: &mut Acks, lives: &mut Lives) -> u6
         }
     }
     n
+}
+
+/// Checks the staged topic in the recovered `wal` against `jobs`: every record belongs to a
+/// job whose commit began, each job is there whole and once, in order, at the offsets its
+/// commit returned; a commit the power cut short took effect whole or not at all (settled
+/// here: the open just now published what its ledger held). Its records' count.
+fn check_staged(wal: &Wal, jobs: &mut Jobs, seed: u64, cycle: u64) -> u64 {
+    let ctx = format!("{STAGED} after power loss {cycle} (seed {seed})");
+    let records = match wal.topic_info(STAGED) {
+        Ok(_) => common::read_values(wal, STAGED),
+        Err(tidelog::Error::UnknownTopic { .. }) => Vec::new(),
+        Err(e) => panic!("{ctx}: {e}"),
+    };
+    let parsed: Vec<(u32, u64)> = records
+        .iter()
+        .enumerate()
+        .map(|(i, (offset, value))| {
+            assert_eq!(*offset, i as u64, "{ctx}: offsets dense from 0");
+            parse_tagged(value).unwrap_or_else(|| panic!("{ctx}: damaged record {offset}"))
+        })
+        .collect();
+    let mut seen: HashMap<(u32, u64), (u64, u64)> = HashMap::new();
+    let mut at = 0usize;
+    while at < parsed.len() {
+        let job = parsed[at];
+        let from = at as u64;
+        assert!(
+            jobs.begun.contains_key(&job) && !jobs.never.contains(&job),
+            "{ctx}: record {from} {job:?} starts no job whose commit began (or one cut short)"
+        );
+        for i in 0..JOB_RECORDS {
+            assert_eq!(
+                parsed.get(at + i as usize),
+                Some(&(job.0, job.1 + i)),
+                "{ctx}: job {job:?} not whole at {}",
+                from + i
+            );
+        }
+        assert!(
+            seen.insert(job, (from, from + JOB_RECORDS)).is_none(),
+            "{ctx}: job {job:?} published twice"
+        );
+        at += JOB_RECORDS as usize;
+    }
+    let mut cut_short = Vec::new();
+    for (job, range) in &mut jobs.begun {
+        match (*range, seen.get(job)) {
+            (Some(want), got) => assert_eq!(
+                got,
+                Some(&want),
+                "{ctx}: committed job {job:?} not at its offsets"
+            ),
+            (None, Some(&got)) => *range = Some(got),
+            (None, None) => cut_short.push(*job),
+        }
+    }
+    for job in cut_short {
+        jobs.begun.remove(&job);
+        jobs.never.insert(job);
+    }
+    records.len() as u64
 }
 
 /// Checks the deleted topic in the recovered `wal` against `lives`, and settles a deletion
@@ -204,7 +330,14 @@ fn check_deleted(wal: &Wal, lives: &mut Lives, seed: u64, cycle: u64) -> u64 {
 
 /// Opens `dir` alone (recovery from the files) and checks it against `acked` and `lives`;
 /// returns the number of records and the retained topic's first offset.
-fn check(dir: &Path, acked: &Acks, lives: &mut Lives, seed: u64, cycle: u64) -> (u64, u64) {
+fn check(
+    dir: &Path,
+    acked: &Acks,
+    lives: &mut Lives,
+    jobs: &mut Jobs,
+    seed: u64,
+    cycle: u64,
+) -> (u64, u64) {
     let wal = Wal::open_with(dir, cfg()).unwrap_or_else(|e| {
         print_extents(dir);
         panic!("open after power loss {cycle} failed: {e} (seed {seed})")
@@ -259,6 +392,7 @@ fn check(dir: &Path, acked: &Acks, lives: &mut Lives, seed: u64, cycle: u64) -> 
         }
     }
     records += check_deleted(&wal, lives, seed, cycle);
+    records += check_staged(&wal, jobs, seed, cycle);
     wal.close().unwrap();
     (records, retained_from)
 }
@@ -289,6 +423,7 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
     let mut dir = base.path().join("cycle0");
     let mut acked = Acks::new();
     let mut lives = Lives::default();
+    let mut jobs = Jobs::default();
     {
         let wal = Wal::open_with(&dir, cfg()).unwrap();
         for topic in TOPICS {
@@ -303,7 +438,7 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
         let storage = ShadowStorage::init(&dir);
         let mut children: Vec<(u32, Running)> = (0..CHILDREN)
             .map(|i| {
-                let how = if i == 0 { "flush" } else { "always" };
+                let how = ["flush", "always", "stage"][i as usize % 3];
                 let mode = format!("{next_tag}:{how}");
                 next_tag += 1;
                 (
@@ -333,7 +468,7 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
                 "child {tag} ended by itself: {}",
                 ended.stderr
             );
-            cycle_acks += collect(tag, &ended.lines, &mut acked, &mut lives);
+            cycle_acks += collect(tag, &ended.lines, &mut acked, &mut lives, &mut jobs);
         }
         let image = base.path().join(format!("cycle{cycle}"));
         let torn = (rng.range(0, 3) != 0).then(|| rng.next_u64());
@@ -342,17 +477,19 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
         storage.discard();
         std::fs::remove_dir_all(&dir).unwrap();
         let retained_from;
-        (records, retained_from) = check(&image, &acked, &mut lives, seed, cycle);
+        (records, retained_from) = check(&image, &acked, &mut lives, &mut jobs, seed, cycle);
         retired |= retained_from > 0;
         eprintln!("power loss {cycle}: {cycle_acks} acknowledged, {records} records kept");
         dir = image;
     }
     eprintln!(
         "power_loss_processes: {cycles} power losses ({early} early, {torn_cycles} with \
-         pages written back), {} acknowledged, {} deletions of {DELETED}, {records} records \
-         at the end",
+         pages written back), {} acknowledged, {} deletions of {DELETED}, {} staged jobs \
+         committed ({} cut short), {records} records at the end",
         acked.len(),
-        lives.deleted
+        lives.deleted,
+        jobs.committed,
+        jobs.never.len()
     );
     assert!(
         acked.len() as u64 > cycles,
@@ -365,5 +502,9 @@ fn a_power_loss_among_appending_processes_keeps_every_acknowledged_record() {
     assert!(
         lives.deleted > 0 || cycles < 8,
         "{DELETED} was never deleted"
+    );
+    assert!(
+        jobs.committed > 0 || cycles < 8,
+        "no staged job was committed"
     );
 }
