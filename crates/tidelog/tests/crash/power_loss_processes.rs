@@ -224,17 +224,22 @@ fn collect(tag: u32, lines: &[String], into: &mut Acks, lives: &mut Lives, jobs:
     n
 }
 
+/// Every record of `topic` from offset 0 as `(offset, value)`; none when it does not exist.
+fn records_of(wal: &Wal, topic: &str, ctx: &str) -> Vec<(u64, Vec<u8>)> {
+    match wal.topic_info(topic) {
+        Ok(_) => common::read_values(wal, topic),
+        Err(tidelog::Error::UnknownTopic { .. }) => Vec::new(),
+        Err(e) => panic!("{ctx}: {e}"),
+    }
+}
+
 /// Checks the staged topic in the recovered `wal` against `jobs`: every record belongs to a
 /// job whose commit began, each job is there whole and once, in order, at the offsets its
 /// commit returned; a commit the power cut short took effect whole or not at all (settled
 /// here: the open just now published what its ledger held). Its records' count.
 fn check_staged(wal: &Wal, jobs: &mut Jobs, seed: u64, cycle: u64) -> u64 {
     let ctx = format!("{STAGED} after power loss {cycle} (seed {seed})");
-    let records = match wal.topic_info(STAGED) {
-        Ok(_) => common::read_values(wal, STAGED),
-        Err(tidelog::Error::UnknownTopic { .. }) => Vec::new(),
-        Err(e) => panic!("{ctx}: {e}"),
-    };
+    let records = records_of(wal, STAGED, &ctx);
     let parsed: Vec<(u32, u64)> = records
         .iter()
         .enumerate()
@@ -289,11 +294,7 @@ fn check_staged(wal: &Wal, jobs: &mut Jobs, seed: u64, cycle: u64) -> u64 {
 /// the power cut short (it took effect or not, as the records show). Its records' count.
 fn check_deleted(wal: &Wal, lives: &mut Lives, seed: u64, cycle: u64) -> u64 {
     let ctx = format!("{DELETED} after power loss {cycle} (seed {seed})");
-    let records = match wal.topic_info(DELETED) {
-        Ok(_) => common::read_values(wal, DELETED),
-        Err(tidelog::Error::UnknownTopic { .. }) => Vec::new(),
-        Err(e) => panic!("{ctx}: {e}"),
-    };
+    let records = records_of(wal, DELETED, &ctx);
     let mut old_life = false;
     for (i, (offset, value)) in records.iter().enumerate() {
         assert_eq!(*offset, i as u64, "{ctx}: offsets dense from 0");
