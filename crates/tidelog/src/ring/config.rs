@@ -39,7 +39,7 @@ pub enum IoEngine {
     Threads,
 }
 
-/// Settings for [`RingWal::open`].
+/// Settings for [`RingWal::open`](crate::RingWal::open).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RingConfig {
     /// Total bytes, header slots included (a multiple of 4096). Needed to create a file;
