@@ -800,15 +800,6 @@ impl Extent {
         topic: &str,
         progress: &Progress,
     ) -> Result<()> {
-        let at = self.write_progress_unsynced(topic, progress)?;
-        storage
-            .sync_map(&self.file.map, &self.file.path, at, format::PG_LEN)
-            .map_err(|e| Error::io("msync", &self.file.path, e))
-    }
-
-    /// Writes the progress slot without syncing it (the caller syncs the slots of a file
-    /// together); returns its absolute position in the file.
-    pub fn write_progress_unsynced(&self, topic: &str, progress: &Progress) -> Result<usize> {
         // Only over this extent's own identity: anything else there is another extent.
         let found = self.identity_on_disk();
         if found.as_ref().is_none_or(|id| id.salt != self.salt) {
@@ -816,7 +807,9 @@ impl Extent {
         }
         let at = self.abs(format::PG_SLOT_AT as u64);
         self.file.map.write_header(at, &progress.encode());
-        Ok(at)
+        storage
+            .sync_map(&self.file.map, &self.file.path, at, format::PG_LEN)
+            .map_err(|e| Error::io("msync", &self.file.path, e))
     }
 
     /// Sets state recovered from disk.
