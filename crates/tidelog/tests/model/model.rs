@@ -19,6 +19,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use crate::common;
 use proptest::prelude::*;
@@ -368,6 +369,17 @@ enum Op {
         topic: usize,
     },
     Flush,
+    /// `n` records appended one `append_async` each (`Always`, or the Wal's durability). With
+    /// `wait` every handle is waited on (after a `flush` for those not `Always`): durable
+    /// once all complete. Without it the handles are dropped: the records are appended, not
+    /// acknowledged durable.
+    AppendAsync {
+        topic: usize,
+        n: usize,
+        len: usize,
+        always: bool,
+        wait: bool,
+    },
     /// Another process: a second writable handle on the directory (shared mode: its own
     /// lock byte, process slot and view of each topic) opens beside the first, appends `n`
     /// records with `Always` (durable when they return), and closes.
@@ -413,6 +425,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => topic.clone().prop_map(|topic| Op::DeleteTopic { topic }),
         2 => topic.clone().prop_map(|topic| Op::Follow { topic }),
         2 => Just(Op::Flush),
+        2 => (topic.clone(), 1usize..5, 0usize..3000, any::<bool>(), prop::bool::weighted(0.7))
+            .prop_map(|(topic, n, len, always, wait)| Op::AppendAsync { topic, n, len, always, wait }),
         2 => (topic.clone(), 1usize..5, 0usize..3000).prop_map(|(topic, n, len)| Op::Other { topic, n, len }),
         1 => topic.clone().prop_map(|topic| Op::OtherDelete { topic }),
         1 => Just(Op::Reopen),
@@ -483,11 +497,23 @@ struct Harness {
     faulted: bool,
     /// The last open followed a clean close.
     clean_open: bool,
+    /// The Wal's durability: `Never`, or `Interval` with a periodic flush this often (ms),
+    /// racing every operation and power loss.
+    interval_ms: Option<u64>,
     log: Vec<String>,
 }
 
-fn config() -> Config {
-    common::small()
+/// The model's geometry; `interval_ms`: `Interval` durability with a periodic flush this
+/// often, else `Never` (only `flush`, `Always` and a close make records durable).
+fn config(interval_ms: Option<u64>) -> Config {
+    match interval_ms {
+        None => common::small(),
+        Some(ms) => {
+            let mut c = common::small().durability(Durability::Interval);
+            c.sync_interval_ms = ms;
+            c
+        }
+    }
 }
 
 fn fail(msg: String) -> TestCaseError {
@@ -503,11 +529,15 @@ macro_rules! check {
 }
 
 impl Harness {
-    fn new(base: &Path) -> Harness {
+    fn new(base: &Path, interval_ms: Option<u64>) -> Harness {
         let dir = base.join("gen0");
         let storage = Arc::new(CrashStorage::new(&dir));
-        let wal =
-            Wal::open_with_storage(&dir, config(), storage.clone() as Arc<dyn Storage>).unwrap();
+        let wal = Wal::open_with_storage(
+            &dir,
+            config(interval_ms),
+            storage.clone() as Arc<dyn Storage>,
+        )
+        .unwrap();
         Harness {
             base: base.to_owned(),
             generation: 0,
@@ -521,6 +551,7 @@ impl Harness {
             pending_fault: None,
             faulted: false,
             clean_open: true,
+            interval_ms,
             log: Vec::new(),
         }
     }
@@ -793,6 +824,13 @@ impl Harness {
                 }
                 Ok(())
             }
+            Op::AppendAsync {
+                topic,
+                n,
+                len,
+                always,
+                wait,
+            } => self.append_async(topic, n, len, always, wait),
             Op::Other { topic, n, len } => self.other_process(topic, n, len),
             Op::Reopen => self.reopen(None, false).map_err(Outcome::Fail),
             Op::Crash { torn } => self.crash(torn).map_err(Outcome::Fail),
@@ -867,7 +905,7 @@ impl Harness {
     fn open_other(&self) -> Result<Wal, Outcome> {
         Wal::open_with_storage(
             &self.dir,
-            config(),
+            config(self.interval_ms),
             self.storage.clone() as Arc<dyn Storage>,
         )
         .map_err(|e| Outcome::Fail(fail(format!("a second handle failed to open: {e}"))))
@@ -904,6 +942,70 @@ impl Harness {
         other
             .close()
             .map_err(|e| Outcome::Fail(fail(format!("the second handle failed to close: {e}"))))
+    }
+
+    /// `Op::AppendAsync`.
+    fn append_async(
+        &mut self,
+        topic: usize,
+        n: usize,
+        len: usize,
+        always: bool,
+        wait: bool,
+    ) -> Result<(), Outcome> {
+        let name = TOPICS[topic];
+        let mut handles = Vec::with_capacity(n);
+        for i in 0..n {
+            let value = self.value(topic, len + i);
+            let ts = self.next_ts(name, 1);
+            let batch = self.next_batch;
+            self.next_batch += 1;
+            let rec = Rec {
+                key: None,
+                value: value.clone(),
+                ts,
+                batch,
+            };
+            let append = [Append {
+                key: None,
+                value: &value,
+                timestamp_us: Some(ts),
+            }];
+            let result = self.wal().writer(name).and_then(|w| {
+                let w = if always {
+                    w.with_durability(Durability::Always)
+                } else {
+                    w
+                };
+                w.append_batch_async(&append)
+            });
+            match result {
+                Ok(h) => {
+                    self.after_append(name, vec![rec], false, Ok(h.offsets()))?;
+                    handles.push(h);
+                }
+                Err(e) => return self.after_append(name, vec![rec], false, Err(e)),
+            }
+        }
+        if !wait {
+            return Ok(());
+        }
+        if !always {
+            // Handles not `Always` complete at the next flush.
+            self.wal().flush().map_err(Outcome::Engine)?;
+        }
+        for h in &handles {
+            let done = h
+                .wait_timeout(Duration::from_secs(30))
+                .map_err(Outcome::Engine)?;
+            ours(done && h.is_durable(), || {
+                format!("{name}: the handle of {:?} did not complete", h.offsets())
+            })?;
+        }
+        let t = self.topics.entry(name.to_owned()).or_default();
+        let end = handles.last().map_or(0, |h| h.offsets().end) as usize;
+        t.durable = t.durable.max(end);
+        Ok(())
     }
 
     fn len(&self, name: &str) -> usize {
@@ -996,7 +1098,8 @@ impl Harness {
         if t.recs.is_empty() || !t.maybe.is_empty() || self.faulted {
             return Ok(());
         }
-        let ro = Wal::open_read_only_with(&self.dir, config()).map_err(Outcome::Engine)?;
+        let ro = Wal::open_read_only_with(&self.dir, config(self.interval_ms))
+            .map_err(Outcome::Engine)?;
         let info = ro.topic_info(name).map_err(Outcome::Engine)?;
         ours(info.next_offset == t.recs.len() as u64, || {
             format!(
@@ -1043,9 +1146,11 @@ impl Harness {
         while durable.next().map_err(Outcome::Engine)?.is_some() {
             read += 1;
         }
-        ours(read == info.durable_offset, || {
+        // A periodic flush (`Interval`) may move the durable offset meanwhile, never back.
+        let after = ro.topic_info(name).map_err(Outcome::Engine)?.durable_offset;
+        ours((info.durable_offset..=after).contains(&read), || {
             format!(
-                "{name}: durable reader read to {read}, durable offset {}",
+                "{name}: durable reader read to {read}, durable offset {} before, {after} after",
                 info.durable_offset
             )
         })
@@ -1093,7 +1198,7 @@ impl Harness {
         self.pending_fault = None;
         let wal = Wal::open_with_storage(
             &self.dir,
-            config(),
+            config(self.interval_ms),
             self.storage.clone() as Arc<dyn Storage>,
         )
         .map_err(|e| fail(format!("reopen failed: {e}")))?;
@@ -1284,8 +1389,16 @@ fn ours(cond: bool, msg: impl FnOnce() -> String) -> Result<(), Outcome> {
 }
 
 fn run_ops(ops: &[Op]) -> Result<(), TestCaseError> {
+    run_ops_with(ops, None)
+}
+
+/// [`run_ops`] with the Wal's durability `Interval`, flushing every `interval_ms`, when set.
+fn run_ops_with(ops: &[Op], interval_ms: Option<u64>) -> Result<(), TestCaseError> {
     let tmp = common::tempdir();
-    let mut h = Harness::new(tmp.path());
+    let mut h = Harness::new(tmp.path(), interval_ms);
+    h.log.push(format!(
+        "durability: {interval_ms:?} ms interval (None: Never)"
+    ));
     let mut result = Ok(());
     for op in ops {
         result = h.run(op);
@@ -1319,9 +1432,12 @@ fn random_operations_keep_the_model() {
         failure_persistence: None,
         ..PtConfig::default()
     });
-    let result = runner.run(&prop::collection::vec(op_strategy(), 1..40), |ops| {
-        run_ops(&ops)
-    });
+    // A third of the cases with a periodic flush racing every step.
+    let interval = prop::option::weighted(0.33, 1u64..20);
+    let result = runner.run(
+        &(prop::collection::vec(op_strategy(), 1..40), interval),
+        |(ops, interval_ms)| run_ops_with(&ops, interval_ms),
+    );
     if let Err(e) = result {
         panic!("{e}");
     }
