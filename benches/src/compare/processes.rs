@@ -6,9 +6,10 @@
 //! in exclusive mode (`Config::exclusive`), four processes on one topic and four on a topic
 //! each; the shared row is held against the exclusive one, the four-process rows against the
 //! shared one. With `Durability::Always`: eight processes on one topic (each process makes
-//! its own group commit), held against eight processes that each `pwrite` a record at the end
-//! of a plain file of their own and `fdatasync` it (the benches' [`fdatasync_appends`] loop,
-//! one record per sync), a ceiling row.
+//! its own group commit), held against the fdatasync-per-record loop (the benches'
+//! [`fdatasync_appends`] loop: a `pwrite` of a record at the end of a plain file, then
+//! `fdatasync`) in one process, a ceiling row; the same loop in eight processes at once, each
+//! on a file of its own, is a ceiling row beside it.
 //!
 //! The children start together: each opens the log (or creates its file), appends a warm-up
 //! record and, in `Interval` rows, waits [`SETTLE`] as the one-process rows do; it then says
@@ -38,7 +39,11 @@ pub(crate) const OP: &str = "processes";
 pub(crate) const SECTION: &str = "many processes";
 /// Record size of every row.
 pub(crate) const RECORD_BYTES: u64 = 100;
-/// The baseline of the `Always` row: a ceiling row.
+/// The baseline of the `Always` row: a ceiling row, the fdatasync-per-record loop.
+pub(crate) const FSYNC_ONE: &str = "write+fdatasync per record, 1 process";
+const FSYNC_ONE_CONFIG: &str =
+    "many processes: 1 process, a pwrite of 100 B at the end of its file + fdatasync";
+/// The same loop in as many processes as the `Always` row has: a ceiling row beside it.
 pub(crate) const FSYNC_PROCESSES: &str = "write+fdatasync per record, 8 processes";
 const FSYNC_CONFIG: &str =
     "many processes: 8 processes, each a pwrite of 100 B at the end of its own file + fdatasync";
@@ -118,7 +123,7 @@ const SPECS: [Spec; 5] = [
         topic_each: false,
         always: true,
         exclusive: false,
-        baseline: Some(FSYNC_PROCESSES),
+        baseline: Some(FSYNC_ONE),
         target: Some(4.0),
     },
 ];
@@ -196,7 +201,7 @@ fn wanted(wants: &dyn Fn(&Row) -> bool) -> (Vec<bool>, bool) {
             continue;
         }
         match SPECS[i].baseline {
-            Some(FSYNC_PROCESSES) => fsync = true,
+            Some(FSYNC_ONE) => fsync = true,
             Some(b) => {
                 if let Some(j) = SPECS.iter().position(|s| s.config == b) {
                     want[j] = true;
@@ -209,8 +214,8 @@ fn wanted(wants: &dyn Fn(&Row) -> bool) -> (Vec<bool>, bool) {
 }
 
 /// The rows of one round, each in a fresh directory under `dir` (removed afterwards): the
-/// `Interval` rows, then the `fdatasync` baseline (a ceiling, run when the `Always` row is
-/// wanted) and the `Always` row.
+/// `Interval` rows, then the `fdatasync` loops in one process and in eight (ceilings, run
+/// when the `Always` row is wanted) and the `Always` row.
 pub(crate) fn rows(
     dir: &Path,
     budget: Budget,
@@ -221,13 +226,15 @@ pub(crate) fn rows(
     let mut rows = Vec::new();
     for (i, spec) in SPECS.iter().enumerate() {
         if spec.always && want_fsync {
-            sync();
-            let row_dir = dir.join("fdatasync");
-            match fsync_baseline(&row_dir, budget) {
-                Ok(row) => rows.push(row),
-                Err(e) => notes.push(format!("ceiling {FSYNC_PROCESSES} failed: {e}")),
+            for (processes, name) in [(1, FSYNC_ONE), (ALWAYS_PROCESSES, FSYNC_PROCESSES)] {
+                sync();
+                let row_dir = dir.join("fdatasync");
+                match fsync_baseline(&row_dir, budget, processes) {
+                    Ok(row) => rows.push(row),
+                    Err(e) => notes.push(format!("ceiling {name} failed: {e}")),
+                }
+                let _ = std::fs::remove_dir_all(&row_dir);
             }
-            let _ = std::fs::remove_dir_all(&row_dir);
         }
         if !want[i] {
             continue;
@@ -291,11 +298,12 @@ fn tidelog_row(dir: &Path, spec: &Spec, budget: Budget, row: Row) -> Result<Row,
     Ok(summed(row, reports, of))
 }
 
-/// The `Always` row's baseline: each child appends to a plain file of its own.
-fn fsync_baseline(dir: &Path, budget: Budget) -> Result<Row, String> {
+/// The `Always` row's ceilings: `processes` children, each appending to a plain file of its
+/// own.
+fn fsync_baseline(dir: &Path, budget: Budget, processes: u32) -> Result<Row, String> {
     std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let max = budget.records_per_thread(RECORD_BYTES, ALWAYS_PROCESSES);
-    let reports = run_children(ALWAYS_PROCESSES, budget, |p| {
+    let max = budget.records_per_thread(RECORD_BYTES, processes);
+    let reports = run_children(processes, budget, |p| {
         vec![
             "fdatasync".into(),
             dir.join(format!("file-{p}")).into(),
@@ -303,15 +311,12 @@ fn fsync_baseline(dir: &Path, budget: Budget) -> Result<Row, String> {
             p.to_string().into(),
         ]
     })?;
-    let row = Row::new(
-        "ceiling",
-        FSYNC_PROCESSES,
-        FSYNC_CONFIG,
-        "D2",
-        OP,
-        RECORD_BYTES,
-        ALWAYS_PROCESSES,
-    );
+    let (name, config) = if processes == 1 {
+        (FSYNC_ONE, FSYNC_ONE_CONFIG)
+    } else {
+        (FSYNC_PROCESSES, FSYNC_CONFIG)
+    };
+    let row = Row::new("ceiling", name, config, "D2", OP, RECORD_BYTES, processes);
     Ok(summed(row, reports, "record"))
 }
 
@@ -646,12 +651,12 @@ mod tests {
         for (i, spec) in SPECS.iter().enumerate() {
             assert!(spec.config.starts_with(SECTION), "{}", spec.config);
             assert!(!spec.config.contains("fsync never"), "{}", spec.config);
-            if let Some(b) = spec.baseline.filter(|&b| b != FSYNC_PROCESSES) {
+            if let Some(b) = spec.baseline.filter(|&b| b != FSYNC_ONE) {
                 let j = SPECS.iter().position(|s| s.config == b).expect("baseline");
                 assert!(j < i, "{} runs before its baseline", spec.config);
             }
         }
-        assert!(FSYNC_CONFIG.starts_with(SECTION));
+        assert!(FSYNC_CONFIG.starts_with(SECTION) && FSYNC_ONE_CONFIG.starts_with(SECTION));
         assert_eq!(
             label(SHARED_ONE),
             "1 process, shared mode (the default), fsync interval"
@@ -701,8 +706,9 @@ mod tests {
         let shared = SPECS[1].row();
         assert!(is_baseline(&shared, SHARED_ONE));
         assert!(!is_baseline(&shared, EXCLUSIVE_ONE));
-        let ceiling = Row::new("ceiling", FSYNC_PROCESSES, FSYNC_CONFIG, "D2", OP, 100, 8);
-        assert!(is_baseline(&ceiling, FSYNC_PROCESSES));
+        let ceiling = Row::new("ceiling", FSYNC_ONE, FSYNC_ONE_CONFIG, "D2", OP, 100, 1);
+        assert!(is_baseline(&ceiling, FSYNC_ONE));
+        assert!(!is_baseline(&ceiling, FSYNC_PROCESSES));
         let other = Row::new("tidelog", "tidelog", SHARED_ONE, "D0", "append", 100, 1);
         assert!(!is_baseline(&other, SHARED_ONE));
         assert_eq!(target(FOUR_ONE_TOPIC), Some(0.8));

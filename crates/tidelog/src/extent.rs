@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard, RwLock};
 use crate::error::{Error, Result};
 use crate::file::DataFile;
 use crate::format::{
-    self, BlockIdentity, FrameError, FrameView, IndexEntry, Progress, ProgressState,
+    self, BlockIdentity, CommitCopy, FrameError, FrameView, IndexEntry, Progress, ProgressState,
 };
 use crate::io::Storage;
 use crate::poison::Recover;
@@ -588,21 +588,101 @@ impl Extent {
     }
 
     /// Shared mode's [`Extent::sync`]: other processes append to and sync this extent too.
-    /// The data is made durable without any lock (the page cache is one, so any process's
-    /// msync covers everyone's bytes); the progress slot, the footer and the seal are
-    /// written only under the topic's append lock (`lock`, `None` when it could not be had
-    /// in time: the slot waits for the next pass, the data is durable all the same), and
-    /// never over what another process wrote there: a seal stays, a retired extent stays,
-    /// a durable end never moves back. Returns true when the extent is sealed (here or by
-    /// another process) or retired: nothing more to do.
+    /// The progress slot, the commit copies, the footer and the seal are written only under
+    /// the topic's append lock (`lock`, `None` when it could not be had in time: the slot
+    /// waits for the next pass, the data is made durable all the same), and never over what
+    /// another process wrote there: a seal stays, a retired extent stays, a durable end never
+    /// moves back. A few new records take one msync (their bytes in a commit copy beside the
+    /// claim, see [`Extent::stage_commit`]; `durable_offset` is the topic's durable next
+    /// offset across processes); otherwise the data is made durable without any lock (the
+    /// page cache is one, so any process's msync covers everyone's bytes), then the claim.
+    /// Returns true when the extent is sealed (here or by another process) or retired:
+    /// nothing more to do.
     pub fn sync_shared<G>(
         &self,
         storage: &dyn Storage,
         topic: &str,
         closing: bool,
+        durable_offset: u64,
         lock: impl FnOnce() -> Option<G>,
     ) -> Result<bool> {
+        let st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return Ok(true);
+        }
+        let (count, end) = self.published();
+        let sealing = self.final_state() == Some((count, end));
+        if sealing || closing || end <= st.progress_end {
+            return self.sync_shared_in_two(st, storage, topic, closing, lock);
+        }
+        // The topic's lock before this extent's sync state, never after: an appender holding
+        // the lock may restore the extent's sync state (a line-up after another's roll).
+        drop(st);
+        let Some(guard) = lock() else {
+            return self.sync_shared_in_two(
+                self.sync_state(),
+                storage,
+                topic,
+                closing,
+                || None::<G>,
+            );
+        };
+        if let Some(done) = self.settled_on_disk() {
+            return Ok(done);
+        }
+        match self.stage_commit(topic, count, end, durable_offset)? {
+            Some(true) => {
+                // Appenders go on meanwhile; a later writer of this header keeps the copy
+                // that continues the claim, which is this one until it is durable.
+                drop(guard);
+                let (map, path) = (&self.file.map, &self.file.path);
+                storage
+                    .sync_map(map, path, self.abs(0), end as usize)
+                    .map_err(|e| Error::io("msync", path, e))?;
+                self.note_committed(end);
+                Ok(false)
+            }
+            Some(false) => {
+                // Another process's sync claimed these records already.
+                self.note_committed(end);
+                Ok(false)
+            }
+            None => {
+                self.sync_shared_in_two(self.sync_state(), storage, topic, closing, || Some(guard))
+            }
+        }
+    }
+
+    /// Under the topic's append lock: true or false when the progress slot on disk settles
+    /// the extent (sealed, or retired: nothing more to do), `None` otherwise.
+    fn settled_on_disk(&self) -> Option<bool> {
         let mut st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return Some(true);
+        }
+        match self.progress_on_disk().map(|p| p.state) {
+            Some(ProgressState::Sealed) => {
+                st.sealed_on_disk = true;
+                Some(true)
+            }
+            Some(ProgressState::Deleted | ProgressState::Consumed) => {
+                st.deleted = true;
+                Some(true)
+            }
+            _ => None,
+        }
+    }
+
+    /// [`Extent::sync_shared`] in two steps: the data (no lock), then the claim, footer or
+    /// seal under the lock.
+    fn sync_shared_in_two<G>(
+        &self,
+        mut st: MutexGuard<'_, SyncState>,
+        storage: &dyn Storage,
+        topic: &str,
+        closing: bool,
+        lock: impl FnOnce() -> Option<G>,
+    ) -> Result<bool> {
         if st.sealed_on_disk || st.deleted {
             return Ok(true);
         }
@@ -624,8 +704,6 @@ impl Extent {
         if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
-        // The topic's lock before this extent's sync state, never after: an appender holding
-        // the lock may restore the extent's sync state (a line-up after another's roll).
         drop(st);
         let Some(_guard) = lock() else {
             return Ok(false);
@@ -644,8 +722,13 @@ impl Extent {
                     st.deleted = true;
                     return Ok(true);
                 }
-                // Another process claimed more, or as much (a close still marks it clean).
-                _ if !sealing && (p.durable_end > end || (p.durable_end == end && !closing)) => {
+                // Another process claimed more, or as much (a close still marks it clean); a
+                // claim over what a commit copy holds never moves back to before its end.
+                _ if !sealing && {
+                    let claimed = self.claim_with_copies(p);
+                    claimed > end || (claimed == end && !closing)
+                } =>
+                {
                     st.progress_end = st.progress_end.max(p.durable_end);
                     return Ok(false);
                 }
@@ -654,6 +737,28 @@ impl Extent {
         }
         drop(st);
         self.sync(storage, topic, closing)
+    }
+
+    /// How far the progress slot `p` and the commit copies that continue it claim.
+    fn claim_with_copies(&self, p: Progress) -> u64 {
+        let copies = self.copies_on_disk();
+        let mut end = p.durable_end;
+        if p.state != ProgressState::Open {
+            return end;
+        }
+        for _ in 0..copies.len() {
+            match copies
+                .iter()
+                .flatten()
+                .filter(|c| c.start == end)
+                .map(CommitCopy::end)
+                .max()
+            {
+                Some(next) => end = next,
+                None => break,
+            }
+        }
+        end
     }
 
     /// True when everything published is durable (sealed, retired, or synced through its
@@ -699,6 +804,123 @@ impl Extent {
         st.progress_end = end;
         st.clean_on_disk = false;
         Some(at)
+    }
+
+    /// A one-sync group commit (FORMAT.md, "commit copies"): writes, unsynced, the progress
+    /// slot's claim moved as far as is known durable, and a copy of the published bytes from
+    /// there to `end` (`count` records) into the copy slot the claim on disk does not rely
+    /// on. `durable_offset`: the topic's records below it are durable (their syncs returned).
+    /// The caller holds off every other writer of this header (the flusher's lock, or in
+    /// shared mode the topic's append lock), msyncs `[abs(0), abs(end))` and then calls
+    /// [`Extent::note_committed`]. `Some(false)`: the claim on disk already covers `end`.
+    /// `None`: this group cannot take the path (the slot is not `Open` or is damaged, or the
+    /// bytes do not fit a copy): sync the data, then the claim.
+    pub fn stage_commit(
+        &self,
+        topic: &str,
+        count: u64,
+        end: u64,
+        durable_offset: u64,
+    ) -> Result<Option<bool>> {
+        let st = self.sync_state();
+        if st.sealed_on_disk || st.deleted {
+            return Ok(None);
+        }
+        let Some(disk) = self.claim_on_disk() else {
+            return Ok(None);
+        };
+        let copies = self.copies_on_disk();
+        // The claim moves over copies whose records are known durable, in chain order.
+        let mut claim = disk;
+        for _ in 0..copies.len() {
+            let next = copies.iter().flatten().find(|c| {
+                c.start == claim.durable_end
+                    && self.first_offset.saturating_add(c.record_count) <= durable_offset
+            });
+            let Some(c) = next else { break };
+            claim.durable_end = c.end();
+            claim.record_count = c.record_count;
+            claim.max_timestamp_us = claim.max_timestamp_us.max(c.max_timestamp_us);
+        }
+        if end <= claim.durable_end {
+            return Ok(Some(false));
+        }
+        let len = (end - claim.durable_end) as usize;
+        if len > format::CC_PAYLOAD_MAX || count < claim.record_count {
+            return Ok(None);
+        }
+        let found = self.identity_on_disk();
+        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
+            return Err(self.foreign_block(topic, "a commit copy was to be written into", found));
+        }
+        // Keep the copy that continues the claim on disk: a torn write of this header must
+        // still leave a chain from it.
+        // (the longer, if both do); else overwrite the older one.
+        let rank = |c: &Option<CommitCopy>| {
+            c.as_ref()
+                .map_or((false, 0), |c| (c.start == disk.durable_end, c.end()))
+        };
+        let slot = usize::from(rank(&copies[0]) > rank(&copies[1]));
+        let mut bytes = vec![0u8; len];
+        self.file
+            .map
+            .copy_out(self.abs(claim.durable_end), &mut bytes);
+        let copy = CommitCopy {
+            salt: self.salt,
+            start: claim.durable_end,
+            record_count: count,
+            max_timestamp_us: self.max_timestamp_us(),
+            bytes,
+        };
+        if claim != disk {
+            let at = self.abs(format::PG_SLOT_AT as u64);
+            self.file.map.write_header(at, &claim.encode());
+        }
+        let at = self.abs(format::CC_SLOTS_AT[slot] as u64);
+        self.file.map.write_header(at, &copy.encode());
+        drop(st);
+        Ok(Some(true))
+    }
+
+    /// A one-sync group commit's msync returned: everything below `end` is durable and
+    /// claimed (by the progress slot and a commit copy).
+    pub fn note_committed(&self, end: u64) {
+        let mut st = self.sync_state();
+        st.synced_end = st.synced_end.max(end);
+        st.progress_end = st.progress_end.max(end);
+        st.clean_on_disk = false;
+    }
+
+    /// The progress slot on disk as a claim a group commit may move: an `Open` one, or none
+    /// yet (a blank slot claims the start of the records). `None` for any other state and
+    /// for a damaged slot.
+    fn claim_on_disk(&self) -> Option<Progress> {
+        let mut disk = [0u8; format::PG_LEN];
+        self.file
+            .map
+            .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
+        match Progress::decode(&disk) {
+            Some(p) if p.state == ProgressState::Open => Some(p),
+            Some(_) => None,
+            None if disk.iter().all(|&b| b == 0) => Some(Progress {
+                state: ProgressState::Open,
+                durable_end: format::BLOCK_HEADER_BYTES,
+                record_count: 0,
+                max_timestamp_us: 0,
+                footer_count: 0,
+                footer_crc: 0,
+            }),
+            None => None,
+        }
+    }
+
+    /// The two commit copies in the header, those of this extent (its salt) only.
+    fn copies_on_disk(&self) -> [Option<CommitCopy>; 2] {
+        format::CC_SLOTS_AT.map(|at| {
+            let mut b = vec![0u8; format::CC_SLOT_LEN];
+            self.file.map.copy_out(self.abs(at as u64), &mut b);
+            CommitCopy::decode(&b).filter(|c| c.salt == self.salt)
+        })
     }
 
     /// Marks the extent `Consumed` (every consumer is done with it, or retention dropped it)

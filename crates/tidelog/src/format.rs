@@ -274,6 +274,102 @@ impl Progress {
     }
 }
 
+// ---- Commit copies: the block header's last six sectors. --------------------------------------
+//
+// A group commit that makes a few records durable writes a copy of their bytes into one of two
+// slots, beside the progress slot's claim, and syncs both with the records in one msync
+// (instead of the records, then the claim). A valid copy that starts at the claim extends it:
+// recovery checks the records against it and repairs them from it.
+
+pub const COMMIT_MAGIC: u32 = 0x4343_4C54; // "TLCC"
+pub const CC_MAGIC: usize = 0;
+pub const CC_SALT: usize = CC_MAGIC + 4;
+pub const CC_START: usize = CC_SALT + 4;
+pub const CC_BYTES: usize = CC_START + 8;
+pub const CC_RECORD_COUNT: usize = CC_BYTES + 4;
+pub const CC_MAX_TIMESTAMP: usize = CC_RECORD_COUNT + 8;
+pub const CC_CRC: usize = CC_MAX_TIMESTAMP + 8;
+/// Bytes of a copy's header; the copied bytes follow it.
+pub const CC_HEADER: usize = CC_CRC + 4;
+/// Bytes of one commit-copy slot (three sectors).
+pub const CC_SLOT_LEN: usize = 1536;
+/// Most record bytes one copy holds.
+pub const CC_PAYLOAD_MAX: usize = CC_SLOT_LEN - CC_HEADER;
+/// Offsets of the two slots inside the block header.
+pub const CC_SLOTS_AT: [usize; 2] = [1024, 1024 + CC_SLOT_LEN];
+const _: () = assert!(CC_HEADER == 40);
+const _: () = assert!(PG_SLOT_AT + PG_LEN <= CC_SLOTS_AT[0]);
+const _: () = assert!(CC_SLOTS_AT[0].is_multiple_of(512) && CC_SLOTS_AT[1].is_multiple_of(512));
+const _: () = assert!(CC_SLOT_LEN.is_multiple_of(512));
+const _: () = assert!((CC_SLOTS_AT[1] + CC_SLOT_LEN) as u64 == BLOCK_HEADER_BYTES);
+
+/// A decoded commit copy: the extent's bytes `[start, start + bytes.len())`, and its record
+/// count and largest timestamp at their end.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommitCopy {
+    /// The extent's salt (a copy of an earlier use of the block never matches).
+    pub salt: u32,
+    /// Extent position of the first copied byte: the claim it continues.
+    pub start: u64,
+    /// Records below `start + bytes.len()`.
+    pub record_count: u64,
+    /// Largest record timestamp below the copy's end.
+    pub max_timestamp_us: u64,
+    pub bytes: Vec<u8>,
+}
+
+impl CommitCopy {
+    /// Extent position just past the copied bytes.
+    pub fn end(&self) -> u64 {
+        self.start + self.bytes.len() as u64
+    }
+
+    /// The slot's bytes (the unused tail zero). Panics past `CC_PAYLOAD_MAX` bytes.
+    pub fn encode(&self) -> Vec<u8> {
+        assert!(self.bytes.len() <= CC_PAYLOAD_MAX, "commit copy too large");
+        let mut b = vec![0u8; CC_SLOT_LEN];
+        put_u32(&mut b, CC_MAGIC, COMMIT_MAGIC);
+        put_u32(&mut b, CC_SALT, self.salt);
+        put_u64(&mut b, CC_START, self.start);
+        put_u32(&mut b, CC_BYTES, self.bytes.len() as u32);
+        put_u64(&mut b, CC_RECORD_COUNT, self.record_count);
+        put_u64(&mut b, CC_MAX_TIMESTAMP, self.max_timestamp_us);
+        b[CC_HEADER..CC_HEADER + self.bytes.len()].copy_from_slice(&self.bytes);
+        let crc = copy_crc(&b, self.bytes.len());
+        put_u32(&mut b, CC_CRC, crc);
+        b
+    }
+
+    /// Decodes a slot; `None` when blank, torn or damaged.
+    pub fn decode(b: &[u8]) -> Option<CommitCopy> {
+        let b = b.get(..CC_SLOT_LEN)?;
+        if get_u32(b, CC_MAGIC) != COMMIT_MAGIC {
+            return None;
+        }
+        let len = get_u32(b, CC_BYTES) as usize;
+        if len == 0 || len > CC_PAYLOAD_MAX || copy_crc(b, len) != get_u32(b, CC_CRC) {
+            return None;
+        }
+        let start = get_u64(b, CC_START);
+        start.checked_add(len as u64)?;
+        Some(CommitCopy {
+            salt: get_u32(b, CC_SALT),
+            start,
+            record_count: get_u64(b, CC_RECORD_COUNT),
+            max_timestamp_us: get_u64(b, CC_MAX_TIMESTAMP),
+            bytes: b[CC_HEADER..CC_HEADER + len].to_vec(),
+        })
+    }
+}
+
+/// CRC-32 of a copy slot's header (up to its checksum) and its `len` copied bytes.
+fn copy_crc(b: &[u8], len: usize) -> u32 {
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[..CC_CRC]);
+    h.update(&b[CC_HEADER..CC_HEADER + len]);
+    h.finalize()
+}
+
 // ---- Index footer: written after the last record of a sealed extent. ------------------------
 
 pub const IX_OFFSET: usize = 0;

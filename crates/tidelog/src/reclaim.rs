@@ -89,8 +89,11 @@ impl Reclaimer {
     /// retired extents.
     pub fn reclaim_topic_locked(&self, topic: &Topic) -> bool {
         self.reclaim_front(topic, |kept| {
-            kept.sync_shared(self.storage.as_ref(), &topic.name, false, || Some(()))
-                .map(drop)
+            let durable = topic.durable_next();
+            kept.sync_shared(self.storage.as_ref(), &topic.name, false, durable, || {
+                Some(())
+            })
+            .map(drop)
         })
     }
 

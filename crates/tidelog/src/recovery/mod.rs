@@ -60,6 +60,10 @@ pub struct RecoveryReport {
     pub deleted_remnants: u64,
     /// Extents dropped because they followed a gap in their topic's offsets.
     pub dropped_extents: u64,
+    /// Extents whose newest records differed from the commit copy a group commit wrote
+    /// beside them (a power loss during that commit's sync, or damage) and were rewritten
+    /// from it (a writable open).
+    pub repaired_from_copies: u64,
     /// Ring backend: records replayed from the ring into the data files.
     pub ring_records_replayed: u64,
     /// Ring backend: records in the ring that the data files already held.
@@ -183,7 +187,14 @@ pub fn recover(
         remove_unfinished(storage, &unfinished)?;
     }
     let map_writable = writable || scope.map_writable;
-    let listing = open_files(storage, &listed, map_writable, known_files, &mut out)?;
+    let listing = open_files(
+        storage,
+        &listed,
+        map_writable,
+        writable,
+        known_files,
+        &mut out,
+    )?;
     let mut grouped = group_by_topic(listing.found, writable, &mut out.next_topic_id)?;
     if let Some(id) = scope.only_topic {
         grouped
@@ -262,6 +273,7 @@ fn open_files(
     storage: &dyn Storage,
     listed: &Listed,
     writable: bool,
+    repair: bool,
     known_files: &BTreeMap<u64, Arc<DataFile>>,
     out: &mut Recovered,
 ) -> Result<Listing> {
@@ -272,7 +284,7 @@ fn open_files(
             continue;
         };
         out.report.files += 1;
-        find_extents(storage, &file, &mut listing, &mut out.report)?;
+        find_extents(storage, &file, repair, &mut listing, &mut out.report)?;
         out.files.insert(file.seq, file);
     }
     Ok(listing)
@@ -315,6 +327,7 @@ fn open_listed(
 fn find_extents(
     storage: &dyn Storage,
     file: &Arc<DataFile>,
+    repair: bool,
     listing: &mut Listing,
     report: &mut RecoveryReport,
 ) -> Result<()> {
@@ -325,6 +338,11 @@ fn find_extents(
             continue;
         };
         report.damaged_progress_slots += u64::from(damaged);
+        let progress = if damaged {
+            progress
+        } else {
+            extend_by_copies(storage, file, slot, &id, progress, repair, report)?
+        };
         let next_slot = slot + id.extent_count;
         debug_assert!(
             next_slot <= file.extent_count,

@@ -1,6 +1,7 @@
 //! An extent's first page: its identity and progress slots read, classified and retired.
 
 use super::*;
+use crate::format::CommitCopy;
 
 /// An extent found on disk.
 #[derive(Debug)]
@@ -133,6 +134,93 @@ pub(super) fn classify_slot(
         position,
         reason: format!("identity slot of block {index} is damaged"),
     })
+}
+
+/// The claim of extent `id` (at block `index` of `file`, its progress slot `progress`, not
+/// damaged) moved over the commit copies that continue it (FORMAT.md, "Commit copies"):
+/// each copy's bytes are compared with the records at its place. Where they differ (a power
+/// loss during the copy's msync, or damage) a writable open (`repair`) writes the copy's
+/// bytes back, synced, and counts the extent in the report; a read-only open, which writes
+/// nothing, fails with `Corruption` (with writers live, published records and their copy
+/// never differ). `None` stays `None` when no copy continues a blank slot.
+pub(super) fn extend_by_copies(
+    storage: &dyn Storage,
+    file: &DataFile,
+    index: u32,
+    id: &BlockIdentity,
+    progress: Option<Progress>,
+    repair: bool,
+    report: &mut RecoveryReport,
+) -> Result<Option<Progress>> {
+    let mut claim = match progress {
+        Some(p) if p.state == ProgressState::Open => p,
+        Some(_) => return Ok(progress),
+        None => Progress {
+            state: ProgressState::Open,
+            durable_end: format::BLOCK_HEADER_BYTES,
+            record_count: 0,
+            max_timestamp_us: 0,
+            footer_count: 0,
+            footer_crc: 0,
+        },
+    };
+    let at = file.block_position(index);
+    let extent_bytes = u64::from(id.extent_count) * file.header.block_size_bytes;
+    let copies = read_copies(storage, file, at)?;
+    let mut repaired = false;
+    let mut moved = false;
+    for _ in 0..copies.len() {
+        // The longest copy that continues the claim (two may, when it could not move).
+        let Some(copy) = copies
+            .iter()
+            .flatten()
+            .filter(|c| c.salt == id.salt && c.start == claim.durable_end)
+            .filter(|c| c.end() <= extent_bytes && c.record_count >= claim.record_count)
+            .max_by_key(|c| c.end())
+        else {
+            break;
+        };
+        let mut there = vec![0u8; copy.bytes.len()];
+        storage
+            .read_at(&file.file, &file.path, &mut there, at + copy.start)
+            .map_err(|e| Error::io("read records under a commit copy", &file.path, e))?;
+        if there != copy.bytes {
+            // Not a tail to cut: the copy holds records that may have been acknowledged.
+            if !repair {
+                return Err(Error::Corruption {
+                    topic: id.topic.clone(),
+                    offset: id.first_offset + claim.record_count,
+                    path: file.path.clone(),
+                    position: at + copy.start,
+                    reason: "records differ from the commit copy beside them (a writable \
+                             open repairs them from it)"
+                        .to_owned(),
+                });
+            }
+            storage
+                .write_at(&file.file, &file.path, &copy.bytes, at + copy.start)
+                .and_then(|()| storage.sync_file(&file.file, &file.path))
+                .map_err(|e| Error::io("repair records from a commit copy", &file.path, e))?;
+            repaired = true;
+        }
+        claim.durable_end = copy.end();
+        claim.record_count = copy.record_count;
+        claim.max_timestamp_us = claim.max_timestamp_us.max(copy.max_timestamp_us);
+        moved = true;
+    }
+    report.repaired_from_copies += u64::from(repaired);
+    Ok(if moved { Some(claim) } else { progress })
+}
+
+/// The two commit copies of the extent at file position `at` (read with `pread`, as the
+/// slots are).
+fn read_copies(storage: &dyn Storage, file: &DataFile, at: u64) -> Result<[Option<CommitCopy>; 2]> {
+    let first = format::CC_SLOTS_AT[0];
+    let mut buf = vec![0u8; format::BLOCK_HEADER_BYTES as usize - first];
+    storage
+        .read_at(&file.file, &file.path, &mut buf, at + first as u64)
+        .map_err(|e| Error::io("read commit copies", &file.path, e))?;
+    Ok(format::CC_SLOTS_AT.map(|slot| CommitCopy::decode(&buf[slot - first..])))
 }
 
 /// Counts an extent that holds nothing to read (empty, dropped, or of a deleted topic) as

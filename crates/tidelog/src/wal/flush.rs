@@ -153,18 +153,22 @@ impl Flusher {
     fn sync_extent(&self, topic: &Topic, block: &Extent, closing: bool) -> Result<bool> {
         let storage = self.storage.as_ref();
         match topic.slot().filter(|_| self.topics.is_shared_mode()) {
-            Some(slot) => block.sync_shared(storage, &topic.name, closing, || {
-                slot.lock(PROGRESS_LOCK_WAIT).ok()
-            }),
+            Some(slot) => {
+                let durable = slot.durable_next().max(topic.durable_next());
+                block.sync_shared(storage, &topic.name, closing, durable, || {
+                    slot.lock(PROGRESS_LOCK_WAIT).ok()
+                })
+            }
             None => block.sync(storage, &topic.name, closing),
         }
     }
 
-    /// A group commit's I/O: makes the data published so far durable with one msync per
-    /// data file, over the span of its extents with new data (one journal commit per file,
-    /// however many topics wrote to it), then writes the progress slots that claim it and
-    /// syncs them (one more msync per file), so the durable point on disk covers every record
-    /// this commit acknowledges: recovery and read-only handles see them as durable.
+    /// A group commit's I/O. Per data file: the extents whose new bytes fit a commit copy
+    /// get their claim and copy written (`Extent::stage_commit`), then one msync over the
+    /// span of the file's new data (and those headers) makes records, claims and copies
+    /// durable together; the other extents get their progress slot written after it, and
+    /// synced with one more msync. So what is on disk claims every record this commit
+    /// acknowledges: recovery and read-only handles see them as durable.
     pub fn sync_group(&self) -> Result<()> {
         if self.topics.is_shared_mode() {
             // Other processes write these progress slots too: one extent at a time, each
@@ -174,16 +178,29 @@ impl Flusher {
         let _flushing = self.hold();
         let (spans, published) = self.unsynced_spans();
         for (lo, hi, blocks) in spans.into_values() {
-            let Some((first, _, _)) = blocks.first() else {
+            let Some((first, ..)) = blocks.first() else {
                 continue;
             };
             let file = Arc::clone(&first.file);
+            // Extents whose new bytes fit a commit copy get it (and their claim) in this
+            // msync: one sync for them. The others are claimed after it, in a second one.
+            let mut lo = lo;
+            let mut staged = Vec::with_capacity(blocks.len());
+            for (block, count, end, topic) in &blocks {
+                let copy = block.stage_commit(&topic.name, *count, *end, topic.durable_next())?;
+                if copy == Some(true) {
+                    lo = lo.min(block.abs(0));
+                }
+                staged.push(copy.is_some());
+            }
             self.storage
                 .sync_map(&file.map, &file.path, lo, hi - lo)
                 .map_err(|e| Error::io("msync", &file.path, e))?;
             let mut slots: Option<(usize, usize)> = None;
-            for (block, count, end) in &blocks {
-                if let Some(at) = block.note_synced(*count, *end) {
+            for ((block, count, end, _), staged) in blocks.iter().zip(staged) {
+                if staged {
+                    block.note_committed(*end);
+                } else if let Some(at) = block.note_synced(*count, *end) {
                     let (slo, shi) = slots.get_or_insert((at, at));
                     *slo = (*slo).min(at);
                     *shi = (*shi).max(at + format::PG_LEN);
@@ -220,7 +237,7 @@ impl Flusher {
                     .or_insert_with(|| (lo, hi, Vec::new()));
                 span.0 = span.0.min(lo);
                 span.1 = span.1.max(hi);
-                span.2.push((block, count, end));
+                span.2.push((block, count, end, Arc::clone(&topic)));
             }
             published.push((topic, next));
         }
@@ -231,5 +248,6 @@ impl Flusher {
 /// Each topic and its next offset as loaded before a sync: the records the sync covers.
 type Published = Vec<(Arc<Topic>, u64)>;
 
-/// A file's span to sync, `(from, to)` in file bytes, and its extents with new records.
-type Span = (usize, usize, Vec<(Arc<Extent>, u64, u64)>);
+/// A file's span to sync, `(from, to)` in file bytes, and its extents with new records
+/// (their count and end, and their topic).
+type Span = (usize, usize, Vec<(Arc<Extent>, u64, u64, Arc<Topic>)>);

@@ -26,7 +26,8 @@ use proptest::test_runner::Config as PtConfig;
 
 use crate::common::tempdir;
 use tidelog::format::{
-    self, BlockIdentity, FRAME_HEADER, FileHeader, FrameFields, IndexEntry, Progress, ProgressState,
+    self, BlockIdentity, CommitCopy, FRAME_HEADER, FileHeader, FrameFields, IndexEntry, Progress,
+    ProgressState,
 };
 use tidelog::internals::{self, CursorRecord, ExtentFixture, SegmentHeader};
 use tidelog::ring::format as rf;
@@ -426,6 +427,101 @@ fn progress_every_bit_flip_is_rejected() {
     for (bit, bad) in each_flip(&good, 0..format::PG_LEN) {
         assert!(
             Progress::decode(&bad).is_none(),
+            "flip of bit {bit} accepted"
+        );
+    }
+}
+
+// ---- Commit copy. -------------------------------------------------------------------------
+
+fn commit_copy() -> impl Strategy<Value = CommitCopy> {
+    (
+        any::<u32>(),
+        0u64..(1 << 40),
+        any::<[u64; 2]>(),
+        proptest::collection::vec(any::<u8>(), 1..=format::CC_PAYLOAD_MAX),
+    )
+        .prop_map(
+            |(salt, start, [record_count, max_timestamp_us], bytes)| CommitCopy {
+                salt,
+                start,
+                record_count,
+                max_timestamp_us,
+                bytes,
+            },
+        )
+}
+
+const CC_FIELDS: &[(usize, usize)] = &[
+    (format::CC_START, 8),
+    (format::CC_BYTES, 4),
+    (format::CC_RECORD_COUNT, 8),
+];
+
+/// Recomputes a copy slot's checksum over its header and the bytes its length field names
+/// (when that length fits the slot).
+fn reseal_copy(b: &mut [u8]) {
+    if b.len() < format::CC_SLOT_LEN {
+        return;
+    }
+    let len = format::get_u32(b, format::CC_BYTES) as usize;
+    if len > format::CC_PAYLOAD_MAX {
+        return;
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&b[..format::CC_CRC]);
+    h.update(&b[format::CC_HEADER..format::CC_HEADER + len]);
+    format::put_u32(b, format::CC_CRC, h.finalize());
+}
+
+proptest! {
+    #![proptest_config(config(1))]
+
+    #[test]
+    fn commit_copy_round_trips(c in commit_copy()) {
+        prop_assert_eq!(CommitCopy::decode(&c.encode()), Some(c));
+    }
+
+    #[test]
+    fn commit_copy_rejects_or_keeps_mutations(c in commit_copy(), m in mutation()) {
+        let bad = apply(&c.encode(), &m, CC_FIELDS);
+        if let Some(d) = CommitCopy::decode(&bad) {
+            prop_assert_eq!(d, c.clone(), "a mutation changed the fields: {:?}", m);
+        }
+        let mut resealed = bad;
+        reseal_copy(&mut resealed);
+        if let Some(d) = CommitCopy::decode(&resealed) {
+            prop_assert!(d.end() >= d.start && !d.bytes.is_empty());
+            prop_assert_eq!(CommitCopy::decode(&d.encode()), Some(d));
+        }
+    }
+
+    #[test]
+    fn commit_copy_takes_any_bytes(b in proptest::collection::vec(any::<u8>(), 0..2048)) {
+        let _ = CommitCopy::decode(&b);
+        let mut sealed = b;
+        if sealed.len() >= 4 {
+            format::put_u32(&mut sealed, 0, format::COMMIT_MAGIC);
+        }
+        reseal_copy(&mut sealed);
+        let _ = CommitCopy::decode(&sealed);
+    }
+}
+
+#[test]
+fn commit_copy_every_bit_flip_is_rejected() {
+    let c = CommitCopy {
+        salt: 0xDEAD_BEEF,
+        start: 4096,
+        record_count: 17,
+        max_timestamp_us: 1_700_000_000_000_000,
+        bytes: (0..300u32).map(|i| (i * 7) as u8).collect(),
+    };
+    let good = c.encode();
+    // The header and the copied bytes; the slot's unused tail is covered by nothing.
+    for (bit, bad) in each_flip(&good, 0..format::CC_HEADER + c.bytes.len()) {
+        assert!(
+            CommitCopy::decode(&bad).is_none(),
             "flip of bit {bit} accepted"
         );
     }

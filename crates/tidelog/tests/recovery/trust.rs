@@ -73,10 +73,99 @@ fn a_flipped_acknowledged_record_is_corruption_not_a_torn_tail() {
     assert!(is_corruption(&err, TOPIC, 990), "read-only open: {err:?}");
     let err = Wal::open_with(dir.path(), small()).unwrap_err();
     assert!(is_corruption(&err, TOPIC, 990), "writable open: {err:?}");
-    // Nothing was cut: the open extent still claims every record.
+    // Nothing was cut: the open extent still claims every record (its progress slot, and
+    // the commit copy of the last group that continues it).
     let open = extents(dir.path()).pop().unwrap();
-    let progress = open.progress.unwrap();
-    assert_eq!(open.id.first_offset + progress.record_count, ACKED);
+    assert_eq!(open.id.first_offset + claimed_records(&open), ACKED);
+}
+
+/// Records extent `e` claims: its progress slot moved over the commit copies (of its salt)
+/// that continue it.
+fn claimed_records(e: &common::ExtentLoc) -> u64 {
+    let progress = e.progress.unwrap();
+    let bytes = std::fs::read(&e.file).unwrap();
+    let copies: Vec<format::CommitCopy> = format::CC_SLOTS_AT
+        .iter()
+        .filter_map(|&at| format::CommitCopy::decode(&bytes[(e.start as usize + at)..]))
+        .filter(|c| c.salt == e.id.salt)
+        .collect();
+    let (mut end, mut count) = (progress.durable_end, progress.record_count);
+    while let Some(c) = copies
+        .iter()
+        .filter(|c| c.start == end)
+        .max_by_key(|c| c.end())
+    {
+        (end, count) = (c.end(), c.record_count);
+    }
+    count
+}
+
+/// The newest acknowledged records have a second copy: the group commit that made them
+/// durable wrote their bytes beside the progress slot (a commit copy), in the same msync.
+/// Damage to them is repaired from it by a writable open; a read-only open, which writes
+/// nothing, reports it. Without the copy a bad frame there would be corruption, and one
+/// past the progress slot's claim a tail that a crash may cut.
+#[test]
+fn a_flipped_record_of_the_last_group_is_repaired_from_its_commit_copy() {
+    let dir = tempdir();
+    run_child(module_path!(), dir.path(), "always");
+    let frame = frame_of(dir.path(), TOPIC, ACKED - 1);
+    flip_byte(&frame.file, frame.value_pos() + 3);
+    let err = Wal::open_read_only_with(dir.path(), small()).unwrap_err();
+    assert!(
+        is_corruption(&err, TOPIC, ACKED - 1),
+        "read-only open: {err:?}"
+    );
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.recovery_report().repaired_from_copies, 1);
+    assert_eq!(wal.recovery_report().torn_tails, 0);
+    let all = read_all(&wal, TOPIC);
+    assert_eq!(all.len() as u64, ACKED);
+    for (i, (offset, _, v)) in all.iter().enumerate() {
+        assert_eq!(
+            (*offset, v.as_slice()),
+            (i as u64, value(i as u64).as_slice())
+        );
+    }
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.recovery_report().repaired_from_copies, 0);
+    assert_eq!(read_all(&wal, TOPIC).len() as u64, ACKED);
+}
+
+/// A power loss during a group commit's msync may keep its header page (the claim and the
+/// commit copy) and lose the page of its records: the records come back from the copy.
+#[test]
+fn records_whose_page_was_lost_come_back_from_the_commit_copy() {
+    let dir = tempdir();
+    run_child(module_path!(), dir.path(), "always");
+    let frame = frame_of(dir.path(), TOPIC, ACKED - 1);
+    common::zero_range(&frame.file, frame.pos, frame.end());
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.recovery_report().repaired_from_copies, 1);
+    let all = read_all(&wal, TOPIC);
+    assert_eq!(all.len() as u64, ACKED);
+    assert_eq!(all.last().unwrap().2, value(ACKED - 1));
+}
+
+/// A damaged commit copy fails its checksum and is ignored: the records it copied are read
+/// from their own frames, which are intact.
+#[test]
+fn a_damaged_commit_copy_is_ignored_and_the_records_stay() {
+    let dir = tempdir();
+    run_child(module_path!(), dir.path(), "always");
+    let open = extents(dir.path()).pop().unwrap();
+    for at in format::CC_SLOTS_AT {
+        flip_byte(
+            &open.file,
+            open.start + at as u64 + format::CC_HEADER as u64 + 5,
+        );
+    }
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.recovery_report().repaired_from_copies, 0);
+    let all = read_all(&wal, TOPIC);
+    assert_eq!(all.len() as u64, ACKED);
+    assert_eq!(all.last().unwrap().2, value(ACKED - 1));
 }
 
 #[test]
