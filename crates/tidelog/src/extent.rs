@@ -41,8 +41,9 @@ pub struct SyncState {
     pub sealed_on_disk: bool,
     /// The progress slot says `Clean` at `synced_end` and is durable.
     pub clean_on_disk: bool,
-    /// End the progress slot claims (a group commit writes the slot after syncing the data
-    /// and syncs it before it acknowledges; the flusher writes and syncs it in one step).
+    /// End the progress slot claims, with the commit copy that continues it (a group commit
+    /// syncs them before it acknowledges; the flusher writes and syncs the slot after the
+    /// data).
     pub progress_end: u64,
     /// The progress slot says `Consumed` or `Deleted`: nothing more is written.
     pub deleted: bool,
@@ -635,6 +636,7 @@ impl Extent {
                 // Appenders go on meanwhile; a later writer of this header keeps the copy
                 // that continues the claim, which is this one until it is durable.
                 drop(guard);
+                crate::process::crash_point("commit-staged");
                 let (map, path) = (&self.file.map, &self.file.path);
                 storage
                     .sync_map(map, path, self.abs(0), end as usize)

@@ -60,16 +60,16 @@ fn child_process_entry() {
         wal.close().unwrap();
         return;
     }
-    let config = if parts[0] == "always" {
+    let config = if parts[0].starts_with("always") {
         cfg().durability(Durability::Always)
     } else {
         cfg()
     };
     let wal = Wal::open_with(&dir, config).unwrap();
     let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
-    if parts[0] == "shared" {
+    if parts[0] == "shared" || parts[0] == "always-shared" {
         // `shared:CHILD[:COUNT[:LEN]]`: one record at a time to the shared topic only (each
-        // padded to LEN bytes if given).
+        // padded to LEN bytes if given); `always-shared`: the same, each durable.
         let len: Option<usize> = parts.get(3).map(|l| l.parse().unwrap());
         for seq in 0..count {
             let mut v = value(child, seq);
@@ -523,6 +523,55 @@ fn a_process_killed_in_its_sync_turn_is_taken_over() {
     assert_eq!(info.durable_offset, info.next_offset);
     let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
     assert_eq!(per_child[&0], vec![0, 1]);
+}
+
+/// A process killed after it wrote a group commit's claim and commit copy, before the msync
+/// that makes them durable: the next process's commit does not take that copy's records for
+/// durable (they are not below the topic's durable offset), so its own copy covers them too.
+#[test]
+fn a_commit_copy_whose_writer_died_before_its_msync_is_never_claimed() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg().durability(Durability::Always)).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // The child's 5th commit copy is written, then it dies: 4 records durable, 1 not.
+    let mut child = child_command(module_path!(), dir.path(), "always-shared:1:20")
+        .env("TIDELOG_CRASH_AT", "kill:commit-staged:5")
+        .spawn()
+        .unwrap();
+    assert!(
+        !child.wait().unwrap().success(),
+        "the child must die at its crash point"
+    );
+    assert_eq!(wal.topic_info(SHARED_TOPIC).unwrap().next_offset, 6);
+    wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
+    let copies = copies_of_last_extent(dir.path());
+    let newest = copies
+        .iter()
+        .max_by_key(|c| c.end())
+        .expect("a commit copy");
+    // The newest copy holds the dead child's unsynced record (offset 5) and this one's
+    // (offset 6): it starts where record 5 starts, at the claim below the durable offset.
+    assert_eq!(newest.record_count, 7, "{newest:?}");
+    let frames = common::frames(dir.path());
+    let five = frames.iter().find(|f| f.offset == 5).unwrap();
+    let start = five.pos - common::extents(dir.path()).last().unwrap().start;
+    assert_eq!(newest.start, start, "the copy starts at record 5");
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!((info.durable_offset, info.next_offset), (7, 7));
+    let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
+    assert_eq!(per_child[&0], vec![0, 1]);
+    assert_eq!(per_child[&1], vec![0, 1, 2, 3, 4]);
+}
+
+/// The commit copies (of its salt) in the header of the last extent in `dir`.
+fn copies_of_last_extent(dir: &Path) -> Vec<tidelog::format::CommitCopy> {
+    let last = common::extents(dir).pop().unwrap();
+    let bytes = std::fs::read(&last.file).unwrap();
+    tidelog::format::CC_SLOTS_AT
+        .iter()
+        .filter_map(|&at| tidelog::format::CommitCopy::decode(&bytes[last.start as usize + at..]))
+        .filter(|c| c.salt == last.id.salt)
+        .collect()
 }
 
 #[test]
