@@ -12,6 +12,7 @@ __all__ = [
     "OwnedBuffer",
     "Reader",
     "Record",
+    "RecoveryReport",
     "RingAppendHandle",
     "RingRecoverIter",
     "RingRecovery",
@@ -86,6 +87,58 @@ class TopicInfo:
     def extents(self) -> int: ...
     @property
     def groups(self) -> list[str]: ...
+
+@final
+class RecoveryReport:
+    """What the open found and repaired."""
+
+    @property
+    def files(self) -> int:
+        """Data files found."""
+    @property
+    def extents(self) -> int:
+        """Extents holding records."""
+    @property
+    def sealed_extents(self) -> int:
+        """Extents trusted from their seal without scanning."""
+    @property
+    def scanned_extents(self) -> int:
+        """Extents scanned record by record."""
+    @property
+    def scanned_bytes(self) -> int:
+        """Bytes of records scanned."""
+    @property
+    def torn_tails(self) -> int:
+        """Torn tails cut off (an extent whose scan ended on an invalid or incomplete record)."""
+    @property
+    def torn_records(self) -> int:
+        """Records dropped from torn tails: the complete records of an incomplete batch."""
+    @property
+    def records_past_tear(self) -> int:
+        """Valid records found past a torn tail, cut with it (never acknowledged as durable)."""
+    @property
+    def damaged_progress_slots(self) -> int:
+        """Progress slots that failed their checks: their extents were scanned instead."""
+    @property
+    def repaired_from_copies(self) -> int:
+        """Extents whose newest records differed from their commit copy and were rewritten
+        from it (a power loss during that group commit's sync, or damage)."""
+    @property
+    def damaged_commit_copies(self) -> int:
+        """Commit-copy slots that fail their checks (a torn header write, or damage): ignored,
+        their records read from their own frames."""
+    @property
+    def deleted_remnants(self) -> int:
+        """Extents of a deleted topic left by a deletion a crash cut short."""
+    @property
+    def dropped_extents(self) -> int:
+        """Extents dropped because they followed a gap in their topic's offsets."""
+    @property
+    def ring_records_replayed(self) -> int:
+        """Ring backend: records replayed from the ring into the data files."""
+    @property
+    def ring_records_held(self) -> int:
+        """Ring backend: records in the ring that the data files already held."""
 
 @final
 class AppendHandle:
@@ -234,6 +287,9 @@ class Wal:
     def close(self) -> None: ...
     def topics(self) -> list[str]: ...
     def topic_info(self, topic: str) -> TopicInfo: ...
+    def recovery_report(self) -> RecoveryReport:
+        """What the open found and repaired (torn tails cut, records repaired from commit
+        copies, damaged progress slots, ...)."""
     def commit_staged(self, job: str, parts: list[str]) -> dict[str, range]:
         """Publishes the staged `parts` of `job` exactly once, in order; returns the offsets
         the job got per topic. Other appends to those topics wait meanwhile."""

@@ -485,6 +485,13 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
              writable open rewrites them)"
         ));
     }
+    let damaged_copies = report.damaged_commit_copies;
+    if damaged_copies > 0 {
+        bad.push(format!(
+            "{damaged_copies} commit copies are damaged (their records were read from their \
+             own frames; the next flush of their extent clears them)"
+        ));
+    }
     let torn_tails = report.torn_tails;
     if json {
         let list: Vec<String> = bad.iter().map(|b| quote(b)).collect();

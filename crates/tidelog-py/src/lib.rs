@@ -143,6 +143,7 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wal::PyWriter>()?;
     m.add_class::<wal::PyAppendHandle>()?;
     m.add_class::<wal::PyTopicInfo>()?;
+    m.add_class::<wal::PyRecoveryReport>()?;
     m.add_class::<reader::PyReader>()?;
     m.add_class::<record::PyRecord>()?;
     m.add_class::<buffer::OwnedBuffer>()?;

@@ -391,6 +391,15 @@ impl PyWal {
         Ok(PyTopicInfo { info })
     }
 
+    /// What the open found and repaired (torn tails cut, records repaired from commit
+    /// copies, damaged progress slots, ...).
+    fn recovery_report(&self) -> PyResult<PyRecoveryReport> {
+        attached(|| {
+            self.wal.ensure_open()?;
+            Ok(PyRecoveryReport::from(&self.wal.recovery_report()))
+        })
+    }
+
     /// Publishes the staged parts of `job` exactly once; returns `{topic: range}` of the
     /// offsets the job got.
     fn commit_staged<'py>(
@@ -636,6 +645,77 @@ impl PyAppendHandle {
             offsets.start,
             offsets.end,
             self.handle.is_durable()
+        )
+    }
+}
+
+/// What the open found and repaired: the fields of the engine's `RecoveryReport`.
+#[pyclass(module = "tidelog._native", name = "RecoveryReport", frozen, get_all)]
+#[derive(Debug, Clone)]
+pub struct PyRecoveryReport {
+    files: u64,
+    extents: u64,
+    sealed_extents: u64,
+    scanned_extents: u64,
+    scanned_bytes: u64,
+    torn_tails: u64,
+    torn_records: u64,
+    records_past_tear: u64,
+    damaged_progress_slots: u64,
+    repaired_from_copies: u64,
+    damaged_commit_copies: u64,
+    deleted_remnants: u64,
+    dropped_extents: u64,
+    ring_records_replayed: u64,
+    ring_records_held: u64,
+}
+
+impl From<&tidelog::RecoveryReport> for PyRecoveryReport {
+    fn from(r: &tidelog::RecoveryReport) -> Self {
+        PyRecoveryReport {
+            files: r.files,
+            extents: r.extents,
+            sealed_extents: r.sealed_extents,
+            scanned_extents: r.scanned_extents,
+            scanned_bytes: r.scanned_bytes,
+            torn_tails: r.torn_tails,
+            torn_records: r.torn_records,
+            records_past_tear: r.records_past_tear,
+            damaged_progress_slots: r.damaged_progress_slots,
+            repaired_from_copies: r.repaired_from_copies,
+            damaged_commit_copies: r.damaged_commit_copies,
+            deleted_remnants: r.deleted_remnants,
+            dropped_extents: r.dropped_extents,
+            ring_records_replayed: r.ring_records_replayed,
+            ring_records_held: r.ring_records_held,
+        }
+    }
+}
+
+#[pymethods]
+impl PyRecoveryReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "RecoveryReport(files={}, extents={}, sealed_extents={}, scanned_extents={}, \
+             scanned_bytes={}, torn_tails={}, torn_records={}, records_past_tear={}, \
+             damaged_progress_slots={}, repaired_from_copies={}, damaged_commit_copies={}, \
+             deleted_remnants={}, \
+             dropped_extents={}, ring_records_replayed={}, ring_records_held={})",
+            self.files,
+            self.extents,
+            self.sealed_extents,
+            self.scanned_extents,
+            self.scanned_bytes,
+            self.torn_tails,
+            self.torn_records,
+            self.records_past_tear,
+            self.damaged_progress_slots,
+            self.repaired_from_copies,
+            self.damaged_commit_copies,
+            self.deleted_remnants,
+            self.dropped_extents,
+            self.ring_records_replayed,
+            self.ring_records_held
         )
     }
 }

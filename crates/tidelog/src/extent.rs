@@ -581,6 +581,7 @@ impl Extent {
             footer_count,
             footer_crc,
         };
+        self.clear_copies(end);
         self.write_progress(storage, topic, &progress)?;
         st.progress_end = end;
         st.sealed_on_disk = sealing;
@@ -801,6 +802,7 @@ impl Extent {
             footer_count: 0,
             footer_crc: 0,
         };
+        self.clear_copies(end);
         let at = self.abs(format::PG_SLOT_AT as u64);
         self.file.map.write_header(at, &progress.encode());
         st.progress_end = end;
@@ -913,6 +915,22 @@ impl Extent {
                 footer_crc: 0,
             }),
             None => None,
+        }
+    }
+
+    /// Zeroes the commit-copy slots a claim up to `end` makes needless (every one but a copy
+    /// of this extent reaching past `end`), in the header page the claim's msync writes: so
+    /// a copy never outlives its use, and damage to one is told from a stale one.
+    fn clear_copies(&self, end: u64) {
+        for at in format::CC_SLOTS_AT {
+            let at = self.abs(at as u64);
+            let mut b = vec![0u8; format::CC_SLOT_LEN];
+            self.file.map.copy_out(at, &mut b);
+            let needed =
+                CommitCopy::decode(&b).is_some_and(|c| c.salt == self.salt && c.end() > end);
+            if !needed && b.iter().any(|&x| x != 0) {
+                self.file.map.write_header(at, &[0u8; format::CC_SLOT_LEN]);
+            }
         }
     }
 

@@ -64,6 +64,10 @@ pub struct RecoveryReport {
     /// beside them (a power loss during that commit's sync, or damage) and were rewritten
     /// from it (a writable open).
     pub repaired_from_copies: u64,
+    /// Commit-copy slots that carry the copy magic but fail their checks (a torn write of
+    /// an extent's header, or damage): ignored, their records read from their own frames.
+    /// The flush that next claims the extent's records clears them.
+    pub damaged_commit_copies: u64,
     /// Ring backend: records replayed from the ring into the data files.
     pub ring_records_replayed: u64,
     /// Ring backend: records in the ring that the data files already held.

@@ -152,6 +152,9 @@ pub(super) fn extend_by_copies(
     repair: bool,
     report: &mut RecoveryReport,
 ) -> Result<Option<Progress>> {
+    let at = file.block_position(index);
+    let (copies, damaged) = read_copies(storage, file, at)?;
+    report.damaged_commit_copies += damaged;
     let mut claim = match progress {
         Some(p) if p.state == ProgressState::Open => p,
         Some(_) => return Ok(progress),
@@ -164,9 +167,7 @@ pub(super) fn extend_by_copies(
             footer_crc: 0,
         },
     };
-    let at = file.block_position(index);
     let extent_bytes = u64::from(id.extent_count) * file.header.block_size_bytes;
-    let copies = read_copies(storage, file, at)?;
     let mut repaired = false;
     let mut moved = false;
     for _ in 0..copies.len() {
@@ -213,14 +214,36 @@ pub(super) fn extend_by_copies(
 }
 
 /// The two commit copies of the extent at file position `at` (read with `pread`, as the
-/// slots are).
-fn read_copies(storage: &dyn Storage, file: &DataFile, at: u64) -> Result<[Option<CommitCopy>; 2]> {
+/// slots are), and how many slots carry the copy magic but fail their checks (a torn write
+/// of the header, or damage). A read-only handle may read a slot while a writer fills it:
+/// such a slot is read again (up to three times) before it counts.
+fn read_copies(
+    storage: &dyn Storage,
+    file: &DataFile,
+    at: u64,
+) -> Result<([Option<CommitCopy>; 2], u64)> {
+    const READS_MAX: u32 = 3;
     let first = format::CC_SLOTS_AT[0];
     let mut buf = vec![0u8; format::BLOCK_HEADER_BYTES as usize - first];
-    storage
-        .read_at(&file.file, &file.path, &mut buf, at + first as u64)
-        .map_err(|e| Error::io("read commit copies", &file.path, e))?;
-    Ok(format::CC_SLOTS_AT.map(|slot| CommitCopy::decode(&buf[slot - first..])))
+    let mut read = 0;
+    loop {
+        storage
+            .read_at(&file.file, &file.path, &mut buf, at + first as u64)
+            .map_err(|e| Error::io("read commit copies", &file.path, e))?;
+        read += 1;
+        let copies = format::CC_SLOTS_AT.map(|slot| CommitCopy::decode(&buf[slot - first..]));
+        let damaged = format::CC_SLOTS_AT
+            .iter()
+            .zip(&copies)
+            .filter(|(slot, copy)| {
+                copy.is_none() && format::get_u32(&buf, **slot - first) == format::COMMIT_MAGIC
+            })
+            .count() as u64;
+        if damaged == 0 || read >= READS_MAX {
+            return Ok((copies, damaged));
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
 }
 
 /// Counts an extent that holds nothing to read (empty, dropped, or of a deleted topic) as

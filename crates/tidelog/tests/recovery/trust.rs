@@ -161,11 +161,43 @@ fn a_damaged_commit_copy_is_ignored_and_the_records_stay() {
             open.start + at as u64 + format::CC_HEADER as u64 + 5,
         );
     }
+    let ro = Wal::open_read_only_with(dir.path(), small()).unwrap();
+    assert_eq!(ro.recovery_report().damaged_commit_copies, 2);
+    drop(ro);
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert_eq!(wal.recovery_report().repaired_from_copies, 0);
+    assert_eq!(wal.recovery_report().damaged_commit_copies, 2);
     let all = read_all(&wal, TOPIC);
     assert_eq!(all.len() as u64, ACKED);
     assert_eq!(all.last().unwrap().2, value(ACKED - 1));
+    // The open's flush sealed the extent, which cleared its copies.
+    drop(wal);
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    assert_eq!(wal.recovery_report().damaged_commit_copies, 0);
+}
+
+/// A commit copy never outlives its use: once the progress slot claims its records (here a
+/// clean close), its slot is zero again, so each record's bytes are in the file once.
+#[test]
+fn a_clean_close_leaves_no_commit_copy() {
+    let dir = tempdir();
+    run_child(module_path!(), dir.path(), "always");
+    let wal = Wal::open_with(dir.path(), small()).unwrap();
+    let w = wal
+        .writer("more")
+        .unwrap()
+        .with_durability(Durability::Always);
+    for i in 0..5 {
+        w.append(&value(i)).unwrap();
+    }
+    wal.close().unwrap();
+    for e in extents(dir.path()) {
+        let bytes = std::fs::read(&e.file).unwrap();
+        for at in format::CC_SLOTS_AT {
+            let slot = &bytes[e.start as usize + at..][..format::CC_SLOT_LEN];
+            assert!(slot.iter().all(|&b| b == 0), "{} keeps a copy", e.id.topic);
+        }
+    }
 }
 
 #[test]
