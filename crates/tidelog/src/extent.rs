@@ -906,14 +906,7 @@ impl Extent {
         match Progress::decode(&disk) {
             Some(p) if p.state == ProgressState::Open => Some(p),
             Some(_) => None,
-            None if disk.iter().all(|&b| b == 0) => Some(Progress {
-                state: ProgressState::Open,
-                durable_end: format::BLOCK_HEADER_BYTES,
-                record_count: 0,
-                max_timestamp_us: 0,
-                footer_count: 0,
-                footer_crc: 0,
-            }),
+            None if disk.iter().all(|&b| b == 0) => Some(Progress::blank()),
             None => None,
         }
     }

@@ -247,6 +247,19 @@ impl Progress {
         b
     }
 
+    /// What a blank progress slot claims, as an `Open` one: nothing past the start of the
+    /// records (a commit copy may continue it).
+    pub fn blank() -> Progress {
+        Progress {
+            state: ProgressState::Open,
+            durable_end: BLOCK_HEADER_BYTES,
+            record_count: 0,
+            max_timestamp_us: 0,
+            footer_count: 0,
+            footer_crc: 0,
+        }
+    }
+
     /// Decodes the slot; `None` when absent or torn.
     pub fn decode(b: &[u8]) -> Option<Progress> {
         let b = b.get(..PG_LEN)?;

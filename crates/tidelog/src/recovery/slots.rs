@@ -158,14 +158,7 @@ pub(super) fn extend_by_copies(
     let mut claim = match progress {
         Some(p) if p.state == ProgressState::Open => p,
         Some(_) => return Ok(progress),
-        None => Progress {
-            state: ProgressState::Open,
-            durable_end: format::BLOCK_HEADER_BYTES,
-            record_count: 0,
-            max_timestamp_us: 0,
-            footer_count: 0,
-            footer_crc: 0,
-        },
+        None => Progress::blank(),
     };
     let extent_bytes = u64::from(id.extent_count) * file.header.block_size_bytes;
     let mut repaired = false;

@@ -544,7 +544,7 @@ fn a_commit_copy_whose_writer_died_before_its_msync_is_never_claimed() {
     );
     assert_eq!(wal.topic_info(SHARED_TOPIC).unwrap().next_offset, 6);
     wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
-    let copies = copies_of_last_extent(dir.path());
+    let copies = common::commit_copies(&common::extents(dir.path()).pop().unwrap());
     let newest = copies
         .iter()
         .max_by_key(|c| c.end())
@@ -561,17 +561,6 @@ fn a_commit_copy_whose_writer_died_before_its_msync_is_never_claimed() {
     let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
     assert_eq!(per_child[&0], vec![0, 1]);
     assert_eq!(per_child[&1], vec![0, 1, 2, 3, 4]);
-}
-
-/// The commit copies (of its salt) in the header of the last extent in `dir`.
-fn copies_of_last_extent(dir: &Path) -> Vec<tidelog::format::CommitCopy> {
-    let last = common::extents(dir).pop().unwrap();
-    let bytes = std::fs::read(&last.file).unwrap();
-    tidelog::format::CC_SLOTS_AT
-        .iter()
-        .filter_map(|&at| tidelog::format::CommitCopy::decode(&bytes[last.start as usize + at..]))
-        .filter(|c| c.salt == last.id.salt)
-        .collect()
 }
 
 #[test]

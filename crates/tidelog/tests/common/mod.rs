@@ -138,6 +138,16 @@ pub fn extents(dir: &Path) -> Vec<ExtentLoc> {
     out
 }
 
+/// The valid commit copies of extent `e` (those of its salt), read from its file.
+pub fn commit_copies(e: &ExtentLoc) -> Vec<format::CommitCopy> {
+    let bytes = std::fs::read(&e.file).unwrap();
+    format::CC_SLOTS_AT
+        .iter()
+        .filter_map(|&at| format::CommitCopy::decode(&bytes[e.start as usize + at..]))
+        .filter(|c| c.salt == e.id.salt)
+        .collect()
+}
+
 /// Every frame in `dir` (walking each extent from its first record while the magic holds).
 pub fn frames(dir: &Path) -> Vec<FrameLoc> {
     let mut out = Vec::new();

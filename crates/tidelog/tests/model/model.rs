@@ -918,20 +918,11 @@ impl Harness {
         let name = TOPICS[topic];
         let other = self.open_other()?;
         for i in 0..n {
-            let value = self.value(topic, len + i);
-            let ts = self.next_ts(name, 1);
-            let batch = self.next_batch;
-            self.next_batch += 1;
-            let rec = Rec {
-                key: None,
-                value: value.clone(),
-                ts,
-                batch,
-            };
+            let rec = self.single(topic, len + i);
             let append = Append {
                 key: None,
-                value: &value,
-                timestamp_us: Some(ts),
+                value: &rec.value,
+                timestamp_us: Some(rec.ts),
             };
             let result = other
                 .writer(name)
@@ -942,6 +933,21 @@ impl Harness {
         other
             .close()
             .map_err(|e| Outcome::Fail(fail(format!("the second handle failed to close: {e}"))))
+    }
+
+    /// The model's next record of `topic` appended on its own: no key, `len` bytes, the
+    /// next timestamp, a batch of its own.
+    fn single(&mut self, topic: usize, len: usize) -> Rec {
+        let value = self.value(topic, len);
+        let ts = self.next_ts(TOPICS[topic], 1);
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        Rec {
+            key: None,
+            value,
+            ts,
+            batch,
+        }
     }
 
     /// `Op::AppendAsync`.
@@ -956,20 +962,11 @@ impl Harness {
         let name = TOPICS[topic];
         let mut handles = Vec::with_capacity(n);
         for i in 0..n {
-            let value = self.value(topic, len + i);
-            let ts = self.next_ts(name, 1);
-            let batch = self.next_batch;
-            self.next_batch += 1;
-            let rec = Rec {
-                key: None,
-                value: value.clone(),
-                ts,
-                batch,
-            };
+            let rec = self.single(topic, len + i);
             let append = [Append {
                 key: None,
-                value: &value,
-                timestamp_us: Some(ts),
+                value: &rec.value,
+                timestamp_us: Some(rec.ts),
             }];
             let result = self.wal().writer(name).and_then(|w| {
                 let w = if always {

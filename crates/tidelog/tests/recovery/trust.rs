@@ -83,12 +83,7 @@ fn a_flipped_acknowledged_record_is_corruption_not_a_torn_tail() {
 /// that continue it.
 fn claimed_records(e: &common::ExtentLoc) -> u64 {
     let progress = e.progress.unwrap();
-    let bytes = std::fs::read(&e.file).unwrap();
-    let copies: Vec<format::CommitCopy> = format::CC_SLOTS_AT
-        .iter()
-        .filter_map(|&at| format::CommitCopy::decode(&bytes[(e.start as usize + at)..]))
-        .filter(|c| c.salt == e.id.salt)
-        .collect();
+    let copies = common::commit_copies(e);
     let (mut end, mut count) = (progress.durable_end, progress.record_count);
     while let Some(c) = copies
         .iter()
