@@ -711,57 +711,35 @@ impl Extent {
         let Some(_guard) = lock() else {
             return Ok(false);
         };
-        let mut st = self.sync_state();
-        if st.sealed_on_disk || st.deleted {
-            return Ok(true);
+        if let Some(done) = self.settled_on_disk() {
+            return Ok(done);
         }
-        if let Some(p) = self.progress_on_disk() {
-            match p.state {
-                ProgressState::Sealed => {
-                    st.sealed_on_disk = true;
-                    return Ok(true);
-                }
-                ProgressState::Deleted | ProgressState::Consumed => {
-                    st.deleted = true;
-                    return Ok(true);
-                }
-                // Another process claimed more, or as much (a close still marks it clean); a
-                // claim over what a commit copy holds never moves back to before its end.
-                _ if !sealing && {
-                    let claimed = self.claim_with_copies(p);
-                    claimed > end || (claimed == end && !closing)
-                } =>
-                {
-                    st.progress_end = st.progress_end.max(p.durable_end);
-                    return Ok(false);
-                }
-                _ => {}
+        // Another process claimed more, or as much (a close still marks it clean); a claim
+        // over what a commit copy holds never moves back to before its end.
+        if let Some(p) = self.progress_on_disk().filter(|_| !sealing) {
+            let claimed = self.claim_with_copies(p);
+            if claimed > end || (claimed == end && !closing) {
+                let mut st = self.sync_state();
+                st.progress_end = st.progress_end.max(p.durable_end);
+                return Ok(false);
             }
         }
-        drop(st);
         self.sync(storage, topic, closing)
     }
 
     /// How far the progress slot `p` and the commit copies that continue it claim.
-    fn claim_with_copies(&self, p: Progress) -> u64 {
-        let copies = self.copies_on_disk();
-        let mut end = p.durable_end;
+    fn claim_with_copies(&self, mut p: Progress) -> u64 {
         if p.state != ProgressState::Open {
-            return end;
+            return p.durable_end;
         }
+        let copies = self.copies_on_disk();
         for _ in 0..copies.len() {
-            match copies
-                .iter()
-                .flatten()
-                .filter(|c| c.start == end)
-                .map(CommitCopy::end)
-                .max()
-            {
-                Some(next) => end = next,
-                None => break,
-            }
+            let Some(c) = CommitCopy::continuing(&copies, p.durable_end, |_| true) else {
+                break;
+            };
+            p.extend_over(c);
         }
-        end
+        p.durable_end
     }
 
     /// True when everything published is durable (sealed, retired, or synced through its
@@ -837,14 +815,12 @@ impl Extent {
         // The claim moves over copies whose records are known durable, in chain order.
         let mut claim = disk;
         for _ in 0..copies.len() {
-            let next = copies.iter().flatten().find(|c| {
-                c.start == claim.durable_end
-                    && self.first_offset.saturating_add(c.record_count) <= durable_offset
-            });
-            let Some(c) = next else { break };
-            claim.durable_end = c.end();
-            claim.record_count = c.record_count;
-            claim.max_timestamp_us = claim.max_timestamp_us.max(c.max_timestamp_us);
+            let Some(c) = CommitCopy::continuing(&copies, claim.durable_end, |c| {
+                self.first_offset.saturating_add(c.record_count) <= durable_offset
+            }) else {
+                break;
+            };
+            claim.extend_over(c);
         }
         if end <= claim.durable_end {
             return Ok(Some(false));
@@ -857,9 +833,8 @@ impl Extent {
         if found.as_ref().is_none_or(|id| id.salt != self.salt) {
             return Err(self.foreign_block(topic, "a commit copy was to be written into", found));
         }
-        // Keep the copy that continues the claim on disk: a torn write of this header must
-        // still leave a chain from it.
-        // (the longer, if both do); else overwrite the older one.
+        // Keep the copy that continues the claim on disk (the longer, if both do): a torn
+        // write of this header must still leave a chain from it. Else overwrite the older.
         let rank = |c: &Option<CommitCopy>| {
             c.as_ref()
                 .map_or((false, 0), |c| (c.start == disk.durable_end, c.end()))
@@ -899,10 +874,7 @@ impl Extent {
     /// yet (a blank slot claims the start of the records). `None` for any other state and
     /// for a damaged slot.
     fn claim_on_disk(&self) -> Option<Progress> {
-        let mut disk = [0u8; format::PG_LEN];
-        self.file
-            .map
-            .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
+        let disk = self.progress_bytes();
         match Progress::decode(&disk) {
             Some(p) if p.state == ProgressState::Open => Some(p),
             Some(_) => None,
@@ -917,11 +889,15 @@ impl Extent {
     fn clear_copies(&self, end: u64) {
         for at in format::CC_SLOTS_AT {
             let at = self.abs(at as u64);
-            let mut b = vec![0u8; format::CC_SLOT_LEN];
+            let mut b = [0u8; format::CC_SLOT_LEN];
             self.file.map.copy_out(at, &mut b);
+            // Most extents never had a copy: a blank slot is left as it is, undecoded.
+            if b.iter().all(|&x| x == 0) {
+                continue;
+            }
             let needed =
                 CommitCopy::decode(&b).is_some_and(|c| c.salt == self.salt && c.end() > end);
-            if !needed && b.iter().any(|&x| x != 0) {
+            if !needed {
                 self.file.map.write_header(at, &[0u8; format::CC_SLOT_LEN]);
             }
         }
@@ -929,11 +905,11 @@ impl Extent {
 
     /// The two commit copies in the header, those of this extent (its salt) only.
     fn copies_on_disk(&self) -> [Option<CommitCopy>; 2] {
-        format::CC_SLOTS_AT.map(|at| {
-            let mut b = vec![0u8; format::CC_SLOT_LEN];
-            self.file.map.copy_out(self.abs(at as u64), &mut b);
-            CommitCopy::decode(&b).filter(|c| c.salt == self.salt)
-        })
+        let mut header = [0u8; format::BLOCK_HEADER_BYTES as usize];
+        self.file.map.copy_out(self.abs(0), &mut header);
+        CommitCopy::decode_slots(&header)
+            .0
+            .map(|c| c.filter(|c| c.salt == self.salt))
     }
 
     /// Marks the extent `Consumed` (every consumer is done with it, or retention dropped it)
@@ -1021,11 +997,16 @@ impl Extent {
     /// The progress slot as it is in the mapping (other processes write it too); `None`
     /// when blank or damaged.
     fn progress_on_disk(&self) -> Option<Progress> {
+        Progress::decode(&self.progress_bytes())
+    }
+
+    /// The progress slot's bytes as they are in the mapping.
+    fn progress_bytes(&self) -> [u8; format::PG_LEN] {
         let mut disk = [0u8; format::PG_LEN];
         self.file
             .map
             .copy_out(self.abs(format::PG_SLOT_AT as u64), &mut disk);
-        Progress::decode(&disk)
+        disk
     }
 
     /// Writes and msyncs the progress slot.

@@ -260,6 +260,15 @@ impl Progress {
         }
     }
 
+    /// This claim moved over `copy`, which continues it: to the copy's end, with its
+    /// record count and timestamp.
+    pub fn extend_over(&mut self, copy: &CommitCopy) {
+        debug_assert_eq!(copy.start, self.durable_end, "the copy continues the claim");
+        self.durable_end = copy.end();
+        self.record_count = copy.record_count;
+        self.max_timestamp_us = self.max_timestamp_us.max(copy.max_timestamp_us);
+    }
+
     /// Decodes the slot; `None` when absent or torn.
     pub fn decode(b: &[u8]) -> Option<Progress> {
         let b = b.get(..PG_LEN)?;
@@ -351,6 +360,36 @@ impl CommitCopy {
         let crc = copy_crc(&b, self.bytes.len());
         put_u32(&mut b, CC_CRC, crc);
         b
+    }
+
+    /// The copies in both slots of a block header (`header`: its bytes from the extent's
+    /// start), and how many slots carry the copy magic but fail their checks.
+    pub fn decode_slots(header: &[u8]) -> ([Option<CommitCopy>; 2], u64) {
+        let copies = CC_SLOTS_AT.map(|at| header.get(at..).and_then(CommitCopy::decode));
+        let damaged = CC_SLOTS_AT
+            .iter()
+            .zip(&copies)
+            .filter(|(at, copy)| {
+                copy.is_none()
+                    && header.len() >= **at + 4
+                    && get_u32(header, **at + CC_MAGIC) == COMMIT_MAGIC
+            })
+            .count() as u64;
+        (copies, damaged)
+    }
+
+    /// Of `copies`, the longest that starts at `claim_end` and that `accept` takes: the one
+    /// that moves a claim ending there (two may, when the claim could not move in between).
+    pub fn continuing(
+        copies: &[Option<CommitCopy>; 2],
+        claim_end: u64,
+        accept: impl Fn(&CommitCopy) -> bool,
+    ) -> Option<&CommitCopy> {
+        copies
+            .iter()
+            .flatten()
+            .filter(|c| c.start == claim_end && accept(c))
+            .max_by_key(|c| c.end())
     }
 
     /// Decodes a slot; `None` when blank, torn or damaged.

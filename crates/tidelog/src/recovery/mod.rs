@@ -337,7 +337,9 @@ fn find_extents(
 ) -> Result<()> {
     let mut slot = 0u32;
     while slot < file.extent_count {
-        let SlotKind::Extent(id, progress, damaged) = classify_slot(storage, file, slot)? else {
+        let SlotKind::Extent(id, progress, damaged, (copies, damaged_copies)) =
+            classify_slot(storage, file, slot)?
+        else {
             slot += 1;
             continue;
         };
@@ -345,7 +347,8 @@ fn find_extents(
         let progress = if damaged {
             progress
         } else {
-            extend_by_copies(storage, file, slot, &id, progress, repair, report)?
+            report.damaged_commit_copies += damaged_copies;
+            extend_by_copies(storage, file, slot, &id, progress, &copies, repair, report)?
         };
         let next_slot = slot + id.extent_count;
         debug_assert!(

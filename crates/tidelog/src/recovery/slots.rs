@@ -1,4 +1,5 @@
-//! An extent's first page: its identity and progress slots read, classified and retired.
+//! An extent's first page: its identity, progress and commit-copy slots read, classified
+//! and retired.
 
 use super::*;
 use crate::format::CommitCopy;
@@ -22,30 +23,36 @@ pub(super) struct Slots {
     pub(super) id_blank: bool,
     /// The progress slot's bytes are all zero.
     pub(super) progress_blank: bool,
+    pub(super) copies: Copies,
 }
 
-/// The identity and progress slots of the extent that would start at block `index`.
+/// The commit copies of a block header, and how many of its copy slots carry the copy
+/// magic but fail their checks (a torn write of the header, or damage).
+pub(super) type Copies = ([Option<CommitCopy>; 2], u64);
+
+/// The identity, progress and commit-copy slots of the extent that would start at block
+/// `index`: its whole first page, in one read.
 ///
 /// Read with `pread`, not through the mapping: a fault on a sparse file's hole reads around
 /// it (`read_ahead_kb`, 8 MiB on some VMs) and zero-fills every page of that window, so
 /// touching each block's first page through the mapping cost a cold open of a 1 GiB file
-/// about 0.2 s and as much page cache as the file's size. A small `pread` reads a few pages.
+/// about 0.2 s and as much page cache as the file's size. A small `pread` reads a page.
 pub(super) fn read_slots(storage: &dyn Storage, file: &DataFile, index: u32) -> Result<Slots> {
-    const SLOTS_LEN: usize = format::PG_SLOT_AT + format::PG_LEN;
     const _: () = assert!(format::ID_SLOT_AT + format::ID_LEN <= format::PG_SLOT_AT);
     let at = file.block_position(index);
-    let mut buf = [0u8; SLOTS_LEN];
+    let mut buf = [0u8; format::BLOCK_HEADER_BYTES as usize];
     // The file's length was checked against its header at open, so the read is whole.
     storage
         .read_at(&file.file, &file.path, &mut buf, at)
         .map_err(|e| Error::io("read extent slots", &file.path, e))?;
     let id = &buf[format::ID_SLOT_AT..format::ID_SLOT_AT + format::ID_LEN];
-    let pg = &buf[format::PG_SLOT_AT..];
+    let pg = &buf[format::PG_SLOT_AT..format::PG_SLOT_AT + format::PG_LEN];
     Ok(Slots {
         id: BlockIdentity::decode(id),
         progress: Progress::decode(pg),
         id_blank: id.iter().all(|&b| b == 0),
         progress_blank: pg.iter().all(|&b| b == 0),
+        copies: CommitCopy::decode_slots(&buf),
     })
 }
 
@@ -66,10 +73,14 @@ pub(super) fn first_frame_blank(
 
 /// What a block slot is: the start of an extent, a block never handed out, or damage.
 #[derive(Debug)]
+#[expect(
+    clippy::large_enum_variant,
+    reason = "made once per block slot and taken apart at once, never stored"
+)]
 pub(super) enum SlotKind {
-    /// An extent's identity, its progress slot, and whether that slot is damaged (not
-    /// blank, yet failing its checks).
-    Extent(BlockIdentity, Option<Progress>, bool),
+    /// An extent's identity, its progress slot, whether that slot is damaged (not blank,
+    /// yet failing its checks), and its commit copies.
+    Extent(BlockIdentity, Option<Progress>, bool, Copies),
     Unused,
 }
 
@@ -89,7 +100,8 @@ pub(super) fn classify_slot(
     let mut slots = read_slots(storage, file, index)?;
     for _ in 1..READS_MAX {
         let suspect = (slots.id.is_none() && !slots.id_blank)
-            || (slots.progress.is_none() && !slots.progress_blank);
+            || (slots.progress.is_none() && !slots.progress_blank)
+            || slots.copies.1 > 0;
         if !suspect {
             break;
         }
@@ -107,7 +119,7 @@ pub(super) fn classify_slot(
             && fits
         {
             let damaged = slots.progress.is_none() && !slots.progress_blank;
-            return Ok(SlotKind::Extent(id, slots.progress, damaged));
+            return Ok(SlotKind::Extent(id, slots.progress, damaged, slots.copies));
         }
         return Err(Error::Corruption {
             topic: id.topic.clone(),
@@ -137,41 +149,40 @@ pub(super) fn classify_slot(
 }
 
 /// The claim of extent `id` (at block `index` of `file`, its progress slot `progress`, not
-/// damaged) moved over the commit copies that continue it (FORMAT.md, "Commit copies"):
+/// damaged) moved over the commit `copies` that continue it (FORMAT.md, "Commit copies"):
 /// each copy's bytes are compared with the records at its place. Where they differ (a power
 /// loss during the copy's msync, or damage) a writable open (`repair`) writes the copy's
 /// bytes back, synced, and counts the extent in the report; a read-only open, which writes
 /// nothing, fails with `Corruption` (with writers live, published records and their copy
 /// never differ). `None` stays `None` when no copy continues a blank slot.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "the extent's place and slots as classified, and the open's mode and report"
+)]
 pub(super) fn extend_by_copies(
     storage: &dyn Storage,
     file: &DataFile,
     index: u32,
     id: &BlockIdentity,
     progress: Option<Progress>,
+    copies: &[Option<CommitCopy>; 2],
     repair: bool,
     report: &mut RecoveryReport,
 ) -> Result<Option<Progress>> {
-    let at = file.block_position(index);
-    let (copies, damaged) = read_copies(storage, file, at)?;
-    report.damaged_commit_copies += damaged;
     let mut claim = match progress {
         Some(p) if p.state == ProgressState::Open => p,
         Some(_) => return Ok(progress),
         None => Progress::blank(),
     };
+    let at = file.block_position(index);
     let extent_bytes = u64::from(id.extent_count) * file.header.block_size_bytes;
     let mut repaired = false;
     let mut moved = false;
     for _ in 0..copies.len() {
-        // The longest copy that continues the claim (two may, when it could not move).
-        let Some(copy) = copies
-            .iter()
-            .flatten()
-            .filter(|c| c.salt == id.salt && c.start == claim.durable_end)
-            .filter(|c| c.end() <= extent_bytes && c.record_count >= claim.record_count)
-            .max_by_key(|c| c.end())
-        else {
+        let below = claim.record_count;
+        let Some(copy) = CommitCopy::continuing(copies, claim.durable_end, |c| {
+            c.salt == id.salt && c.end() <= extent_bytes && c.record_count >= below
+        }) else {
             break;
         };
         let mut there = vec![0u8; copy.bytes.len()];
@@ -197,46 +208,11 @@ pub(super) fn extend_by_copies(
                 .map_err(|e| Error::io("repair records from a commit copy", &file.path, e))?;
             repaired = true;
         }
-        claim.durable_end = copy.end();
-        claim.record_count = copy.record_count;
-        claim.max_timestamp_us = claim.max_timestamp_us.max(copy.max_timestamp_us);
+        claim.extend_over(copy);
         moved = true;
     }
     report.repaired_from_copies += u64::from(repaired);
     Ok(if moved { Some(claim) } else { progress })
-}
-
-/// The two commit copies of the extent at file position `at` (read with `pread`, as the
-/// slots are), and how many slots carry the copy magic but fail their checks (a torn write
-/// of the header, or damage). A read-only handle may read a slot while a writer fills it:
-/// such a slot is read again (up to three times) before it counts.
-fn read_copies(
-    storage: &dyn Storage,
-    file: &DataFile,
-    at: u64,
-) -> Result<([Option<CommitCopy>; 2], u64)> {
-    const READS_MAX: u32 = 3;
-    let first = format::CC_SLOTS_AT[0];
-    let mut buf = vec![0u8; format::BLOCK_HEADER_BYTES as usize - first];
-    let mut read = 0;
-    loop {
-        storage
-            .read_at(&file.file, &file.path, &mut buf, at + first as u64)
-            .map_err(|e| Error::io("read commit copies", &file.path, e))?;
-        read += 1;
-        let copies = format::CC_SLOTS_AT.map(|slot| CommitCopy::decode(&buf[slot - first..]));
-        let damaged = format::CC_SLOTS_AT
-            .iter()
-            .zip(&copies)
-            .filter(|(slot, copy)| {
-                copy.is_none() && format::get_u32(&buf, **slot - first) == format::COMMIT_MAGIC
-            })
-            .count() as u64;
-        if damaged == 0 || read >= READS_MAX {
-            return Ok((copies, damaged));
-        }
-        std::thread::sleep(std::time::Duration::from_millis(1));
-    }
 }
 
 /// Counts an extent that holds nothing to read (empty, dropped, or of a deleted topic) as
@@ -301,7 +277,7 @@ pub fn mark_topic_deleted(
         while index < file.extent_count {
             match classify_slot(storage, &file, index)? {
                 SlotKind::Unused => index += 1,
-                SlotKind::Extent(id, progress, _) => {
+                SlotKind::Extent(id, progress, ..) => {
                     let retired = progress.is_some_and(|p| {
                         matches!(p.state, ProgressState::Consumed | ProgressState::Deleted)
                     });
@@ -339,12 +315,12 @@ pub fn file_retired(
     while index < file.extent_count {
         match classify_slot(storage, file, index)? {
             SlotKind::Unused => index += 1,
-            SlotKind::Extent(id, Some(p), false)
+            SlotKind::Extent(id, Some(p), false, _)
                 if matches!(p.state, ProgressState::Consumed | ProgressState::Deleted) =>
             {
                 index += id.extent_count;
             }
-            SlotKind::Extent(id, p, false)
+            SlotKind::Extent(id, p, false, _)
                 if p.is_none_or(|p| p.record_count == 0)
                     && below_first(id.topic_id, id.first_offset)
                     && first_frame_blank(storage, file, index)? =>
