@@ -519,46 +519,37 @@ impl Extent {
     /// With `closing`, a non-final extent is marked `Clean` instead of `Open` (no appends
     /// follow until the next open).
     pub fn sync(&self, storage: &dyn Storage, topic: &str, closing: bool) -> Result<bool> {
+        self.sync_inner(storage, topic, closing, true)
+    }
+
+    /// [`Extent::sync`]; without `may_seal` a final extent gets an `Open` (or `Clean`) claim
+    /// instead of its seal (shared mode seals only under the topic's seal lock).
+    fn sync_inner(
+        &self,
+        storage: &dyn Storage,
+        topic: &str,
+        closing: bool,
+        may_seal: bool,
+    ) -> Result<bool> {
         let mut st = self.sync_state();
         if st.sealed_on_disk || st.deleted {
             return Ok(true);
         }
-        let final_state = self.final_state();
         let (count, end) = self.published();
-        let sealing = final_state == Some((count, end));
+        let sealing = may_seal && self.final_state() == Some((count, end));
         if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
         let map = &self.file.map;
         let path = &self.file.path;
-        let mut footer_count = 0u64;
-        let mut footer_crc = 0u32;
-        let mut data_end = end;
-        if sealing {
-            let index = self.load_index(topic)?;
-            let guard = index.read().recover();
-            let entries = guard.as_deref().unwrap_or(&[]);
-            // Records written under a coarser index interval than this open's may leave less
-            // room than the index needs: then every k-th entry goes to disk (the first
-            // always), a sparser index that seeks use the same way.
-            let room = ((self.len - end) / format::IX_LEN as u64) as usize;
-            let stride = entries.len().div_ceil(room.max(1)).max(1);
-            let kept = entries.iter().step_by(stride).take(room);
-            let mut buf = Vec::with_capacity(entries.len().min(room) * format::IX_LEN);
-            let base = self.footer_base();
-            for e in kept {
-                let stored = IndexEntry {
-                    offset: e.offset - base,
-                    ..*e
-                };
-                buf.extend_from_slice(&stored.encode());
-            }
-            assert!(end + buf.len() as u64 <= self.len, "footer past the extent");
-            map.write_header(self.abs(end), &buf);
-            footer_count = (buf.len() / format::IX_LEN) as u64;
-            footer_crc = crc32fast::hash(&buf);
-            data_end = end + buf.len() as u64;
-        }
+        let footer = if sealing {
+            let footer = self.footer(topic, end)?;
+            map.write_header(self.abs(end), &footer.bytes);
+            Some(footer)
+        } else {
+            None
+        };
+        let data_end = end + footer.as_ref().map_or(0, |f| f.bytes.len() as u64);
         let from = st.synced_end;
         if data_end > from {
             storage
@@ -578,8 +569,8 @@ impl Extent {
             durable_end: end,
             record_count: count,
             max_timestamp_us: self.max_timestamp_us(),
-            footer_count,
-            footer_crc,
+            footer_count: footer.as_ref().map_or(0, |f| f.count),
+            footer_crc: footer.as_ref().map_or(0, |f| f.crc),
         };
         self.clear_copies(end);
         self.write_progress(storage, topic, &progress)?;
@@ -589,32 +580,68 @@ impl Extent {
         Ok(sealing)
     }
 
+    /// The index footer of this extent, ended at `end`, as a seal writes it right after the
+    /// last record.
+    fn footer(&self, topic: &str, end: u64) -> Result<Footer> {
+        let index = self.load_index(topic)?;
+        let guard = index.read().recover();
+        let entries = guard.as_deref().unwrap_or(&[]);
+        // Records written under a coarser index interval than this open's may leave less
+        // room than the index needs: then every k-th entry goes to disk (the first always),
+        // a sparser index that seeks use the same way.
+        let room = ((self.len - end) / format::IX_LEN as u64) as usize;
+        let stride = entries.len().div_ceil(room.max(1)).max(1);
+        let kept = entries.iter().step_by(stride).take(room);
+        let mut bytes = Vec::with_capacity(entries.len().min(room) * format::IX_LEN);
+        let base = self.footer_base();
+        for e in kept {
+            let stored = IndexEntry {
+                offset: e.offset - base,
+                ..*e
+            };
+            bytes.extend_from_slice(&stored.encode());
+        }
+        assert!(
+            end + bytes.len() as u64 <= self.len,
+            "footer past the extent"
+        );
+        Ok(Footer {
+            count: (bytes.len() / format::IX_LEN) as u64,
+            crc: crc32fast::hash(&bytes),
+            bytes,
+        })
+    }
+
     /// Shared mode's [`Extent::sync`]: other processes append to and sync this extent too.
-    /// The progress slot, the commit copies, the footer and the seal are written only under
-    /// the topic's append lock (`lock`, `None` when it could not be had in time: the slot
-    /// waits for the next pass, the data is made durable all the same), and never over what
+    /// The progress slot and the commit copies are written into the mapping only under the
+    /// topic's append lock (`lock`, `None` when it could not be had in time: the slot waits
+    /// for the next pass, the data is made durable all the same), and never over what
     /// another process wrote there: a seal stays, a retired extent stays, a durable end never
-    /// moves back. A few new records take one msync (their bytes in a commit copy beside the
-    /// claim, see [`Extent::stage_commit`]; `durable_offset` is the topic's durable next
-    /// offset across processes); otherwise the data is made durable without any lock (the
-    /// page cache is one, so any process's msync covers everyone's bytes), then the claim.
-    /// Returns true when the extent is sealed (here or by another process) or retired:
-    /// nothing more to do.
-    pub fn sync_shared<G>(
+    /// moves back; their msyncs run after it is released. A few new records take one msync
+    /// (their bytes in a commit copy beside the claim, see [`Extent::stage_commit`];
+    /// `durable_offset` is the topic's durable next offset across processes); otherwise the
+    /// data is made durable without any lock (the page cache is one, so any process's msync
+    /// covers everyone's bytes), then the claim. An extent that ended is sealed under the
+    /// topic's seal lock (`seal_lock`, see [`Extent::seal_shared`]). Returns true when the
+    /// extent is sealed (here or by another process) or retired: nothing more to do.
+    pub fn sync_shared<S, G>(
         &self,
         storage: &dyn Storage,
         topic: &str,
         closing: bool,
         durable_offset: u64,
-        lock: impl FnOnce() -> Option<G>,
+        (seal_lock, lock): (impl FnOnce() -> Option<S>, impl Fn() -> Option<G>),
     ) -> Result<bool> {
         let st = self.sync_state();
         if st.sealed_on_disk || st.deleted {
             return Ok(true);
         }
         let (count, end) = self.published();
-        let sealing = self.final_state() == Some((count, end));
-        if sealing || closing || end <= st.progress_end {
+        if self.final_state() == Some((count, end)) {
+            drop(st);
+            return self.seal_shared(storage, topic, seal_lock, lock);
+        }
+        if closing || end <= st.progress_end {
             return self.sync_shared_in_two(st, storage, topic, closing, lock);
         }
         // The topic's lock before this extent's sync state, never after: an appender holding
@@ -676,8 +703,11 @@ impl Extent {
         }
     }
 
-    /// [`Extent::sync_shared`] in two steps: the data (no lock), then the claim, footer or
-    /// seal under the lock.
+    /// [`Extent::sync_shared`] in two steps: the data (no lock), then the claim under the
+    /// lock. An `Open` claim is written into the mapping under the lock and made durable
+    /// after it is released (it claims only bytes the first msync made durable, so writeback
+    /// may take it to disk at any moment); a close's `Clean` mark is written and synced
+    /// under it. Never seals: only [`Extent::seal_shared`] does, under the seal lock.
     fn sync_shared_in_two<G>(
         &self,
         mut st: MutexGuard<'_, SyncState>,
@@ -690,25 +720,12 @@ impl Extent {
             return Ok(true);
         }
         let (count, end) = self.published();
-        let sealing = self.final_state() == Some((count, end));
-        let map = &self.file.map;
-        let path = &self.file.path;
-        if end > st.synced_end {
-            storage
-                .sync_map(
-                    map,
-                    path,
-                    self.abs(st.synced_end),
-                    (end - st.synced_end) as usize,
-                )
-                .map_err(|e| Error::io("msync", path, e))?;
-            st.synced_end = end;
-        }
-        if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
+        self.sync_data(&mut st, storage, end)?;
+        if end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
         drop(st);
-        let Some(_guard) = lock() else {
+        let Some(guard) = lock() else {
             return Ok(false);
         };
         if let Some(done) = self.settled_on_disk() {
@@ -716,7 +733,7 @@ impl Extent {
         }
         // Another process claimed more, or as much (a close still marks it clean); a claim
         // over what a commit copy holds never moves back to before its end.
-        if let Some(p) = self.progress_on_disk().filter(|_| !sealing) {
+        if let Some(p) = self.progress_on_disk() {
             let claimed = self.claim_with_copies(p);
             if claimed > end || (claimed == end && !closing) {
                 let mut st = self.sync_state();
@@ -724,7 +741,113 @@ impl Extent {
                 return Ok(false);
             }
         }
-        self.sync(storage, topic, closing)
+        if closing {
+            return self.sync_inner(storage, topic, closing, false);
+        }
+        let found = self.identity_on_disk();
+        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
+            return Err(self.foreign_block(topic, "a progress slot was to be written into", found));
+        }
+        let Some(at) = self.note_synced(count, end) else {
+            return Ok(false);
+        };
+        drop(guard);
+        crate::process::crash_point("claim-written");
+        let (map, path) = (&self.file.map, &self.file.path);
+        storage
+            .sync_map(map, path, at, format::PG_LEN)
+            .map_err(|e| Error::io("msync", path, e))?;
+        Ok(false)
+    }
+
+    /// Shared mode's seal of an extent that ended, every record of it published: data and
+    /// index footer are made durable, then the `Sealed` slot that names the footer's
+    /// checksum. Only the holder of the topic's seal lock (`seal_lock`) writes a footer, so
+    /// the footer stays this process's until its slot is written; the append lock (`lock`)
+    /// is held only to look at the slot and to write it into the mapping, never across an
+    /// msync, so appenders of every process go on while a seal syncs. Without the seal lock
+    /// (another process holds it past its wait) only the data is made durable: the seal is
+    /// left to a later pass. Returns true once the extent is sealed or retired.
+    fn seal_shared<S, G>(
+        &self,
+        storage: &dyn Storage,
+        topic: &str,
+        seal_lock: impl FnOnce() -> Option<S>,
+        lock: impl Fn() -> Option<G>,
+    ) -> Result<bool> {
+        let (count, end) = self.published();
+        let Some(_seal) = seal_lock() else {
+            return self
+                .sync_data(&mut self.sync_state(), storage, end)
+                .map(|()| false);
+        };
+        // Sealed (by the seal lock's last holder) or retired meanwhile: its footer stays.
+        match lock().map(|_guard| self.settled_on_disk()) {
+            None => {
+                return self
+                    .sync_data(&mut self.sync_state(), storage, end)
+                    .map(|()| false);
+            }
+            Some(Some(done)) => return Ok(done),
+            Some(None) => {}
+        }
+        let footer = self.footer(topic, end)?;
+        self.file.map.write_header(self.abs(end), &footer.bytes);
+        let footer_end = end + footer.bytes.len() as u64;
+        self.sync_data(&mut self.sync_state(), storage, footer_end)?;
+        crate::process::crash_point("seal-footer");
+        let progress = Progress {
+            state: ProgressState::Sealed,
+            durable_end: end,
+            record_count: count,
+            max_timestamp_us: self.max_timestamp_us(),
+            footer_count: footer.count,
+            footer_crc: footer.crc,
+        };
+        let at = self.abs(format::PG_SLOT_AT as u64);
+        {
+            let Some(_guard) = lock() else {
+                return Ok(false);
+            };
+            if let Some(done) = self.settled_on_disk() {
+                return Ok(done);
+            }
+            let found = self.identity_on_disk();
+            if found.as_ref().is_none_or(|id| id.salt != self.salt) {
+                return Err(self.foreign_block(topic, "a seal was to be written into", found));
+            }
+            self.clear_copies(end);
+            self.file.map.write_header(at, &progress.encode());
+        }
+        let (map, path) = (&self.file.map, &self.file.path);
+        storage
+            .sync_map(map, path, at, format::PG_LEN)
+            .map_err(|e| Error::io("msync", path, e))?;
+        let mut st = self.sync_state();
+        st.synced_end = st.synced_end.max(end);
+        st.progress_end = end;
+        st.sealed_on_disk = true;
+        st.clean_on_disk = false;
+        Ok(true)
+    }
+
+    /// Makes the bytes below `to` durable (from where the last sync of this handle ended,
+    /// `st`), claiming nothing.
+    fn sync_data(&self, st: &mut SyncState, storage: &dyn Storage, to: u64) -> Result<()> {
+        if to > st.synced_end {
+            let (map, path) = (&self.file.map, &self.file.path);
+            storage
+                .sync_map(
+                    map,
+                    path,
+                    self.abs(st.synced_end),
+                    (to - st.synced_end) as usize,
+                )
+                .map_err(|e| Error::io("msync", path, e))?;
+            // A footer past the records is not theirs: the records end at the published end.
+            st.synced_end = to.min(self.published().1);
+        }
+        Ok(())
     }
 
     /// How far the progress slot `p` and the commit copies that continue it claim.
@@ -1038,6 +1161,14 @@ impl Extent {
         st.sealed_on_disk = disk == ProgressState::Sealed;
         st.clean_on_disk = disk == ProgressState::Clean && synced_end == end;
     }
+}
+
+/// An index footer as a seal writes it: its bytes, entries and checksum.
+#[derive(Debug)]
+struct Footer {
+    bytes: Vec<u8>,
+    count: u64,
+    crc: u32,
 }
 
 /// An extent's published bytes as of one load of its publication word.

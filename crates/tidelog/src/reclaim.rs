@@ -90,10 +90,14 @@ impl Reclaimer {
     pub fn reclaim_topic_locked(&self, topic: &Topic) -> bool {
         self.reclaim_front(topic, |kept| {
             let durable = topic.durable_next();
-            kept.sync_shared(self.storage.as_ref(), &topic.name, false, durable, || {
-                Some(())
-            })
-            .map(drop)
+            // The append lock is held: the seal lock only if free at once (its holders take
+            // it before the append lock), else the seal waits for a later pass.
+            let locks = (
+                || topic.slot().and_then(|s| s.seal_lock(Duration::ZERO).ok()),
+                || Some(()),
+            );
+            kept.sync_shared(self.storage.as_ref(), &topic.name, false, durable, locks)
+                .map(drop)
         })
     }
 

@@ -75,6 +75,10 @@ pub const S_PUBLISHER: usize = S_REPAIR + 4;
 /// treats a topic so marked as deleted; after that process died, the next holder of the
 /// publish turn finishes the deletion (`wal::delete`).
 pub const S_DELETING: usize = S_PUBLISHER + 4;
+/// Lock word of the topic's seals (shared mode): only its holder writes an extent's index
+/// footer and the `Sealed` slot that names the footer's checksum, so a seal's msyncs run
+/// without the append lock and no other process writes a footer of its own meanwhile.
+pub const S_SEAL_LOCK: usize = S_DELETING + 4;
 
 pub const SLOT_BYTES: usize = 256;
 pub const KEY_TAG: u64 = 1 << 32;
@@ -85,7 +89,8 @@ const _: () = assert!(C_MAX_TIMESTAMP + 8 == COPY_BYTES);
 const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
 const _: () = assert!(S_PUBLISHER == S_REPAIR + 4);
 const _: () = assert!(S_DELETING == S_PUBLISHER + 4);
-const _: () = assert!(S_DELETING + 4 <= SLOT_BYTES);
+const _: () = assert!(S_SEAL_LOCK == S_DELETING + 4);
+const _: () = assert!(S_SEAL_LOCK + 4 <= SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
 pub const NO_EXTENT: u64 = u64::MAX;
@@ -159,6 +164,18 @@ impl Drop for TopicGuard<'_> {
     }
 }
 
+/// A held seal lock of a topic (see [`S_SEAL_LOCK`]); released when dropped.
+#[derive(Debug)]
+pub struct SealGuard<'a> {
+    slot: &'a TopicSlot,
+}
+
+impl Drop for SealGuard<'_> {
+    fn drop(&mut self) {
+        lock::release(self.slot.word32(S_SEAL_LOCK));
+    }
+}
+
 impl TopicSlot {
     fn word64(&self, field: usize) -> &AtomicU64 {
         self.shared.map.atomic_u64(self.at + field)
@@ -195,6 +212,16 @@ impl TopicSlot {
             }
         }
         Ok(TopicGuard { slot: self })
+    }
+
+    /// Takes the topic's seal lock (shared mode), waiting up to `wait` for a live holder. A
+    /// holder that died left at most a footer that no `Sealed` slot names yet (the next
+    /// sealer writes its own over it) or a `Sealed` slot in the page cache, which writeback
+    /// makes durable: nothing to repair.
+    pub fn seal_lock(&self, wait: Duration) -> Result<SealGuard<'_>> {
+        self.shared
+            .acquire(self.word32(S_SEAL_LOCK), "topic seal", wait)?;
+        Ok(SealGuard { slot: self })
     }
 
     /// Under the append lock: true while frames a dead holder may have left past the
@@ -536,6 +563,7 @@ impl TopicSlot {
         self.word32(S_REPAIR).store(0, Ordering::Relaxed);
         self.word32(S_PUBLISHER).store(0, Ordering::Relaxed);
         self.word32(S_DELETING).store(0, Ordering::Relaxed);
+        self.word32(S_SEAL_LOCK).store(0, Ordering::Relaxed);
         self.word64(S_KEY).store(key, Ordering::Release);
     }
 }

@@ -1,6 +1,7 @@
 //! The data files' flush: a pass that makes everything published so far durable, catches up
 //! the progress slots and seals finished extents, and a group commit's narrower I/O.
 
+use std::cell::Cell;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -21,6 +22,10 @@ const PROGRESS_LOCK_WAIT: Duration = Duration::from_secs(1);
 /// Longest a sync waits for another process's sync turn on a topic before it syncs on its
 /// own.
 const SYNC_TURN_WAIT: Duration = Duration::from_secs(1);
+/// Longest a seal waits for another process's seal of the topic (shared mode): enough to
+/// notice a dead holder; a live one is mid-seal (milliseconds), or stopped, and this pass
+/// leaves its seals to a later one rather than wait.
+const SEAL_LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// Flushes the data files of one handle; one pass at a time.
 #[derive(Debug)]
@@ -81,7 +86,9 @@ impl Flusher {
             let mut sealed = Vec::new();
             for block in topic.unsynced() {
                 // A consumed extent's file may already be gone: nothing left to make durable.
-                if block.is_consumed() || self.sync_extent(&topic, &block, closing)? {
+                if block.is_consumed()
+                    || self.sync_extent(&topic, &block, closing, &Cell::new(false))?
+                {
                     sealed.push(block);
                 }
             }
@@ -115,9 +122,11 @@ impl Flusher {
             Err(e) => return Err(e),
         };
         let mut sealed = Vec::new();
+        // Once the seal lock is not had in time, this pass seals nothing more of the topic.
+        let seals_blocked = Cell::new(false);
         if turn.is_none() {
             for block in unsynced.iter().filter(|b| b.final_state().is_some()) {
-                if block.is_consumed() || self.sync_extent(topic, block, closing)? {
+                if block.is_consumed() || self.sync_extent(topic, block, closing, &seals_blocked)? {
                     sealed.push(Arc::clone(block));
                 }
             }
@@ -135,7 +144,7 @@ impl Flusher {
         }
         let published = topic.next_offset();
         for block in topic.unsynced_in_order() {
-            if block.is_consumed() || self.sync_extent(topic, &block, closing)? {
+            if block.is_consumed() || self.sync_extent(topic, &block, closing, &seals_blocked)? {
                 sealed.push(block);
             }
         }
@@ -147,17 +156,31 @@ impl Flusher {
         Ok(())
     }
 
-    /// Syncs `block` of `topic` (see `Extent::sync`); in shared mode its progress slot and
-    /// seal are written under the topic's append lock, if it comes within
-    /// `PROGRESS_LOCK_WAIT` (see `Extent::sync_shared`).
-    fn sync_extent(&self, topic: &Topic, block: &Extent, closing: bool) -> Result<bool> {
+    /// Syncs `block` of `topic` (see `Extent::sync`); in shared mode its progress slot is
+    /// written under the topic's append lock, if it comes within `PROGRESS_LOCK_WAIT`, and
+    /// its seal under the seal lock, if it comes within `SEAL_LOCK_WAIT` and did not fail to
+    /// come earlier in the pass (`seals_blocked`); see `Extent::sync_shared`.
+    fn sync_extent(
+        &self,
+        topic: &Topic,
+        block: &Extent,
+        closing: bool,
+        seals_blocked: &Cell<bool>,
+    ) -> Result<bool> {
         let storage = self.storage.as_ref();
         match topic.slot().filter(|_| self.topics.is_shared_mode()) {
             Some(slot) => {
                 let durable = slot.durable_next().max(topic.durable_next());
-                block.sync_shared(storage, &topic.name, closing, durable, || {
-                    slot.lock(PROGRESS_LOCK_WAIT).ok()
-                })
+                let seal_lock = || {
+                    if seals_blocked.get() {
+                        return None;
+                    }
+                    let guard = slot.seal_lock(SEAL_LOCK_WAIT).ok();
+                    seals_blocked.set(guard.is_none());
+                    guard
+                };
+                let locks = (seal_lock, || slot.lock(PROGRESS_LOCK_WAIT).ok());
+                block.sync_shared(storage, &topic.name, closing, durable, locks)
             }
             None => block.sync(storage, &topic.name, closing),
         }

@@ -12,10 +12,12 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::HashMap;
+use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::common::{self, child_command, child_env, geometry, tempdir};
+use tidelog::format::ProgressState;
 use tidelog::{Append, Config, Durability, Error, Wal};
 
 const SHARED_TOPIC: &str = "shared";
@@ -67,6 +69,14 @@ fn child_process_entry() {
     };
     let wal = Wal::open_with(&dir, config).unwrap();
     let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
+    if parts[0] == "flush" {
+        // `flush:CHILD:COUNT`: COUNT records to the shared topic, then a flush.
+        for seq in 0..count {
+            wal.append(SHARED_TOPIC, &value(child, seq)).unwrap();
+        }
+        wal.flush().unwrap();
+        return;
+    }
     if parts[0] == "shared" || parts[0] == "always-shared" {
         // `shared:CHILD[:COUNT[:LEN]]`: one record at a time to the shared topic only (each
         // padded to LEN bytes if given); `always-shared`: the same, each durable.
@@ -561,6 +571,124 @@ fn a_commit_copy_whose_writer_died_before_its_msync_is_never_claimed() {
     let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
     assert_eq!(per_child[&0], vec![0, 1]);
     assert_eq!(per_child[&1], vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn a_process_killed_before_its_claim_is_synced_leaves_nothing_to_repair() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // The child's flush writes an `Open` claim into the mapping and dies before its msync:
+    // the claim is in the page cache, no lock is held.
+    let mut child = child_command(module_path!(), dir.path(), "flush:1:300")
+        .env("TIDELOG_CRASH_AT", "kill:claim-written:1")
+        .spawn()
+        .unwrap();
+    let status = child.wait().unwrap();
+    assert_eq!(
+        status.signal(),
+        Some(9),
+        "the child must die at its crash point"
+    );
+    let start = Instant::now();
+    for seq in 1..200 {
+        wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    }
+    wal.flush().unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(5),
+        "{:?}",
+        start.elapsed()
+    );
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!(info.durable_offset, info.next_offset);
+    let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
+    assert_eq!(per_child[&0], (0..200).collect::<Vec<_>>());
+    wal.close().unwrap();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let again = check_topic(&read_all(&wal, SHARED_TOPIC));
+    assert_eq!(again, per_child);
+    assert_eq!(wal.recovery_report().repaired_from_copies, 0);
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_process_stopped_in_a_seal_holds_no_appender_back_and_a_dead_one_is_taken_over() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // Large records: the child rolls within its first few dozen appends, and its group
+    // commit's pass seals the extent that ended. It stops with the footer durable, holding
+    // the topic's seal lock (not its append lock).
+    let mut child = child_command(module_path!(), dir.path(), "always-shared:1:100000:2000")
+        .env("TIDELOG_CRASH_AT", "stop:seal-footer:1")
+        .spawn()
+        .unwrap();
+    wait_until_stopped(&child, "holding the topic's seal lock");
+    // Appends roll over several extents, and flushes run between them: no append waits for
+    // the stopped seal (it holds no append lock). A flush waits for the child's sync turn
+    // (it stopped in its pass) up to that bound, syncs on its own and leaves the seals.
+    let mut appending = Duration::ZERO;
+    let mut seq = 1;
+    for _ in 0..3 {
+        let start = Instant::now();
+        for _ in 0..40 {
+            let mut v = value(0, seq);
+            v.resize(1500, b'z');
+            wal.append(SHARED_TOPIC, &v).unwrap();
+            seq += 1;
+        }
+        appending += start.elapsed();
+        let start = Instant::now();
+        wal.flush().unwrap();
+        assert!(start.elapsed() < WAIT, "a flush took {:?}", start.elapsed());
+    }
+    assert!(
+        appending < Duration::from_secs(3),
+        "appends waited {appending:?} for a stopped seal"
+    );
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The dead holder's seal lock is taken over: this process seals every extent that ended.
+    wal.append(SHARED_TOPIC, &value(0, seq)).unwrap();
+    wal.flush().unwrap();
+    let extents = common::extents(dir.path());
+    let (last, ended) = extents.split_last().unwrap();
+    assert!(ended.len() >= 4, "{} extents", extents.len());
+    for e in ended {
+        let state = e.progress.as_ref().map(|p| p.state);
+        assert_eq!(state, Some(ProgressState::Sealed), "extent at {}", e.start);
+    }
+    assert_ne!(
+        last.progress.as_ref().map(|p| p.state),
+        Some(ProgressState::Sealed)
+    );
+    let info = wal.topic_info(SHARED_TOPIC).unwrap();
+    assert_eq!(info.durable_offset, info.next_offset);
+    wal.close().unwrap();
+    // Every footer checks (a seek by offset into each extent reads its index), and the
+    // records are dense, this process's in order.
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let records = common::read_all(&wal, SHARED_TOPIC);
+    assert_eq!(records.len() as u64, info.next_offset);
+    for (i, (offset, _, _)) in records.iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets must be dense");
+    }
+    let mine: Vec<u64> = records
+        .iter()
+        .map(|(_, _, v)| parse(v))
+        .filter(|&(c, _)| c == 0)
+        .map(|(_, s)| s)
+        .collect();
+    assert_eq!(mine, (0..=seq).collect::<Vec<_>>());
+    for e in ended {
+        let first = e.id.first_offset;
+        let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
+        reader.seek(first + 1).unwrap();
+        let record = reader.next().unwrap().unwrap();
+        assert_eq!(record.offset, first + 1);
+    }
+    wal.close().unwrap();
 }
 
 #[test]
