@@ -766,8 +766,8 @@ impl Extent {
     /// the footer stays this process's until its slot is written; the append lock (`lock`)
     /// is held only to look at the slot and to write it into the mapping, never across an
     /// msync, so appenders of every process go on while a seal syncs. Without the seal lock
-    /// (another process holds it past its wait) only the data is made durable: the seal is
-    /// left to a later pass. Returns true once the extent is sealed or retired.
+    /// (another process holds it past its wait) the extent gets an `Open` claim instead, and
+    /// its seal is left to a later pass. Returns true once the extent is sealed or retired.
     fn seal_shared<S, G>(
         &self,
         storage: &dyn Storage,
@@ -777,9 +777,8 @@ impl Extent {
     ) -> Result<bool> {
         let (count, end) = self.published();
         let Some(_seal) = seal_lock() else {
-            return self
-                .sync_data(&mut self.sync_state(), storage, end)
-                .map(|()| false);
+            // Claimed `Open` meanwhile: the records are durable and claimed all the same.
+            return self.sync_shared_in_two(self.sync_state(), storage, topic, false, lock);
         };
         // Sealed (by the seal lock's last holder) or retired meanwhile: its footer stays.
         match lock().map(|_guard| self.settled_on_disk()) {

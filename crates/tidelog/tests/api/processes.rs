@@ -647,6 +647,13 @@ fn a_process_stopped_in_a_seal_holds_no_appender_back_and_a_dead_one_is_taken_ov
         appending < Duration::from_secs(3),
         "appends waited {appending:?} for a stopped seal"
     );
+    // Meanwhile the extents that ended are claimed (`Open`, every record), not sealed.
+    let extents = common::extents(dir.path());
+    for e in &extents[..extents.len() - 1] {
+        let p = e.progress.as_ref().expect("a claim");
+        assert_eq!(p.state, ProgressState::Open, "extent at {}", e.start);
+        assert!(p.record_count > 0);
+    }
     child.kill().unwrap();
     child.wait().unwrap();
     // The dead holder's seal lock is taken over: this process seals every extent that ended.
