@@ -683,8 +683,9 @@ impl Extent {
         }
     }
 
-    /// Under the topic's append lock: true or false when the progress slot on disk settles
-    /// the extent (sealed, or retired: nothing more to do), `None` otherwise.
+    /// Under the topic's append lock (or, for a seal, its seal lock): true or false when the
+    /// progress slot on disk settles the extent (sealed, or retired: nothing more to do),
+    /// `None` otherwise.
     fn settled_on_disk(&self) -> Option<bool> {
         let mut st = self.sync_state();
         if st.sealed_on_disk || st.deleted {
@@ -781,14 +782,11 @@ impl Extent {
             return self.sync_shared_in_two(self.sync_state(), storage, topic, false, lock);
         };
         // Sealed (by the seal lock's last holder) or retired meanwhile: its footer stays.
-        match lock().map(|_guard| self.settled_on_disk()) {
-            None => {
-                return self
-                    .sync_data(&mut self.sync_state(), storage, end)
-                    .map(|()| false);
-            }
-            Some(Some(done)) => return Ok(done),
-            Some(None) => {}
+        // Read without the append lock: only seal-lock holders write a `Sealed` slot, and
+        // only a retirement writes over one (a torn read then costs a footer write into an
+        // extent no one reads again).
+        if let Some(done) = self.settled_on_disk() {
+            return Ok(done);
         }
         let footer = self.footer(topic, end)?;
         self.file.map.write_header(self.abs(end), &footer.bytes);
