@@ -788,6 +788,7 @@ impl Extent {
         if let Some(done) = self.settled_on_disk() {
             return Ok(done);
         }
+        crate::process::crash_point("seal-checked");
         let footer = self.footer(topic, end)?;
         self.file.map.write_header(self.abs(end), &footer.bytes);
         let footer_end = end + footer.bytes.len() as u64;

@@ -69,6 +69,19 @@ fn child_process_entry() {
     };
     let wal = Wal::open_with(&dir, config).unwrap();
     let count: u64 = parts.get(2).map_or(u64::MAX / 2, |c| c.parse().unwrap());
+    if parts[0] == "flushing" {
+        // `flushing:CHILD:COUNT:EVERY`: COUNT records to the shared topic, a flush after
+        // every EVERY of them, then a close.
+        let every: u64 = parts[3].parse().unwrap();
+        for seq in 0..count {
+            wal.append(SHARED_TOPIC, &value(child, seq)).unwrap();
+            if seq % every == every - 1 {
+                wal.flush().unwrap();
+            }
+        }
+        wal.close().unwrap();
+        return;
+    }
     if parts[0] == "flush" {
         // `flush:CHILD:COUNT`: COUNT records to the shared topic, then a flush.
         for seq in 0..count {
@@ -571,6 +584,96 @@ fn a_commit_copy_whose_writer_died_before_its_msync_is_never_claimed() {
     let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
     assert_eq!(per_child[&0], vec![0, 1]);
     assert_eq!(per_child[&1], vec![0, 1, 2, 3, 4]);
+}
+
+#[test]
+fn processes_sealing_the_same_extents_leave_every_footer_named_by_its_seal() {
+    let dir = tempdir();
+    // Three processes append to one topic and flush often: each holds the extents it
+    // appended to or lined up with, and each pass tries to seal those that ended.
+    let mut children: Vec<_> = (1..=3)
+        .map(|c| {
+            child_command(module_path!(), dir.path(), &format!("flushing:{c}:5000:40"))
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for child in &mut children {
+        assert!(child.wait().unwrap().success());
+    }
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let per_child = check_topic(&read_all(&wal, SHARED_TOPIC));
+    for c in 1..=3 {
+        assert_eq!(per_child[&c], (0..5000).collect::<Vec<_>>(), "child {c}");
+    }
+    // Every sealed extent's footer is the one its `Sealed` slot names: a seek into it reads
+    // the footer and checks it against the slot's checksum.
+    let extents = common::extents(dir.path());
+    let sealed: Vec<_> = extents
+        .iter()
+        .filter(|e| e.progress.as_ref().map(|p| p.state) == Some(ProgressState::Sealed))
+        .collect();
+    assert!(
+        sealed.len() >= 10,
+        "{} of {} extents sealed",
+        sealed.len(),
+        extents.len()
+    );
+    for e in sealed {
+        let p = e.progress.as_ref().unwrap();
+        assert!(p.footer_count > 0, "extent at {}", e.start);
+        let target = e.id.first_offset + p.record_count - 1;
+        let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
+        reader.seek(target).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap().offset, target);
+    }
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_seal_cut_short_never_writes_its_footer_under_another_process_seal() {
+    let dir = tempdir();
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
+    // The child rolls within its first few dozen appends and stops in its first seal after
+    // it found the extent unsealed, before it wrote its footer, holding the seal lock.
+    let mut child = child_command(module_path!(), dir.path(), "always-shared:1:60:2000")
+        .env("TIDELOG_CRASH_AT", "stop:seal-checked:1")
+        .spawn()
+        .unwrap();
+    wait_until_stopped(&child, "in its seal, before its footer");
+    // This process's flush cannot seal that extent meanwhile (its footer would hold other
+    // index entries than the child's): it claims it instead.
+    wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
+    wal.flush().unwrap();
+    let resumed = std::process::Command::new("kill")
+        .args(["-CONT", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(resumed.success());
+    assert!(child.wait().unwrap().success());
+    wal.flush().unwrap();
+    let extents = common::extents(dir.path());
+    let first = &extents[0];
+    let p = first.progress.as_ref().expect("a slot");
+    assert_eq!(p.state, ProgressState::Sealed);
+    wal.close().unwrap();
+    // The footer on disk is the one the `Sealed` slot names: a seek into the extent, in a
+    // handle that never held its index, reads and checks it.
+    let wal = Wal::open_with(dir.path(), cfg()).unwrap();
+    let target = p.record_count - 1;
+    let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
+    reader.seek(target).unwrap();
+    assert_eq!(reader.next().unwrap().unwrap().offset, target);
+    let mut per_child: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (i, (offset, v)) in read_all(&wal, SHARED_TOPIC).iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets must be dense");
+        let (c, seq) = parse(v);
+        per_child.entry(c).or_default().push(seq);
+    }
+    assert_eq!(per_child[&0], vec![0, 1]);
+    assert_eq!(per_child[&1], (0..60).collect::<Vec<_>>());
+    wal.close().unwrap();
 }
 
 #[test]
