@@ -91,7 +91,7 @@ impl Reclaimer {
         self.reclaim_front(topic, |kept| {
             let durable = topic.durable_next();
             // The append lock is held: the seal lock only if free at once (its holders take
-            // it before the append lock), else the seal waits for a later pass.
+            // it before the append lock), else the extent is claimed and sealed later.
             let locks = (
                 || topic.slot().and_then(|s| s.seal_lock(Duration::ZERO).ok()),
                 || Some(()),

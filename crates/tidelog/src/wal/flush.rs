@@ -24,7 +24,7 @@ const PROGRESS_LOCK_WAIT: Duration = Duration::from_secs(1);
 const SYNC_TURN_WAIT: Duration = Duration::from_secs(1);
 /// Longest a seal waits for another process's seal of the topic (shared mode): enough to
 /// notice a dead holder; a live one is mid-seal (milliseconds), or stopped, and this pass
-/// leaves its seals to a later one rather than wait.
+/// claims the extent instead and leaves its seals to a later one rather than wait.
 const SEAL_LOCK_WAIT: Duration = Duration::from_millis(20);
 
 /// Flushes the data files of one handle; one pass at a time.
