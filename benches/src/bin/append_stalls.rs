@@ -142,8 +142,7 @@ fn run(dir: &Path, exclusive: bool, seconds: f64, stall: Duration) -> Result<Rou
 fn medians(rounds: &[Round]) -> Round {
     let median = |f: fn(&Round) -> f64| {
         let mut v: Vec<f64> = rounds.iter().map(f).collect();
-        v.sort_by(f64::total_cmp);
-        v[v.len() / 2]
+        tidelog_benches::median(&mut v)
     };
     Round {
         records_per_s: median(|r| r.records_per_s),

@@ -223,6 +223,16 @@ impl Extent {
         }
     }
 
+    /// Only over this extent's own identity (its salt) may its header be written: anything
+    /// else there is another extent, which `what` would destroy.
+    fn check_own_identity(&self, topic: &str, what: &str) -> Result<()> {
+        let found = self.identity_on_disk();
+        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
+            return Err(self.foreign_block(topic, what, found));
+        }
+        Ok(())
+    }
+
     /// Writes the identity slot (before any record is written into the extent). The
     /// allocator hands out only blocks past every extent: one whose slot holds a valid
     /// identity is refused, not overwritten.
@@ -540,23 +550,15 @@ impl Extent {
         if !sealing && end <= st.progress_end && (!closing || st.clean_on_disk) {
             return Ok(false);
         }
-        let map = &self.file.map;
-        let path = &self.file.path;
         let footer = if sealing {
             let footer = self.footer(topic, end)?;
-            map.write_header(self.abs(end), &footer.bytes);
+            self.file.map.write_header(self.abs(end), &footer.bytes);
             Some(footer)
         } else {
             None
         };
         let data_end = end + footer.as_ref().map_or(0, |f| f.bytes.len() as u64);
-        let from = st.synced_end;
-        if data_end > from {
-            storage
-                .sync_map(map, path, self.abs(from), (data_end - from) as usize)
-                .map_err(|e| Error::io("msync", path, e))?;
-        }
-        st.synced_end = end;
+        self.sync_data(&mut st, storage, data_end)?;
         let clean = !sealing && closing;
         let progress = Progress {
             state: if sealing {
@@ -745,19 +747,13 @@ impl Extent {
         if closing {
             return self.sync_inner(storage, topic, closing, false);
         }
-        let found = self.identity_on_disk();
-        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
-            return Err(self.foreign_block(topic, "a progress slot was to be written into", found));
-        }
+        self.check_own_identity(topic, "a progress slot was to be written into")?;
         let Some(at) = self.note_synced(count, end) else {
             return Ok(false);
         };
         drop(guard);
         crate::process::crash_point("claim-written");
-        let (map, path) = (&self.file.map, &self.file.path);
-        storage
-            .sync_map(map, path, at, format::PG_LEN)
-            .map_err(|e| Error::io("msync", path, e))?;
+        self.sync_progress(storage, at)?;
         Ok(false)
     }
 
@@ -802,25 +798,17 @@ impl Extent {
             footer_count: footer.count,
             footer_crc: footer.crc,
         };
-        let at = self.abs(format::PG_SLOT_AT as u64);
-        {
+        let at = {
             let Some(_guard) = lock() else {
                 return Ok(false);
             };
             if let Some(done) = self.settled_on_disk() {
                 return Ok(done);
             }
-            let found = self.identity_on_disk();
-            if found.as_ref().is_none_or(|id| id.salt != self.salt) {
-                return Err(self.foreign_block(topic, "a seal was to be written into", found));
-            }
             self.clear_copies(end);
-            self.file.map.write_header(at, &progress.encode());
-        }
-        let (map, path) = (&self.file.map, &self.file.path);
-        storage
-            .sync_map(map, path, at, format::PG_LEN)
-            .map_err(|e| Error::io("msync", path, e))?;
+            self.put_progress(topic, &progress)?
+        };
+        self.sync_progress(storage, at)?;
         let mut st = self.sync_state();
         st.synced_end = st.synced_end.max(end);
         st.progress_end = end;
@@ -950,10 +938,7 @@ impl Extent {
         if len > format::CC_PAYLOAD_MAX || count < claim.record_count {
             return Ok(None);
         }
-        let found = self.identity_on_disk();
-        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
-            return Err(self.foreign_block(topic, "a commit copy was to be written into", found));
-        }
+        self.check_own_identity(topic, "a commit copy was to be written into")?;
         // Keep the copy that continues the claim on disk (the longer, if both do): a torn
         // write of this header must still leave a chain from it. Else overwrite the older.
         let rank = |c: &Option<CommitCopy>| {
@@ -1137,13 +1122,21 @@ impl Extent {
         topic: &str,
         progress: &Progress,
     ) -> Result<()> {
-        // Only over this extent's own identity: anything else there is another extent.
-        let found = self.identity_on_disk();
-        if found.as_ref().is_none_or(|id| id.salt != self.salt) {
-            return Err(self.foreign_block(topic, "a progress slot was to be written into", found));
-        }
+        let at = self.put_progress(topic, progress)?;
+        self.sync_progress(storage, at)
+    }
+
+    /// Writes the progress slot into the mapping, over this extent's own identity only;
+    /// returns its absolute position for [`Extent::sync_progress`].
+    fn put_progress(&self, topic: &str, progress: &Progress) -> Result<usize> {
+        self.check_own_identity(topic, "a progress slot was to be written into")?;
         let at = self.abs(format::PG_SLOT_AT as u64);
         self.file.map.write_header(at, &progress.encode());
+        Ok(at)
+    }
+
+    /// Makes the progress slot at `at` (and the header page around it) durable.
+    fn sync_progress(&self, storage: &dyn Storage, at: usize) -> Result<()> {
         storage
             .sync_map(&self.file.map, &self.file.path, at, format::PG_LEN)
             .map_err(|e| Error::io("msync", &self.file.path, e))

@@ -147,6 +147,26 @@ fn read_all(wal: &Wal, topic: &str) -> Vec<(u64, Vec<u8>)> {
         .collect()
 }
 
+/// A seek of `wal`'s reader to `offset` of the shared topic reads that record: in a sealed
+/// extent the seek reads its index footer, checked against the `Sealed` slot's checksum.
+fn seek_reads(wal: &Wal, offset: u64) {
+    let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
+    reader.seek(offset).unwrap();
+    assert_eq!(reader.next().unwrap().unwrap().offset, offset);
+}
+
+/// Offsets of the shared topic dense from 0; each child's sequence numbers in offset order
+/// (values padded or not).
+fn seqs_by_child(wal: &Wal) -> HashMap<u32, Vec<u64>> {
+    let mut per_child: HashMap<u32, Vec<u64>> = HashMap::new();
+    for (i, (offset, v)) in read_all(wal, SHARED_TOPIC).iter().enumerate() {
+        assert_eq!(*offset, i as u64, "offsets must be dense");
+        let (child, seq) = parse(v);
+        per_child.entry(child).or_default().push(seq);
+    }
+    per_child
+}
+
 /// Offsets dense from 0, and each child's sequence numbers strictly increasing; returns
 /// the records per child.
 fn check_topic(records: &[(u64, Vec<u8>)]) -> HashMap<u32, Vec<u64>> {
@@ -622,10 +642,7 @@ fn processes_sealing_the_same_extents_leave_every_footer_named_by_its_seal() {
     for e in sealed {
         let p = e.progress.as_ref().unwrap();
         assert!(p.footer_count > 0, "extent at {}", e.start);
-        let target = e.id.first_offset + p.record_count - 1;
-        let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
-        reader.seek(target).unwrap();
-        assert_eq!(reader.next().unwrap().unwrap().offset, target);
+        seek_reads(&wal, e.id.first_offset + p.record_count - 1);
     }
     wal.close().unwrap();
 }
@@ -661,16 +678,8 @@ fn a_seal_cut_short_never_writes_its_footer_under_another_process_seal() {
     // The footer on disk is the one the `Sealed` slot names: a seek into the extent, in a
     // handle that never held its index, reads and checks it.
     let wal = Wal::open_with(dir.path(), cfg()).unwrap();
-    let target = p.record_count - 1;
-    let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
-    reader.seek(target).unwrap();
-    assert_eq!(reader.next().unwrap().unwrap().offset, target);
-    let mut per_child: HashMap<u32, Vec<u64>> = HashMap::new();
-    for (i, (offset, v)) in read_all(&wal, SHARED_TOPIC).iter().enumerate() {
-        assert_eq!(*offset, i as u64, "offsets must be dense");
-        let (c, seq) = parse(v);
-        per_child.entry(c).or_default().push(seq);
-    }
+    seek_reads(&wal, p.record_count - 1);
+    let per_child = seqs_by_child(&wal);
     assert_eq!(per_child[&0], vec![0, 1]);
     assert_eq!(per_child[&1], (0..60).collect::<Vec<_>>());
     wal.close().unwrap();
@@ -779,24 +788,12 @@ fn a_process_stopped_in_a_seal_holds_no_appender_back_and_a_dead_one_is_taken_ov
     // Every footer checks (a seek by offset into each extent reads its index), and the
     // records are dense, this process's in order.
     let wal = Wal::open_with(dir.path(), cfg()).unwrap();
-    let records = common::read_all(&wal, SHARED_TOPIC);
-    assert_eq!(records.len() as u64, info.next_offset);
-    for (i, (offset, _, _)) in records.iter().enumerate() {
-        assert_eq!(*offset, i as u64, "offsets must be dense");
-    }
-    let mine: Vec<u64> = records
-        .iter()
-        .map(|(_, _, v)| parse(v))
-        .filter(|&(c, _)| c == 0)
-        .map(|(_, s)| s)
-        .collect();
-    assert_eq!(mine, (0..=seq).collect::<Vec<_>>());
+    let per_child = seqs_by_child(&wal);
+    let records: usize = per_child.values().map(Vec::len).sum();
+    assert_eq!(records as u64, info.next_offset);
+    assert_eq!(per_child[&0], (0..=seq).collect::<Vec<_>>());
     for e in ended {
-        let first = e.id.first_offset;
-        let mut reader = wal.reader(SHARED_TOPIC, "seek").unwrap();
-        reader.seek(first + 1).unwrap();
-        let record = reader.next().unwrap().unwrap();
-        assert_eq!(record.offset, first + 1);
+        seek_reads(&wal, e.id.first_offset + 1);
     }
     wal.close().unwrap();
 }
