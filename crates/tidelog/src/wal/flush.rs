@@ -2,9 +2,9 @@
 //! the progress slots and seals finished extents, and a group commit's narrower I/O.
 
 use std::cell::Cell;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::topics::Topics;
 use crate::error::{Error, Result};
@@ -26,6 +26,31 @@ const SYNC_TURN_WAIT: Duration = Duration::from_secs(1);
 /// notice a dead holder; a live one is mid-seal (milliseconds), or stopped, and this pass
 /// claims the extent instead and leaves its seals to a later one rather than wait.
 const SEAL_LOCK_WAIT: Duration = Duration::from_millis(20);
+/// Longest a group commit's sync waits for the records it expects (shared mode; see
+/// `Flusher::gather`), and the share of its previous sync's duration it may wait at most.
+const GATHER_MAX: Duration = Duration::from_micros(200);
+const GATHER_SHARE: u32 = 2;
+
+/// Why a flush runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Pass {
+    /// The periodic pass, or a flush asked for.
+    Flush,
+    /// Appends have stopped: active extents are marked `Clean` in the same write.
+    Close,
+    /// A group commit (`Always`) in shared mode.
+    Group,
+}
+
+/// What the last group commit this process synced in a topic saw (shared mode).
+#[derive(Debug, Clone, Copy)]
+struct Gathered {
+    /// Records its sync covered plus those published while it ran: how many the next
+    /// group commit waits for.
+    records: u64,
+    /// How long its sync took.
+    sync: Duration,
+}
 
 /// Flushes the data files of one handle; one pass at a time.
 #[derive(Debug)]
@@ -34,6 +59,8 @@ pub(crate) struct Flusher {
     storage: Arc<dyn Storage>,
     sync: Arc<SyncQueue>,
     lock: Mutex<()>,
+    /// Per topic id; only the holder of `lock` touches it.
+    gathered: Mutex<HashMap<u32, Gathered>>,
 }
 
 impl Flusher {
@@ -43,6 +70,7 @@ impl Flusher {
             storage,
             sync,
             lock: Mutex::new(()),
+            gathered: Mutex::new(HashMap::new()),
         }
     }
 
@@ -62,12 +90,13 @@ impl Flusher {
     pub fn flush_pass(&self, closing: bool) -> Result<()> {
         self.sync.check()?;
         let upto = self.sync.begin_pass();
-        let result = self.flush_extents(closing);
+        let result = self.flush_extents(if closing { Pass::Close } else { Pass::Flush });
         self.sync.end_pass(upto, &result);
         result
     }
 
-    fn flush_extents(&self, closing: bool) -> Result<()> {
+    fn flush_extents(&self, pass: Pass) -> Result<()> {
+        let closing = pass == Pass::Close;
         let _flushing = self.hold();
         for topic in self.topics.all() {
             // Another process deleted it and marked its extents: a sync here would write
@@ -78,7 +107,7 @@ impl Flusher {
             if self.topics.is_shared_mode()
                 && let Some(slot) = topic.slot()
             {
-                self.flush_topic_shared(&topic, slot, closing)?;
+                self.flush_topic_shared(&topic, slot, pass)?;
                 continue;
             }
             // Loaded before the extents' publication words: the pass covers at least this.
@@ -105,8 +134,10 @@ impl Flusher {
     /// syncing waits, and is done when that sync covered its records (`durable next`);
     /// the one whose turn it is syncs what every process published in the topic's newest
     /// extent so far, then moves `durable next` for all. Extents that ended are still
-    /// sealed by the process that holds them.
-    fn flush_topic_shared(&self, topic: &Topic, slot: &TopicSlot, closing: bool) -> Result<()> {
+    /// sealed by the process that holds them. A group commit's sync first gathers the
+    /// records it expects (`Flusher::gather`).
+    fn flush_topic_shared(&self, topic: &Topic, slot: &TopicSlot, pass: Pass) -> Result<()> {
+        let closing = pass == Pass::Close;
         let unsynced = topic.unsynced_in_order();
         if unsynced.is_empty() {
             return Ok(());
@@ -135,6 +166,11 @@ impl Flusher {
             return Ok(());
         }
         crate::process::crash_point("sync-turn");
+        let durable_before = slot.durable_next();
+        if pass == Pass::Group {
+            self.gather(topic.id, slot, durable_before);
+        }
+        let started = Instant::now();
         // What the others published in the newest extent, this sync covers too.
         if let Some(snap) = slot.snapshot_held()
             && let Some(last) = topic.with_chain(|c| c.last().cloned())
@@ -149,11 +185,42 @@ impl Flusher {
             }
         }
         topic.forget_synced(&sealed);
+        // Loaded before the others are woken: their next appends belong to the next group.
+        let seen = slot.next_offset();
+        let sync = started.elapsed();
         // Only as far as every extent below is synced (extents this handle only follows
         // are made durable by their writers).
         topic.note_durable(topic.synced_through(published));
+        if pass == Pass::Group {
+            let records = seen.saturating_sub(durable_before);
+            self.gathered
+                .lock()
+                .recover()
+                .insert(topic.id, Gathered { records, sync });
+        }
         drop(turn);
         Ok(())
+    }
+
+    /// A group commit's sync turn in shared mode, before its sync: waits until as many
+    /// records wait for durability as the last group commit this process synced in the
+    /// topic covered or saw published while it ran, for at most `GATHER_MAX` and
+    /// `1 / GATHER_SHARE` of that sync's duration. Without it, processes whose records a
+    /// sync covered append again while the next one already runs with the others' records,
+    /// and the groups stay split in two. The expectation follows the appenders within one
+    /// group: one fewer costs one wait to the bound, and the next waits for one fewer.
+    fn gather(&self, topic_id: u32, slot: &TopicSlot, durable_before: u64) {
+        let Some(last) = self.gathered.lock().recover().get(&topic_id).copied() else {
+            return;
+        };
+        let window = (last.sync / GATHER_SHARE).min(GATHER_MAX);
+        let enough = || slot.next_offset().saturating_sub(durable_before) >= last.records;
+        let deadline = Instant::now() + window;
+        // Yields rather than sleeps: the others need the CPU to append (on few CPUs), and a
+        // sleep would have every publish wake this thread with a system call.
+        while !enough() && Instant::now() < deadline {
+            std::thread::yield_now();
+        }
     }
 
     /// Syncs `block` of `topic` (see `Extent::sync`); in shared mode its progress slot is
@@ -196,7 +263,7 @@ impl Flusher {
         if self.topics.is_shared_mode() {
             // Other processes write these progress slots too: one extent at a time, each
             // under its topic's append lock.
-            return self.flush_extents(false);
+            return self.flush_extents(Pass::Group);
         }
         let _flushing = self.hold();
         let (spans, published) = self.unsynced_spans();
