@@ -122,7 +122,8 @@ class RecoveryReport:
     @property
     def repaired_from_copies(self) -> int:
         """Extents whose newest records differed from their commit copy and were rewritten
-        from it (a power loss during that group commit's sync, or damage)."""
+        from it (a power loss during that group commit's sync, or damage); in a read-only
+        handle, read from it in memory instead."""
     @property
     def damaged_commit_copies(self) -> int:
         """Commit-copy slots that fail their checks (a torn header write, or damage): ignored,

@@ -6,7 +6,7 @@
 //! see a consistent pair.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, RwLock};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 
 use crate::error::{Error, Result};
 use crate::file::DataFile;
@@ -78,6 +78,11 @@ pub struct Extent {
     writer_held: AtomicBool,
     /// Counted in the file's `consumed_blocks`.
     consumed: AtomicBool,
+    /// A read-only handle's copy of the extent's first bytes with records that differ on
+    /// disk from their commit copy put back from it (recovery, which writes nothing): a
+    /// frame that starts below its end is read here, any other from the mapping. Its bytes
+    /// are what the file holds once a writable open repairs it, so it never goes stale.
+    image: OnceLock<Arc<[u8]>>,
 }
 
 impl Extent {
@@ -115,7 +120,27 @@ impl Extent {
             sync: Mutex::new(SyncState::default()),
             writer_held: AtomicBool::new(false),
             consumed: AtomicBool::new(false),
+            image: OnceLock::new(),
         }
+    }
+
+    /// Reads the frames below the end of `image` from it (see the field); once.
+    pub fn set_image(&self, image: Arc<[u8]>) {
+        debug_assert!(image.len() as u64 <= self.data_limit);
+        let _ = self.image.set(image);
+    }
+
+    pub fn has_image(&self) -> bool {
+        self.image.get().is_some()
+    }
+
+    /// The image, when `[from, to)` lies in it.
+    #[inline]
+    fn image_over(&self, from: usize, to: usize) -> Option<&[u8]> {
+        self.image
+            .get()
+            .filter(|image| from <= to && to <= image.len())
+            .map(|image| &image[..])
     }
 
     /// Marks the extent as held by its writer (the file's counter already counts it).
@@ -353,7 +378,10 @@ impl Extent {
     pub fn bytes(&self, rel: usize, len: usize) -> &[u8] {
         let (_, end) = self.published();
         assert!((rel + len) as u64 <= end, "read past the published end");
-        &self.published_prefix(end)[rel..rel + len]
+        match self.image_over(rel, rel + len) {
+            Some(image) => &image[rel..rel + len],
+            None => &self.published_prefix(end)[rel..rel + len],
+        }
     }
 
     /// Borrows the extent's bytes below `end`, a publication end the caller loaded.
@@ -375,6 +403,20 @@ impl Extent {
     /// watermark or an end the writer reported published, below which the writer never
     /// writes again (or, in an extent the writer left, the end of one frame at a time).
     pub fn recovery_bytes(&self, limit: u64) -> &[u8] {
+        self.recovery_bytes_at(u64::MAX, limit)
+    }
+
+    /// [`Extent::recovery_bytes`] for reading the frame at `position`: the image, when the
+    /// extent has one that `position` lies in (the frame then ends in it too: a commit copy
+    /// holds whole frames).
+    pub fn recovery_bytes_at(&self, position: u64, limit: u64) -> &[u8] {
+        if let Some(image) = self.image.get()
+            && position < image.len() as u64
+        {
+            return &image[..image
+                .len()
+                .min(usize::try_from(limit).unwrap_or(usize::MAX))];
+        }
         let limit = limit.min(self.len) as usize;
         #[expect(unsafe_code, reason = "borrows the mapped file")]
         // SAFETY: in bounds (clamped to the extent); per the contract above nobody writes
@@ -411,6 +453,7 @@ impl Extent {
         PublishedFrames {
             block: self,
             bytes: self.published_prefix(end),
+            image: self.image.get().map(|image| &image[..]),
             end,
         }
     }
@@ -1167,6 +1210,8 @@ struct Footer {
 pub struct PublishedFrames<'a> {
     block: &'a Extent,
     bytes: &'a [u8],
+    /// The extent's image (see `Extent::image`), read for the frames that start in it.
+    image: Option<&'a [u8]>,
     end: u64,
 }
 
@@ -1188,10 +1233,11 @@ impl PublishedFrames<'_> {
         if position >= self.end {
             return Err(FrameError::End);
         }
-        match self
-            .block
-            .decode_frame(self.bytes, position, offset, verify)
-        {
+        let bytes = match self.image {
+            Some(image) if position < image.len() as u64 => image,
+            _ => self.bytes,
+        };
+        match self.block.decode_frame(bytes, position, offset, verify) {
             // Zero bytes inside the published range are damage, not the end.
             Err(FrameError::End) => Err(FrameError::BadMagic),
             other => other,
@@ -1201,6 +1247,9 @@ impl PublishedFrames<'_> {
     /// The bytes of `range` (inside a frame this view decoded).
     #[inline]
     pub fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
-        &self.bytes[range]
+        match self.image {
+            Some(image) if range.end <= image.len() => &image[range],
+            _ => &self.bytes[range],
+        }
     }
 }

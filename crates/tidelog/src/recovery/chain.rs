@@ -132,6 +132,30 @@ impl Recovery<'_> {
         }
     }
 
+    /// A read-only open whose extent `f` holds records that differ from their commit copy:
+    /// gives `block` its bytes up to the end of the last copy, read from the file with the
+    /// copies' bytes in place of those records (once per extent: a handle that follows
+    /// keeps the one it made first).
+    fn put_image(&self, f: &Found, block: &Extent) -> Result<()> {
+        let Some(end) = f.patches.iter().map(|(at, b)| at + b.len() as u64).max() else {
+            return Ok(());
+        };
+        if block.has_image() {
+            return Ok(());
+        }
+        let mut image = vec![0u8; usize::try_from(end).unwrap_or(usize::MAX)];
+        let at = f.file.block_position(f.id.block_index);
+        self.storage
+            .read_at(&f.file.file, &f.file.path, &mut image, at)
+            .map_err(|e| Error::io("read records under a commit copy", &f.file.path, e))?;
+        for (pos, bytes) in &f.patches {
+            let pos = *pos as usize;
+            image[pos..pos + bytes.len()].copy_from_slice(bytes);
+        }
+        block.set_image(image.into());
+        Ok(())
+    }
+
     /// Adds extent `f` to `topic` (`next`: where the topic's next extent starts; `None` for
     /// its last): dropped after a gap, trusted from its seal, or scanned.
     pub(super) fn add_extent(
@@ -142,6 +166,7 @@ impl Recovery<'_> {
         report: &mut RecoveryReport,
     ) -> Result<()> {
         let block = self.block_of(&f);
+        self.put_image(&f, &block)?;
         if topic.dropping || topic.expected.is_some_and(|e| e != f.id.first_offset) {
             // An extent its allocator never named (it died rolling, in shared mode) holds no
             // record, and another extent starts at its first offset: it breaks nothing.
@@ -446,12 +471,12 @@ fn holds_no_record(f: &Found, block: &Extent) -> bool {
         return false;
     }
     let first = format::BLOCK_HEADER_BYTES;
-    let bytes = block.recovery_bytes(first + format::FRAME_HEADER_BYTES);
+    let bytes = block.recovery_bytes_at(first, first + format::FRAME_HEADER_BYTES);
     let header_only = block.decode_frame(bytes, first, f.id.first_offset, false);
     if matches!(header_only, Err(FrameError::End | FrameError::BadMagic)) {
         return true;
     }
-    let bytes = block.recovery_bytes(block.len);
+    let bytes = block.recovery_bytes_at(first, block.len);
     block
         .decode_frame(bytes, first, f.id.first_offset, true)
         .is_err()

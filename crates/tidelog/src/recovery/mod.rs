@@ -62,7 +62,8 @@ pub struct RecoveryReport {
     pub dropped_extents: u64,
     /// Extents whose newest records differed from the commit copy a group commit wrote
     /// beside them (a power loss during that commit's sync, or damage) and were rewritten
-    /// from it (a writable open).
+    /// from it (a writable open), or are read from it (a read-only open, which writes
+    /// nothing: its handle keeps the repaired bytes in memory).
     pub repaired_from_copies: u64,
     /// Commit-copy slots that carry the copy magic but fail their checks (a torn write of
     /// an extent's header, or damage): ignored, their records read from their own frames.
@@ -344,11 +345,22 @@ fn find_extents(
             continue;
         };
         report.damaged_progress_slots += u64::from(damaged);
+        let mut patches = Vec::new();
         let progress = if damaged {
             progress
         } else {
             report.damaged_commit_copies += damaged_copies;
-            extend_by_copies(storage, file, slot, &id, progress, &copies, repair, report)?
+            extend_by_copies(
+                storage,
+                file,
+                slot,
+                &id,
+                progress,
+                &copies,
+                repair,
+                &mut patches,
+                report,
+            )?
         };
         let next_slot = slot + id.extent_count;
         debug_assert!(
@@ -361,6 +373,7 @@ fn find_extents(
             id,
             progress,
             progress_damaged: damaged,
+            patches,
         });
         slot = next_slot;
     }

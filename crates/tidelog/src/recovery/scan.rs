@@ -140,23 +140,20 @@ pub(super) enum Bound {
 
 /// Scans records of `block` from `at` up to `bound`.
 pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u64) -> Scan {
-    let whole = match bound {
-        Bound::Bytes(limit) => Some((block.recovery_bytes(limit), limit)),
-        Bound::Records(_) => None,
-    };
     let mut batch = OpenBatch::default();
     let stop = loop {
         let offset = block.first_offset + at.count;
-        let extent = match (whole, bound) {
-            (Some((extent, _)), _) => extent,
-            (None, Bound::Records(records)) if at.count >= records => break FrameError::End,
-            (None, _) => frame_prefix(block, at.pos),
+        let extent = match bound {
+            Bound::Bytes(limit) => block.recovery_bytes_at(at.pos, limit),
+            Bound::Records(records) if at.count >= records => break FrameError::End,
+            Bound::Records(_) => frame_prefix(block, at.pos),
         };
         let view = match block.decode_frame(extent, at.pos, offset, true) {
             Ok(view) => view,
             // Not even a header fits before the limit: the clean end of the extent.
             Err(FrameError::Truncated)
-                if whole.is_some_and(|(_, limit)| at.pos + format::FRAME_HEADER_BYTES > limit) =>
+                if matches!(bound, Bound::Bytes(limit)
+                    if at.pos + format::FRAME_HEADER_BYTES > limit) =>
             {
                 break stop_at_limit(extent, at.pos);
             }
@@ -188,12 +185,13 @@ pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u6
 /// header alone when that does not fit).
 fn frame_prefix(block: &Extent, pos: u64) -> &[u8] {
     let head_end = pos + format::FRAME_HEADER_BYTES;
-    let head = block.recovery_bytes(head_end);
+    let head = block.recovery_bytes_at(pos, head_end);
     if (head.len() as u64) < head_end {
         return head;
     }
     let frame_len = u64::from(format::get_u32(head, pos as usize + format::FR_LEN));
-    block.recovery_bytes(
+    block.recovery_bytes_at(
+        pos,
         pos + format::align_up(frame_len, format::FRAME_ALIGN).max(format::FRAME_HEADER_BYTES),
     )
 }

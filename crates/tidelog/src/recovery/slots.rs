@@ -12,6 +12,9 @@ pub(super) struct Found {
     pub(super) progress: Option<Progress>,
     /// The progress slot is not blank but fails its checks.
     pub(super) progress_damaged: bool,
+    /// Commit copies whose records differ on disk (a read-only open, which repairs
+    /// nothing): `(position in the extent, the copy's bytes)`, read from the copies.
+    pub(super) patches: Vec<(u64, Vec<u8>)>,
 }
 
 /// What the first page of a block slot holds.
@@ -152,9 +155,10 @@ pub(super) fn classify_slot(
 /// damaged) moved over the commit `copies` that continue it (FORMAT.md, "Commit copies"):
 /// each copy's bytes are compared with the records at its place. Where they differ (a power
 /// loss during the copy's msync, or damage) a writable open (`repair`) writes the copy's
-/// bytes back, synced, and counts the extent in the report; a read-only open, which writes
-/// nothing, fails with `Corruption` (with writers live, published records and their copy
-/// never differ). `None` stays `None` when no copy continues a blank slot.
+/// bytes back, synced; a read-only open, which writes nothing, adds them to `patches`, which
+/// its extent reads in place of the file's (`Extent::set_image`). Either counts the extent
+/// in the report. With writers live, published records and their copy never differ. `None`
+/// stays `None` when no copy continues a blank slot.
 #[expect(
     clippy::too_many_arguments,
     reason = "the extent's place and slots as classified, and the open's mode and report"
@@ -167,6 +171,7 @@ pub(super) fn extend_by_copies(
     progress: Option<Progress>,
     copies: &[Option<CommitCopy>; 2],
     repair: bool,
+    patches: &mut Vec<(u64, Vec<u8>)>,
     report: &mut RecoveryReport,
 ) -> Result<Option<Progress>> {
     let mut claim = match progress {
@@ -191,22 +196,17 @@ pub(super) fn extend_by_copies(
             .map_err(|e| Error::io("read records under a commit copy", &file.path, e))?;
         if there != copy.bytes {
             // Not a tail to cut: the copy holds records that may have been acknowledged.
+            repaired = true;
             if !repair {
-                return Err(Error::Corruption {
-                    topic: id.topic.clone(),
-                    offset: id.first_offset + claim.record_count,
-                    path: file.path.clone(),
-                    position: at + copy.start,
-                    reason: "records differ from the commit copy beside them (a writable \
-                             open repairs them from it)"
-                        .to_owned(),
-                });
+                patches.push((copy.start, copy.bytes.clone()));
+                claim.extend_over(copy);
+                moved = true;
+                continue;
             }
             storage
                 .write_at(&file.file, &file.path, &copy.bytes, at + copy.start)
                 .and_then(|()| storage.sync_file(&file.file, &file.path))
                 .map_err(|e| Error::io("repair records from a commit copy", &file.path, e))?;
-            repaired = true;
         }
         claim.extend_over(copy);
         moved = true;
