@@ -79,8 +79,9 @@ impl PyRecord {
         let (data, len) = (value.as_ptr(), value.len());
         // SAFETY: the value lies in a mapping that `tidelog::Record` keeps alive and that no
         // one writes again (records are immutable once published, data files are never
-        // truncated or reused while mapped); the view owns a reference to `slf`, which owns
-        // the `tidelog::Record`.
+        // truncated or reused while mapped), or in its extent's image (a read-only handle's
+        // copy of records repaired from a commit copy, never changed once set); the view
+        // owns a reference to `slf`, which owns the `tidelog::Record`.
         unsafe { export_readonly(view, flags, data, len, slf.into_any()) }
     }
 }
