@@ -130,16 +130,17 @@ impl Extent {
         let _ = self.image.set(image);
     }
 
+    /// Whether recovery gave the extent an image.
     pub fn has_image(&self) -> bool {
         self.image.get().is_some()
     }
 
-    /// The image, when `[from, to)` lies in it.
+    /// The image, when bytes below `end` lie in it.
     #[inline]
-    fn image_over(&self, from: usize, to: usize) -> Option<&[u8]> {
+    fn image_below(&self, end: usize) -> Option<&[u8]> {
         self.image
             .get()
-            .filter(|image| from <= to && to <= image.len())
+            .filter(|image| end <= image.len())
             .map(|image| &image[..])
     }
 
@@ -378,7 +379,7 @@ impl Extent {
     pub fn bytes(&self, rel: usize, len: usize) -> &[u8] {
         let (_, end) = self.published();
         assert!((rel + len) as u64 <= end, "read past the published end");
-        match self.image_over(rel, rel + len) {
+        match self.image_below(rel + len) {
             Some(image) => &image[rel..rel + len],
             None => &self.published_prefix(end)[rel..rel + len],
         }
