@@ -135,15 +135,6 @@ impl Extent {
         self.image.get().is_some()
     }
 
-    /// The image, when bytes below `end` lie in it.
-    #[inline]
-    fn image_below(&self, end: usize) -> Option<&[u8]> {
-        self.image
-            .get()
-            .filter(|image| end <= image.len())
-            .map(|image| &image[..])
-    }
-
     /// Marks the extent as held by its writer (the file's counter already counts it).
     pub fn hold(&self) {
         self.writer_held.store(true, Ordering::Release);
@@ -377,12 +368,12 @@ impl Extent {
     /// Borrows `[rel, rel + len)` of published bytes.
     #[inline]
     pub fn bytes(&self, rel: usize, len: usize) -> &[u8] {
-        let (_, end) = self.published();
-        assert!((rel + len) as u64 <= end, "read past the published end");
-        match self.image_below(rel + len) {
-            Some(image) => &image[rel..rel + len],
-            None => &self.published_prefix(end)[rel..rel + len],
-        }
+        let frames = self.published_frames();
+        assert!(
+            (rel + len) as u64 <= frames.end,
+            "read past the published end"
+        );
+        frames.bytes(rel..rel + len)
     }
 
     /// Borrows the extent's bytes below `end`, a publication end the caller loaded.
@@ -1216,7 +1207,7 @@ pub struct PublishedFrames<'a> {
     end: u64,
 }
 
-impl PublishedFrames<'_> {
+impl<'a> PublishedFrames<'a> {
     /// The published end this view covers.
     #[inline]
     pub fn end(&self) -> u64 {
@@ -1247,7 +1238,7 @@ impl PublishedFrames<'_> {
 
     /// The bytes of `range` (inside a frame this view decoded).
     #[inline]
-    pub fn bytes(&self, range: std::ops::Range<usize>) -> &[u8] {
+    pub fn bytes(&self, range: std::ops::Range<usize>) -> &'a [u8] {
         match self.image {
             Some(image) if range.end <= image.len() => &image[range],
             _ => &self.bytes[range],

@@ -166,11 +166,12 @@ impl Flusher {
             return Ok(());
         }
         crate::process::crash_point("sync-turn");
-        let durable_before = slot.durable_next();
-        if pass == Pass::Group {
+        // A group commit first gathers what it expects: `(durable next then, sync start)`.
+        let group = (pass == Pass::Group).then(|| {
+            let durable_before = slot.durable_next();
             self.gather(topic.id, slot, durable_before);
-        }
-        let started = Instant::now();
+            (durable_before, Instant::now())
+        });
         // What the others published in the newest extent, this sync covers too.
         if let Some(snap) = slot.snapshot_held()
             && let Some(last) = topic.with_chain(|c| c.last().cloned())
@@ -186,17 +187,15 @@ impl Flusher {
         }
         topic.forget_synced(&sealed);
         // Loaded before the others are woken: their next appends belong to the next group.
-        let seen = slot.next_offset();
-        let sync = started.elapsed();
+        let gathered = group.map(|(durable_before, started)| Gathered {
+            records: slot.next_offset().saturating_sub(durable_before),
+            sync: started.elapsed(),
+        });
         // Only as far as every extent below is synced (extents this handle only follows
         // are made durable by their writers).
         topic.note_durable(topic.synced_through(published));
-        if pass == Pass::Group {
-            let records = seen.saturating_sub(durable_before);
-            self.gathered
-                .lock()
-                .recover()
-                .insert(topic.id, Gathered { records, sync });
+        if let Some(gathered) = gathered {
+            self.gathered.lock().recover().insert(topic.id, gathered);
         }
         drop(turn);
         Ok(())

@@ -654,20 +654,17 @@ fn a_seal_cut_short_never_writes_its_footer_under_another_process_seal() {
     wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
     // The child rolls within its first few dozen appends and stops in its first seal after
     // it found the extent unsealed, before it wrote its footer, holding the seal lock.
-    let mut child = child_command(module_path!(), dir.path(), "always-shared:1:60:2000")
-        .env("TIDELOG_CRASH_AT", "stop:seal-checked:1")
-        .spawn()
-        .unwrap();
-    wait_until_stopped(&child, "in its seal, before its footer");
+    let mut child = stopped_child(
+        dir.path(),
+        "always-shared:1:60:2000",
+        "seal-checked:1",
+        "in its seal, before its footer",
+    );
     // This process's flush cannot seal that extent meanwhile (its footer would hold other
     // index entries than the child's): it claims it instead.
     wal.append(SHARED_TOPIC, &value(0, 1)).unwrap();
     wal.flush().unwrap();
-    let resumed = std::process::Command::new("kill")
-        .args(["-CONT", &child.id().to_string()])
-        .status()
-        .unwrap();
-    assert!(resumed.success());
+    resume(child.id());
     assert!(child.wait().unwrap().success());
     wal.flush().unwrap();
     let extents = common::extents(dir.path());
@@ -732,11 +729,12 @@ fn a_process_stopped_in_a_seal_holds_no_appender_back_and_a_dead_one_is_taken_ov
     // Large records: the child rolls within its first few dozen appends, and its group
     // commit's pass seals the extent that ended. It stops with the footer durable, holding
     // the topic's seal lock (not its append lock).
-    let mut child = child_command(module_path!(), dir.path(), "always-shared:1:100000:2000")
-        .env("TIDELOG_CRASH_AT", "stop:seal-footer:1")
-        .spawn()
-        .unwrap();
-    wait_until_stopped(&child, "holding the topic's seal lock");
+    let mut child = stopped_child(
+        dir.path(),
+        "always-shared:1:100000:2000",
+        "seal-footer:1",
+        "holding the topic's seal lock",
+    );
     // Appends roll over several extents, and flushes run between them: no append waits for
     // the stopped seal (it holds no append lock). A flush waits for the child's sync turn
     // (it stopped in its pass) up to that bound, syncs on its own and leaves the seals.
@@ -803,11 +801,12 @@ fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
     let dir = tempdir();
     let wal = Wal::open_with(dir.path(), cfg().durability(Durability::Always)).unwrap();
     wal.append(SHARED_TOPIC, &value(0, 0)).unwrap();
-    let mut child = child_command(module_path!(), dir.path(), "always:9")
-        .env("TIDELOG_CRASH_AT", "stop:sync-turn:5")
-        .spawn()
-        .unwrap();
-    wait_until_stopped(&child, "holding the topic's sync turn");
+    let mut child = stopped_child(
+        dir.path(),
+        "always:9",
+        "sync-turn:5",
+        "holding the topic's sync turn",
+    );
     // A sync of this process waits for the turn at most its bound, then syncs on its own:
     // the append neither fails nor poisons the handle.
     let start = Instant::now();
@@ -823,6 +822,26 @@ fn a_process_stopped_in_its_sync_turn_costs_the_others_the_batching_only() {
     let info = wal.topic_info(SHARED_TOPIC).unwrap();
     assert_eq!(info.durable_offset, info.next_offset);
     check_topic(&read_all(&wal, SHARED_TOPIC));
+}
+
+/// Starts a child in `mode` that stops itself at crash point `point` (`NAME:N`) and returns
+/// once it has (`place` says where, for the failure message).
+fn stopped_child(dir: &Path, mode: &str, point: &str, place: &str) -> std::process::Child {
+    let child = child_command(module_path!(), dir, mode)
+        .env("TIDELOG_CRASH_AT", format!("stop:{point}"))
+        .spawn()
+        .unwrap();
+    wait_until_stopped(&child, place);
+    child
+}
+
+/// Resumes a stopped process.
+fn resume(pid: u32) {
+    let status = std::process::Command::new("kill")
+        .args(["-CONT", &pid.to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
 }
 
 /// Waits until `child` stopped itself at a `stop:` crash point (`place` says where, for the
@@ -853,25 +872,17 @@ fn a_process_joining_while_the_first_one_opens_finds_its_topics() {
         wal.close().unwrap();
     }
     // The child opens alone and stops before it claims the topics' slots.
-    let mut child = child_command(module_path!(), dir.path(), "shared:9:1")
-        .env("TIDELOG_CRASH_AT", "stop:open-claim:1")
-        .spawn()
-        .unwrap();
-    wait_until_stopped(&child, "in its open");
-    let pid = child.id().to_string();
-    let resume = std::thread::spawn(move || {
+    let mut child = stopped_child(dir.path(), "shared:9:1", "open-claim:1", "in its open");
+    let pid = child.id();
+    let resumer = std::thread::spawn(move || {
         std::thread::sleep(Duration::from_millis(300));
-        let status = std::process::Command::new("kill")
-            .args(["-CONT", &pid])
-            .status()
-            .unwrap();
-        assert!(status.success());
+        resume(pid);
     });
     // This open waits for the child's turn; it must find the topic the child recovered, not
     // start it again.
     let wal = Wal::open_with(dir.path(), cfg()).unwrap();
     let offset = wal.append(SHARED_TOPIC, &value(0, COUNT)).unwrap();
-    resume.join().unwrap();
+    resumer.join().unwrap();
     assert!(child.wait().unwrap().success(), "the child failed");
     // After the records there, before or after the child's one.
     assert!(

@@ -95,10 +95,10 @@ fn claimed_records(e: &common::ExtentLoc) -> u64 {
     count
 }
 
-/// Every record of `TOPIC` reads back as acknowledged: offsets `0..ACKED`, each its value.
-fn check_acked(wal: &Wal) {
+/// `TOPIC` holds exactly `count` records: offsets `0..count`, each its value.
+fn check_records(wal: &Wal, count: u64) {
     let all = read_all(wal, TOPIC);
-    assert_eq!(all.len() as u64, ACKED);
+    assert_eq!(all.len() as u64, count);
     for (i, (offset, _, v)) in all.iter().enumerate() {
         assert_eq!(
             (*offset, v.as_slice()),
@@ -117,12 +117,11 @@ fn a_flipped_record_of_the_last_group_is_repaired_from_its_commit_copy() {
     let dir = tempdir();
     run_child(module_path!(), dir.path(), "always");
     let frame = frame_of(dir.path(), TOPIC, ACKED - 1);
-    let flipped = frame.value_pos() + 3;
-    flip_byte(&frame.file, flipped);
+    flip_byte(&frame.file, frame.value_pos() + 3);
     let damaged = std::fs::read(&frame.file).unwrap();
     let ro = Wal::open_read_only_with(dir.path(), small()).unwrap();
     assert_eq!(ro.recovery_report().repaired_from_copies, 1);
-    check_acked(&ro);
+    check_records(&ro, ACKED);
     let r = ro.read(TOPIC, ACKED - 1).unwrap();
     assert_eq!(r.value(), value(ACKED - 1).as_slice());
     drop(ro);
@@ -134,14 +133,7 @@ fn a_flipped_record_of_the_last_group_is_repaired_from_its_commit_copy() {
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert_eq!(wal.recovery_report().repaired_from_copies, 1);
     assert_eq!(wal.recovery_report().torn_tails, 0);
-    let all = read_all(&wal, TOPIC);
-    assert_eq!(all.len() as u64, ACKED);
-    for (i, (offset, _, v)) in all.iter().enumerate() {
-        assert_eq!(
-            (*offset, v.as_slice()),
-            (i as u64, value(i as u64).as_slice())
-        );
-    }
+    check_records(&wal, ACKED);
     wal.close().unwrap();
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert_eq!(wal.recovery_report().repaired_from_copies, 0);
@@ -161,23 +153,16 @@ fn records_whose_page_was_lost_come_back_from_the_commit_copy() {
     // writer has repaired the file.
     let ro = Wal::open_read_only_with(dir.path(), small()).unwrap();
     assert_eq!(ro.recovery_report().repaired_from_copies, 1);
-    check_acked(&ro);
+    check_records(&ro, ACKED);
     let wal = Wal::open_with(dir.path(), small()).unwrap();
     assert_eq!(wal.recovery_report().repaired_from_copies, 1);
-    check_acked(&wal);
+    check_records(&wal, ACKED);
     for i in ACKED..ACKED + 5 {
         assert_eq!(wal.append(TOPIC, &value(i)).unwrap(), i);
     }
     wal.flush().unwrap();
     ro.refresh().unwrap();
-    let all = read_all(&ro, TOPIC);
-    assert_eq!(all.len() as u64, ACKED + 5);
-    for (i, (offset, _, v)) in all.iter().enumerate() {
-        assert_eq!(
-            (*offset, v.as_slice()),
-            (i as u64, value(i as u64).as_slice())
-        );
-    }
+    check_records(&ro, ACKED + 5);
 }
 
 /// A damaged commit copy fails its checksum and is ignored: the records it copied are read
