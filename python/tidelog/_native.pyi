@@ -299,6 +299,18 @@ class Wal:
     def refresh(self) -> None: ...
     def disk_usage(self) -> dict[str, int]: ...
     def leader(self) -> dict[str, int] | None: ...
+    def tier_flush(self, timeout: float | None = None) -> None:
+        """Ends every topic's open extent and returns once the tier's bucket and manifest
+        hold every record appended before the call. Raises `TierTimeoutError` after
+        `timeout` seconds, `FencedError` once another directory took the prefix, `TierError`
+        for a topic that cannot be uploaded, `InvalidArgumentError` without a tier. Beside
+        other processes, the housekeeping leader uploads and this call waits for it."""
+    def tier_status(self) -> dict[str, str | int | bool | None] | None:
+        """`None` without a tier; else `url`, `producer`, `uploading` (this handle uploads:
+        the housekeeping leader), `epoch`, `manifest_version`, `uploaded_objects`,
+        `uploaded_bytes`, `pending_extents`, `pending_bytes`, `lag_records` (records of
+        this handle's topics the manifest lacks), `retries`, `last_error` (`None` once a
+        request succeeds again) and `fenced`."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,
@@ -472,6 +484,9 @@ def open(
     staged_adopt_bytes_min: int | None = 4194304,
     staged_adopt_bytes: int | None = None,
     exclusive: bool = False,
+    tier: str | None = None,
+    storage_options: Mapping[str, str | bool | int] | None = None,
+    tier_takeover: bool = False,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -490,6 +505,16 @@ def open(
     any topic (shared mode; refused on network file systems). `exclusive=True` allows one
     writing handle only: another open fails with `LockedError` (the ring backend always
     works so).
+
+    `tier` puts object storage behind the directory: any URL the `object_store` crate
+    parses (`s3://bucket/prefix`, `file:///path`, `memory://name/prefix`, ...). Sealed
+    extents are uploaded as they are, and a manifest in the bucket says which objects hold
+    which offsets; an extent leaves the local disk only once the bucket holds it.
+    `storage_options` are the store's keys (`aws_endpoint`, `aws_region`,
+    `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ...); `AWS_*`
+    environment variables fill those not given, and an unknown key is refused. Opening a
+    directory on a prefix another directory holds raises `FencedError` unless
+    `tier_takeover=True`. A read-only handle has no tier.
     """
 
 @final

@@ -16,6 +16,7 @@ __all__ = [
     "ClosedError",
     "CorruptionError",
     "DiskFullError",
+    "FencedError",
     "ForkedError",
     "InternalError",
     "InvalidArgumentError",
@@ -30,6 +31,9 @@ __all__ = [
     "RecordTooLargeError",
     "RingFullError",
     "TidelogError",
+    "TierCorruptionError",
+    "TierError",
+    "TierTimeoutError",
     "UnknownGroupError",
     "UnknownTopicError",
     "UnsupportedVersionError",
@@ -200,6 +204,43 @@ class CapacityMismatchError(TidelogError, ValueError):
         self.what = what
         self.expected = expected
         self.found = found
+
+
+class TierError(TidelogError, OSError):
+    """A request to the tier's bucket failed, or a topic could not be uploaded there
+    (`op`, `key`, `reason`). Uploads are retried; local data is not affected."""
+
+    def __init__(self, message: str, op: str = "", key: str = "", reason: str = "") -> None:
+        super().__init__(message)
+        self.op = op
+        self.key = key
+        self.reason = reason
+
+
+class TierCorruptionError(TierError):
+    """An object of the tier's manifest failed its checks or breaks its rules (`key`,
+    `reason`)."""
+
+
+class FencedError(TierError):
+    """Another directory holds the tier's prefix (`url`, `epoch`, `producer`): this handle
+    uploads nothing more there. Open with `tier_takeover=True` to take the prefix over."""
+
+    def __init__(self, message: str, url: str = "", epoch: int = 0, producer: str = "") -> None:
+        super().__init__(message)
+        self.url = url
+        self.epoch = epoch
+        self.producer = producer
+
+
+class TierTimeoutError(TierError, TimeoutError):
+    """`tier_flush` ran out of time with `pending_records` records not yet in the bucket
+    (after `waited_ms`)."""
+
+    def __init__(self, message: str, waited_ms: int = 0, pending_records: int = 0) -> None:
+        super().__init__(message)
+        self.waited_ms = waited_ms
+        self.pending_records = pending_records
 
 
 class InternalError(TidelogError):

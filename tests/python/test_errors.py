@@ -425,6 +425,10 @@ def test_exception_hierarchy() -> None:
         e.NotFormattedError: (e.TidelogError,),
         e.CapacityMismatchError: (e.TidelogError, ValueError),
         e.InternalError: (e.TidelogError,),
+        e.TierError: (e.TidelogError, OSError),
+        e.TierCorruptionError: (e.TierError,),
+        e.FencedError: (e.TierError, OSError),
+        e.TierTimeoutError: (e.TierError, TimeoutError),
     }
     for cls, bases in expected.items():
         for base in bases:

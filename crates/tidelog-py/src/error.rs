@@ -46,6 +46,10 @@ exception_classes! {
     ring_full => "RingFullError",
     not_formatted => "NotFormattedError",
     capacity_mismatch => "CapacityMismatchError",
+    tier => "TierError",
+    tier_corruption => "TierCorruptionError",
+    fenced => "FencedError",
+    tier_timeout => "TierTimeoutError",
     internal => "InternalError",
 }
 
@@ -206,6 +210,36 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
             attrs.set_item("expected", expected)?;
             attrs.set_item("found", found)?;
             capacity_mismatch(py)?
+        }
+        Error::Tier { op, key, message } => {
+            attrs.set_item("op", op)?;
+            attrs.set_item("key", key)?;
+            attrs.set_item("reason", message)?;
+            tier(py)?
+        }
+        Error::TierCorruption { key, reason } => {
+            attrs.set_item("op", "read manifest")?;
+            attrs.set_item("key", key)?;
+            attrs.set_item("reason", reason)?;
+            tier_corruption(py)?
+        }
+        Error::Fenced {
+            url,
+            epoch,
+            producer,
+        } => {
+            attrs.set_item("url", url)?;
+            attrs.set_item("epoch", epoch)?;
+            attrs.set_item("producer", producer)?;
+            fenced(py)?
+        }
+        Error::TierTimeout {
+            waited_ms,
+            pending_records,
+        } => {
+            attrs.set_item("waited_ms", waited_ms)?;
+            attrs.set_item("pending_records", pending_records)?;
+            tier_timeout(py)?
         }
         // A variant added to the engine and not yet mapped here.
         other => {

@@ -52,6 +52,9 @@ use crate::options::OpenOptions;
     staged_adopt_bytes_min = None,
     staged_adopt_bytes = None,
     exclusive = false,
+    tier = None,
+    storage_options = None,
+    tier_takeover = false,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -59,7 +62,8 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     topic_retention=None, disk_bytes_max=None, space_wait_ms=None, group_wait_us=None, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
-    staged_adopt_bytes=None, exclusive=False)")]
+    staged_adopt_bytes=None, exclusive=False, tier=None, storage_options=None, \
+    tier_takeover=False)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -89,7 +93,11 @@ fn open(
     staged_adopt_bytes_min: Option<u64>,
     staged_adopt_bytes: Option<u64>,
     exclusive: bool,
+    tier: Option<String>,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+    tier_takeover: bool,
 ) -> PyResult<wal::PyWal> {
+    let tier = options::tier(tier, storage_options, tier_takeover)?;
     let staged_adopt_bytes_min =
         options::staged_adopt_bytes_min(py, staged_adopt_bytes_min, staged_adopt_bytes)?;
     let config = OpenOptions {
@@ -114,6 +122,10 @@ fn open(
     .staged_ttl_ms(staged_ttl_ms)
     .staged_adopt_bytes_min(staged_adopt_bytes_min)
     .exclusive(exclusive);
+    let config = match tier {
+        Some(tier) => config.tier(tier),
+        None => config,
+    };
     let shown = path.display().to_string();
     let wal = detached(py, || {
         if readonly {

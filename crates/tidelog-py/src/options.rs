@@ -299,3 +299,39 @@ impl OpenOptions {
         Ok(config)
     }
 }
+
+/// The tier of `tidelog.open`: its URL, the store's options (strings, or booleans and
+/// integers written as strings) and `tier_takeover`. Options or a takeover without a URL
+/// are refused.
+pub fn tier(
+    url: Option<String>,
+    options: Option<HashMap<String, Bound<'_, PyAny>>>,
+    takeover: bool,
+) -> PyResult<Option<tidelog::TierConfig>> {
+    let Some(url) = url else {
+        if options.is_some() || takeover {
+            return Err(to_py(tidelog::Error::InvalidArgument {
+                name: "tier",
+                reason: "storage_options and tier_takeover need a tier URL".to_owned(),
+            }));
+        }
+        return Ok(None);
+    };
+    let mut config = tidelog::TierConfig::new(url).takeover(takeover);
+    for (key, value) in options.unwrap_or_default() {
+        let text = if let Ok(flag) = value.cast::<pyo3::types::PyBool>() {
+            flag.is_true().to_string()
+        } else if let Ok(s) = value.extract::<String>() {
+            s
+        } else if let Ok(n) = value.extract::<i64>() {
+            n.to_string()
+        } else {
+            return Err(to_py(tidelog::Error::InvalidArgument {
+                name: "storage_options",
+                reason: format!("{key:?} must be a string, a boolean or an integer"),
+            }));
+        };
+        config = config.option(key, text);
+    }
+    Ok(Some(config))
+}

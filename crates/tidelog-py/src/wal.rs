@@ -442,6 +442,51 @@ impl PyWal {
         Ok(dict)
     }
 
+    /// Ends every topic's open extent and returns once the tier's bucket holds every record
+    /// appended before the call; `timeout` in seconds (`None`: no end). Ctrl-C interrupts
+    /// the wait.
+    #[pyo3(signature = (timeout = None))]
+    fn tier_flush(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<()> {
+        let wait = timeout.map(timeout_seconds).transpose()?;
+        let flush = detached(py, || {
+            self.wal.ensure_open()?;
+            self.wal.tier_flush_begin()
+        })?;
+        let done = sliced(py, wait.and_then(deadline), |until| {
+            Ok(flush.wait_until(until)?.then_some(()))
+        })?;
+        match done {
+            Some(()) => Ok(()),
+            None => Err(to_py(flush.timed_out())),
+        }
+    }
+
+    /// What this handle knows of its tier, as a dict (see the stubs); `None` without one.
+    fn tier_status<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let status = detached(py, || {
+            self.wal.ensure_open()?;
+            self.wal.tier_status()
+        })?;
+        let Some(s) = status else {
+            return Ok(None);
+        };
+        let dict = PyDict::new(py);
+        dict.set_item("url", s.url)?;
+        dict.set_item("producer", s.producer)?;
+        dict.set_item("uploading", s.uploading)?;
+        dict.set_item("epoch", s.epoch)?;
+        dict.set_item("manifest_version", s.manifest_version)?;
+        dict.set_item("uploaded_objects", s.uploaded_objects)?;
+        dict.set_item("uploaded_bytes", s.uploaded_bytes)?;
+        dict.set_item("pending_extents", s.pending_extents)?;
+        dict.set_item("pending_bytes", s.pending_bytes)?;
+        dict.set_item("lag_records", s.lag_records)?;
+        dict.set_item("retries", s.retries)?;
+        dict.set_item("last_error", s.last_error)?;
+        dict.set_item("fenced", s.fenced)?;
+        Ok(Some(dict))
+    }
+
     /// Shared mode: the housekeeping leader among the processes sharing the directory,
     /// `{"pid", "epoch", "idle_ms"}`; `None` for an exclusive handle or before any process
     /// took the lead.

@@ -116,6 +116,56 @@ impl RingBackend {
     }
 }
 
+/// Object storage behind a directory ([`Config::tier`]): sealed extents are copied to the
+/// bucket under the URL's prefix, and a manifest there says which objects hold which offsets
+/// (see `docs/ARCHITECTURE.md`, "The tier"). Needs the `tier` cargo feature.
+#[derive(Clone, PartialEq, Eq, Default)]
+pub struct TierConfig {
+    /// Any URL the `object_store` crate parses: `s3://bucket/prefix`, `file:///path`,
+    /// `memory://name/prefix` (one bucket per process and name, for tests), ...
+    pub url: String,
+    /// `object_store`'s keys for the URL's store (`aws_endpoint`, `aws_region`,
+    /// `aws_access_key_id`, `aws_allow_http`, ...); for S3, `AWS_*` variables of the
+    /// environment fill those not given. A key the store does not know is an error.
+    pub options: BTreeMap<String, String>,
+    /// Take the prefix over from another directory that holds it (its next upload then fails
+    /// with `Fenced`). Without it, opening a directory on a prefix another one holds fails.
+    pub takeover: bool,
+}
+
+impl TierConfig {
+    /// A tier at `url` with no options.
+    pub fn new(url: impl Into<String>) -> TierConfig {
+        TierConfig {
+            url: url.into(),
+            ..TierConfig::default()
+        }
+    }
+
+    /// Adds the store option `key` = `value`.
+    pub fn option(mut self, key: impl Into<String>, value: impl Into<String>) -> TierConfig {
+        self.options.insert(key.into(), value.into());
+        self
+    }
+
+    /// Sets [`TierConfig::takeover`].
+    pub fn takeover(mut self, takeover: bool) -> TierConfig {
+        self.takeover = takeover;
+        self
+    }
+}
+
+impl std::fmt::Debug for TierConfig {
+    // Option values hold credentials: only their keys are shown.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TierConfig")
+            .field("url", &self.url)
+            .field("options", &self.options.keys().collect::<Vec<_>>())
+            .field("takeover", &self.takeover)
+            .finish()
+    }
+}
+
 /// Settings for [`crate::Wal::open`]. Build with [`Config::default`] and the setters.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Config {
@@ -172,6 +222,8 @@ pub struct Config {
     /// any number of processes of one host open the directory at once and append to any
     /// topic (see `docs/ARCHITECTURE.md`, "Many processes").
     pub exclusive: bool,
+    /// Object storage behind the directory (`None`, the default: the directory alone).
+    pub tier: Option<TierConfig>,
 }
 
 impl Default for Config {
@@ -196,11 +248,18 @@ impl Default for Config {
             staged_ttl_ms: Some(STAGED_TTL_DEFAULT_MS),
             staged_adopt_bytes_min: STAGED_ADOPT_BYTES_DEFAULT,
             exclusive: false,
+            tier: None,
         }
     }
 }
 
 impl Config {
+    /// Sets [`Config::tier`]: object storage behind the directory.
+    pub fn tier(mut self, tier: TierConfig) -> Self {
+        self.tier = Some(tier);
+        self
+    }
+
     /// Sets [`Config::exclusive`].
     pub fn exclusive(mut self, exclusive: bool) -> Self {
         self.exclusive = exclusive;
@@ -378,6 +437,7 @@ impl Config {
         }
         self.retention.validate()?;
         self.validate_space()?;
+        self.validate_tier()?;
         self.validate_ring()
     }
 
@@ -501,6 +561,28 @@ impl Config {
 
     /// With the ring backend, checks that the largest record or batch fits in one ring
     /// entry (every batch is one).
+    fn validate_tier(&self) -> Result<()> {
+        let Some(tier) = &self.tier else {
+            return Ok(());
+        };
+        if tier.url.is_empty() {
+            return Err(Error::invalid("tier", "the URL is empty"));
+        }
+        if self.ring.is_some() {
+            return Err(Error::invalid(
+                "tier",
+                "the ring backend keeps records in its ring first; a tier needs the data files alone",
+            ));
+        }
+        if !cfg!(feature = "tier") {
+            return Err(Error::invalid(
+                "tier",
+                "this build of tidelog has no tier (cargo feature `tier`)",
+            ));
+        }
+        Ok(())
+    }
+
     fn validate_ring(&self) -> Result<()> {
         if self.ring.is_none() {
             return Ok(());

@@ -156,6 +156,39 @@ pub enum Error {
         /// The size found.
         found: u64,
     },
+    /// A request to the tier's bucket failed (after its retries, where it has them).
+    Tier {
+        /// What we were doing, e.g. `"put"`, `"list"`.
+        op: &'static str,
+        /// The object (URL and key).
+        key: String,
+        /// What the store said.
+        message: String,
+    },
+    /// An object of the tier's manifest failed its checks, or breaks the manifest's rules.
+    TierCorruption {
+        /// The object's key under the prefix.
+        key: String,
+        /// What check failed.
+        reason: String,
+    },
+    /// Another directory (or a newer epoch of this one) holds the tier's prefix: this
+    /// handle uploads no more there. See [`crate::TierConfig::takeover`].
+    Fenced {
+        /// The bucket URL.
+        url: String,
+        /// The epoch that holds it.
+        epoch: u64,
+        /// The producer id of the directory that holds it.
+        producer: String,
+    },
+    /// [`crate::Wal::tier_flush`] ran out of time before the bucket held every record.
+    TierTimeout {
+        /// How long it waited.
+        waited_ms: u64,
+        /// Records appended before the call that the manifest does not hold yet.
+        pending_records: u64,
+    },
     /// A data file was written by a newer or unknown format version.
     UnsupportedVersion {
         /// The file.
@@ -306,6 +339,27 @@ impl fmt::Display for Error {
                 f,
                 "{}: {what} disagree: expected {expected} bytes, found {found}",
                 path.display()
+            ),
+            Error::Tier { op, key, message } => write!(f, "tier {op} of {key} failed: {message}"),
+            Error::TierCorruption { key, reason } => {
+                write!(f, "damaged tier manifest object {key}: {reason}")
+            }
+            Error::Fenced {
+                url,
+                epoch,
+                producer,
+            } => write!(
+                f,
+                "the tier {url} is held by another producer ({producer}, epoch {epoch}); \
+                 open with tier_takeover to take it over"
+            ),
+            Error::TierTimeout {
+                waited_ms,
+                pending_records,
+            } => write!(
+                f,
+                "tier flush timed out after {waited_ms} ms with {pending_records} records not \
+                 yet in the bucket"
             ),
             Error::UnsupportedVersion {
                 path,

@@ -545,6 +545,40 @@ impl Extent {
             })
     }
 
+    /// A sealed extent's bytes as its tier object (header, frames and index footer) and its
+    /// progress slot; `None` unless the slot in the mapping says `Sealed`. A footer that
+    /// fails its checksum is `Corruption`: damaged bytes are never uploaded.
+    #[cfg(feature = "tier")]
+    pub fn sealed_object(&self, topic: &str) -> Result<Option<(Progress, Vec<u8>)>> {
+        let Some(progress) = self
+            .progress_on_disk()
+            .filter(|p| p.state == ProgressState::Sealed)
+        else {
+            return Ok(None);
+        };
+        let end = usize::try_from(progress.footer_count)
+            .ok()
+            .and_then(|n| n.checked_mul(format::IX_LEN))
+            .and_then(|n| progress.durable_end.checked_add(n as u64))
+            .filter(|&end| end <= self.len && progress.durable_end >= format::BLOCK_HEADER_BYTES);
+        let Some(end) = end else {
+            let position = progress.durable_end.min(self.len);
+            return Err(self.corruption(topic, self.first_offset, position, FrameError::Truncated));
+        };
+        let mut bytes = vec![0u8; end as usize];
+        self.file.map.copy_out(self.abs(0), &mut bytes);
+        if crc32fast::hash(&bytes[progress.durable_end as usize..]) != progress.footer_crc {
+            return Err(Error::Corruption {
+                topic: topic.to_owned(),
+                offset: self.first_offset,
+                path: self.file.path.clone(),
+                position: self.start + progress.durable_end,
+                reason: "index footer checksum mismatch".to_owned(),
+            });
+        }
+        Ok(Some((progress, bytes)))
+    }
+
     /// What a footer entry's offset is relative to: the extent's first offset in an adopted
     /// extent (written before the offsets were known), 0 otherwise.
     fn footer_base(&self) -> u64 {

@@ -63,13 +63,14 @@ mod spin;
 pub mod stage;
 mod status;
 mod sync;
+mod tier;
 mod topic;
 mod uring;
 mod wal;
 
 pub use config::{
     Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, Retention, RingBackend,
-    STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS, validate_name,
+    STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS, TierConfig, validate_name,
 };
 pub use error::{Error, Result};
 pub use file::FileState;
@@ -82,6 +83,9 @@ pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
 pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
+pub use tier::TierStatus;
+#[cfg(feature = "tier")]
+pub use wal::TierFlush;
 pub use wal::{DiskUsage, LOCK_FILE, Leader, RingStats, TopicInfo, Wal, Writer, commit_staged};
 
 /// Microseconds since the Unix epoch from the OS wall clock. Records are stamped by each

@@ -18,6 +18,7 @@ use crate::format::{self, ProgressState};
 use crate::io::Storage;
 use crate::poison::Recover;
 use crate::sync::SyncQueue;
+use crate::tier::Tier;
 use crate::topic::Topic;
 
 /// Drops consumed extents and deletes the files they free; holds the housekeeping thread's
@@ -37,9 +38,15 @@ pub(crate) struct Reclaimer {
     wake: Condvar,
     /// First error the housekeeping work hit (deleting a file), for the next `flush`.
     error: Mutex<Option<Error>>,
+    /// With a tier, an extent is consumed only once the bucket's manifest holds it.
+    tier: Option<Arc<Tier>>,
 }
 
 impl Reclaimer {
+    #[expect(
+        clippy::too_many_arguments,
+        reason = "the parts open assembled, each once"
+    )]
     pub fn new(
         dir: PathBuf,
         storage: Arc<dyn Storage>,
@@ -48,6 +55,7 @@ impl Reclaimer {
         cursors: Arc<CursorTable>,
         alloc: Arc<BlockAllocator>,
         sync: Arc<SyncQueue>,
+        tier: Option<Arc<Tier>>,
     ) -> Reclaimer {
         Reclaimer {
             dir,
@@ -60,6 +68,7 @@ impl Reclaimer {
             stop: Mutex::new(false),
             wake: Condvar::new(),
             error: Mutex::new(None),
+            tier,
         }
     }
 
@@ -114,7 +123,10 @@ impl Reclaimer {
             return false;
         }
         let now = crate::clock::now_us();
-        let n = topic.with_chain(|chain| consumable_prefix(chain, committed, retention, now));
+        let n = topic.with_chain(|chain| {
+            let n = consumable_prefix(chain, committed, retention, now);
+            self.uploaded_prefix(&topic.name, &chain[..n])
+        });
         if n == 0 {
             return false;
         }
@@ -152,6 +164,20 @@ impl Reclaimer {
             self.wake();
         }
         true
+    }
+
+    /// How many of `candidates`, from the first, may go: all without a tier; with one,
+    /// those the bucket's manifest holds (and those that hold no record).
+    fn uploaded_prefix(&self, topic: &str, candidates: &[Arc<Extent>]) -> usize {
+        let Some(tier) = &self.tier else {
+            return candidates.len();
+        };
+        candidates
+            .iter()
+            .take_while(|b| {
+                b.final_state().is_some_and(|(count, _)| count == 0) || tier.holds(topic, b)
+            })
+            .count()
     }
 
     /// A failed mark on disk: nothing after it may be acknowledged.

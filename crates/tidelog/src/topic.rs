@@ -510,6 +510,48 @@ impl Topic {
         Ok((next, max_ts))
     }
 
+    /// Ends the open extent when it holds records below `target`, so a flush can seal it;
+    /// the next append starts a new extent (`Wal::tier_flush`). In shared mode the caller
+    /// holds the topic's append lock with the tail lined up.
+    #[cfg(feature = "tier")]
+    pub fn end_tail_below(&self, ctx: &Ctx<'_>, target: u64) -> Result<()> {
+        // Rolls and journal writes hold it while the tail is busy.
+        let _slow = self.slow_lock();
+        let mut tail = self.tail();
+        let ends = tail
+            .block
+            .as_ref()
+            .is_some_and(|b| b.first_offset < target && tail.count > 0);
+        if tail.closed || tail.ingesting || !ends {
+            return Ok(());
+        }
+        debug_assert!(!tail.busy, "busy only under `slow`");
+        let (next, count, end) = (tail.next_offset, tail.count, tail.pos);
+        let old = tail.block.take();
+        tail.pos = 0;
+        tail.count = 0;
+        tail.last_index_pos = None;
+        tail.prefaulted_to = 0;
+        drop(tail);
+        let Some(old) = old else {
+            return Ok(());
+        };
+        old.set_final(count, end);
+        self.note_final(&old);
+        // Shared mode: other processes line up to a closed extent, so their next append
+        // rolls (no append of this process is in flight under the lock).
+        if ctx.alloc.is_shared()
+            && let Some(slot) = self.slot.get()
+        {
+            let seq = slot.publish(extent_end(&old), next, old.max_timestamp_us(), true);
+            self.lined_seq.store(seq, Ordering::Relaxed);
+        }
+        if old.release_writer() {
+            ctx.alloc.doom(&old.file);
+        }
+        Ok(())
+    }
+
     /// Appends `blocks`, extents adopted from a staged segment (sealed and durable, their
     /// slots naming this topic), after the topic's records: `records` records from the next
     /// offset on, with timestamps up to `max_ts`. Follows [`Topic::end_tail_for_adoption`].

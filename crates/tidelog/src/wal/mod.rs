@@ -24,6 +24,10 @@ mod open;
 mod publish;
 mod state;
 mod threads;
+#[cfg(feature = "tier")]
+mod tier;
+#[cfg(feature = "tier")]
+pub use tier::TierFlush;
 mod topics;
 mod writer;
 
@@ -413,6 +417,47 @@ impl Wal {
     /// Its open readers fail with [`Error::UnknownGroup`](crate::Error::UnknownGroup) on their next commit.
     pub fn delete_group(&self, topic: &str, group: &str) -> Result<()> {
         delete::delete_group(&self.state, topic, group)
+    }
+
+    /// Ends every topic's open extent and returns once the tier's bucket and manifest hold
+    /// every record appended to this handle's topics before the call (`timeout`: at most
+    /// that long, then [`Error::TierTimeout`](crate::Error::TierTimeout)). Beside other
+    /// processes, the one that leads housekeeping uploads; this one waits for its deltas.
+    /// [`Error::InvalidArgument`](crate::Error::InvalidArgument) without a tier,
+    /// [`Error::Fenced`](crate::Error::Fenced) once another producer took the prefix.
+    pub fn tier_flush(&self, timeout: Option<std::time::Duration>) -> Result<()> {
+        #[cfg(feature = "tier")]
+        {
+            let _panic = PanicGuard::new(&self.state.sync.poison, "tier flush (it panicked)");
+            tier::tier_flush(&self.state, timeout)
+        }
+        #[cfg(not(feature = "tier"))]
+        {
+            let _ = timeout;
+            self.state.check_writable()?;
+            Err(crate::Error::invalid("tier", "this handle has no tier"))
+        }
+    }
+
+    /// Begins a [`Wal::tier_flush`] whose waits the caller slices itself (to check for
+    /// interrupts between them): see [`TierFlush::wait_until`].
+    #[cfg(feature = "tier")]
+    pub fn tier_flush_begin(&self) -> Result<TierFlush> {
+        TierFlush::begin(&self.state)
+    }
+
+    /// What this handle knows of its tier (`None` without one): uploads, lag, retries and
+    /// the last error.
+    pub fn tier_status(&self) -> Result<Option<crate::TierStatus>> {
+        self.state.check_open()?;
+        #[cfg(feature = "tier")]
+        {
+            tier::tier_status(&self.state)
+        }
+        #[cfg(not(feature = "tier"))]
+        {
+            Ok(None)
+        }
     }
 
     /// Shared mode: the process that leads housekeeping among those sharing the

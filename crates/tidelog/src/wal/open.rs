@@ -236,6 +236,7 @@ fn assemble(
     ));
     let sync = Arc::new(SyncQueue::default());
     let cursors = Arc::new(CursorTable::default());
+    let tier = open_tier(storage.as_ref(), dir, &config, read_only)?;
     let reclaim = Arc::new(Reclaimer::new(
         dir.to_owned(),
         Arc::clone(&storage),
@@ -244,6 +245,7 @@ fn assemble(
         Arc::clone(&cursors),
         Arc::clone(&alloc),
         Arc::clone(&sync),
+        tier.clone(),
     ));
     let flusher = Flusher::new(Arc::clone(&topics), Arc::clone(&storage), Arc::clone(&sync));
     let limits = stage::Limits {
@@ -271,7 +273,36 @@ fn assemble(
         }),
         dir_lock,
         follow,
+        tier,
     })
+}
+
+/// The tier of a writable handle whose configuration has one (`Fenced` when another
+/// directory holds its prefix). A read-only handle uploads nothing: it has none.
+#[cfg(feature = "tier")]
+fn open_tier(
+    storage: &dyn Storage,
+    dir: &Path,
+    config: &Config,
+    read_only: bool,
+) -> Result<Option<Arc<crate::tier::Tier>>> {
+    match &config.tier {
+        Some(tier) if !read_only => {
+            Ok(Some(Arc::new(crate::tier::Tier::open(storage, dir, tier)?)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// Without the `tier` feature a configuration with a tier fails its validation.
+#[cfg(not(feature = "tier"))]
+fn open_tier(
+    _storage: &dyn Storage,
+    _dir: &Path,
+    _config: &Config,
+    _read_only: bool,
+) -> Result<Option<Arc<crate::tier::Tier>>> {
+    Ok(None)
 }
 
 /// The block allocator over the recovered files. For a writable handle, every file but the

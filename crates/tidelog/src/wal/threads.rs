@@ -45,6 +45,17 @@ impl Threads {
         if state.durable.journal().is_some() {
             work.push(("tidelog-upload", "upload thread (it panicked)", upload_loop));
         }
+        #[cfg(feature = "tier")]
+        if let Some(tier) = &state.tier {
+            // Alone in its directory (exclusive mode) a handle always uploads; in shared mode
+            // the housekeeping leader does.
+            tier.set_uploading(!state.dir_lock.is_shared());
+            work.push((
+                "tidelog-tier",
+                "tier thread (it panicked)",
+                super::tier::upload_loop,
+            ));
+        }
         let threads = Threads::default();
         for (name, poisons_as, body) in work {
             let bg = Arc::clone(state);
@@ -62,6 +73,10 @@ impl Threads {
     /// Asks every thread to stop and joins them. A thread that panicked has poisoned the
     /// handle already; a panic that escaped the guard poisons it here.
     pub fn stop(&self, state: &State) {
+        #[cfg(feature = "tier")]
+        if let Some(tier) = &state.tier {
+            tier.stop();
+        }
         state.reclaim.stop();
         state.sync.stop_thread();
         state.prefault.stop();
@@ -161,7 +176,12 @@ fn housekeeping_loop(state: &State) {
             && state.dir_lock.is_shared()
         {
             election.follow_retired(state, &shared);
-            if election.lead(state, &shared) && !state.alloc.sees_everything() {
+            let leading = election.lead(state, &shared);
+            #[cfg(feature = "tier")]
+            if let Some(tier) = &state.tier {
+                tier.set_uploading(leading);
+            }
+            if leading && !state.alloc.sees_everything() {
                 if let Err(e) = lead::leader_pass(state, &shared, &mut election) {
                     state.reclaim.report(e);
                 }

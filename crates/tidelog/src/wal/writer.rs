@@ -53,7 +53,7 @@ pub(super) fn append_checked(
 /// Shared mode: takes `topic`'s append lock and lines its tail up with what other
 /// processes appended (`None` otherwise). Released once the records are published, before
 /// any wait for durability.
-fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'t>>> {
+pub(super) fn lock_topic<'t>(state: &State, topic: &'t Topic) -> Result<Option<TopicGuard<'t>>> {
     if !state.topics.is_shared_mode() {
         return Ok(None);
     }

@@ -1,0 +1,318 @@
+//! The bucket under a tier's prefix: a blocking face over an `object_store` store, driven by
+//! one tokio runtime per process (made lazily, and made again in a forked child, where the
+//! parent's worker threads do not exist).
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
+
+use crate::config::TierConfig;
+use crate::error::{Error, Result};
+use crate::poison::Recover;
+
+/// Worker threads of the process's tier runtime: requests are I/O bound.
+const RUNTIME_THREADS: usize = 2;
+/// Retries of a failed S3 request inside the store, and the longest a request and its
+/// retries take: the upload thread retries whole passes itself, with its own back-off.
+const STORE_RETRIES: usize = 3;
+const STORE_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The process's runtime and the pid it was made in.
+static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+/// `memory://` stores by URL, so handles of one process on one URL share a bucket.
+static MEMORY: OnceLock<Mutex<BTreeMap<String, Arc<InMemory>>>> = OnceLock::new();
+
+/// This process's runtime, made on first use and again after a fork.
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    let pid = std::process::id();
+    let mut slot = RUNTIME.lock().recover();
+    if let Some((made_in, rt)) = slot.as_ref()
+        && *made_in == pid
+    {
+        return Ok(Arc::clone(rt));
+    }
+    // A runtime of the parent process: its threads are not here, so it is never dropped
+    // (a drop would wait for them).
+    if let Some((_, old)) = slot.take() {
+        std::mem::forget(old);
+    }
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(RUNTIME_THREADS)
+        .thread_name("tidelog-tier-io")
+        .enable_all()
+        .build()
+        .map_err(|e| Error::io("start tier runtime", "", e))?;
+    let rt = Arc::new(rt);
+    *slot = Some((pid, Arc::clone(&rt)));
+    Ok(rt)
+}
+
+/// A bucket and the prefix under it.
+pub(crate) struct Bucket {
+    store: Arc<dyn ObjectStore>,
+    root: Path,
+    url: String,
+    /// Set by [`Bucket::stop`]: requests under way end at once, later ones fail at once.
+    stopping: AtomicBool,
+    stopped: tokio::sync::Notify,
+    /// Longest one request may take (0: as long as the store's own limits allow).
+    request_limit_ms: AtomicU64,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Bucket").field("url", &self.url).finish()
+    }
+}
+
+impl Bucket {
+    /// Opens the bucket `config` names. Options are `object_store`'s keys; `AWS_*`
+    /// variables of the environment fill those not given. An option the URL's store does
+    /// not know is an error, not ignored.
+    pub fn open(config: &TierConfig) -> Result<Bucket> {
+        let url: url::Url = config
+            .url
+            .parse()
+            .map_err(|e| Error::invalid("tier", format!("{:?} is not a URL: {e}", config.url)))?;
+        // `memory://NAME/PREFIX`: one bucket per NAME in this process (object_store itself
+        // takes `memory:///PREFIX` only, and makes a new bucket for each).
+        let scheme = if url.scheme() == "memory" {
+            object_store::ObjectStoreScheme::Memory
+        } else {
+            object_store::ObjectStoreScheme::parse(&url)
+                .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?
+                .0
+        };
+        let options = options_for(&scheme, config)?;
+        let (store, root): (Arc<dyn ObjectStore>, Path) = match scheme {
+            object_store::ObjectStoreScheme::Memory => {
+                let root = Path::parse(url.path().trim_start_matches('/'))
+                    .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
+                let key = url.host_str().unwrap_or_default().to_owned();
+                let stores = MEMORY.get_or_init(|| Mutex::new(BTreeMap::new()));
+                let store = Arc::clone(stores.lock().recover().entry(key).or_default());
+                (store, root)
+            }
+            object_store::ObjectStoreScheme::Local => {
+                let dir = url.to_file_path().map_err(|()| {
+                    Error::invalid("tier", format!("{:?} is not a local path", config.url))
+                })?;
+                std::fs::create_dir_all(&dir)
+                    .map_err(|e| Error::io("create tier directory", &dir, e))?;
+                let (store, root) = object_store::parse_url_opts(&url, options)
+                    .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
+                (Arc::from(store), root)
+            }
+            object_store::ObjectStoreScheme::AmazonS3 => {
+                let mut builder = object_store::aws::AmazonS3Builder::new().with_url(url.as_str());
+                for (key, value) in options {
+                    let key = key
+                        .parse()
+                        .map_err(|e| Error::invalid("storage_options", format!("{e}")))?;
+                    builder = builder.with_config(key, value);
+                }
+                let retry = object_store::RetryConfig {
+                    max_retries: STORE_RETRIES,
+                    retry_timeout: STORE_RETRY_TIMEOUT,
+                    ..object_store::RetryConfig::default()
+                };
+                let store = builder
+                    .with_retry(retry)
+                    .build()
+                    .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
+                let root = Path::parse(url.path().trim_start_matches('/'))
+                    .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
+                (Arc::new(store), root)
+            }
+            _ => {
+                let (store, root) = object_store::parse_url_opts(&url, options)
+                    .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
+                (Arc::from(store), root)
+            }
+        };
+        Ok(Bucket {
+            store,
+            root,
+            url: config.url.clone(),
+            stopping: AtomicBool::new(false),
+            stopped: tokio::sync::Notify::new(),
+            request_limit_ms: AtomicU64::new(0),
+        })
+    }
+
+    /// Limits each later request to `limit` (`None`: no limit of its own); one that takes
+    /// longer fails.
+    pub fn limit_requests(&self, limit: Option<Duration>) {
+        let ms = limit.map_or(0, |l| {
+            u64::try_from(l.as_millis()).unwrap_or(u64::MAX).max(1)
+        });
+        self.request_limit_ms.store(ms, Ordering::Release);
+    }
+
+    /// Ends the requests under way (they fail with `Closed`) and refuses later ones: the
+    /// handle is closing.
+    pub fn stop(&self) {
+        self.stopping.store(true, Ordering::Release);
+        self.stopped.notify_waiters();
+    }
+
+    /// Runs `f` on the process's runtime until it ends or the bucket is stopped.
+    fn block_on<T>(&self, f: impl Future<Output = T>) -> Result<T> {
+        let rt = runtime()?;
+        let limit_ms = self.request_limit_ms.load(Ordering::Acquire);
+        let out = rt.block_on(async {
+            let stopped = self.stopped.notified();
+            let mut stopped = std::pin::pin!(stopped);
+            // Registered before the flag is read: a stop after it wakes this wait.
+            stopped.as_mut().enable();
+            if self.stopping.load(Ordering::Acquire) {
+                return Err(Error::Closed);
+            }
+            let f = std::pin::pin!(f);
+            let limited = async {
+                if limit_ms == 0 {
+                    return Some(f.await);
+                }
+                tokio::time::timeout(Duration::from_millis(limit_ms), f)
+                    .await
+                    .ok()
+            };
+            let limited = std::pin::pin!(limited);
+            match futures::future::select(limited, stopped).await {
+                futures::future::Either::Left((out, _)) => Ok(out),
+                futures::future::Either::Right(_) => Err(Error::Closed),
+            }
+        })?;
+        out.ok_or_else(|| Error::Tier {
+            op: "request",
+            key: self.url.clone(),
+            message: format!("no answer within {limit_ms} ms"),
+        })
+    }
+
+    /// The URL the bucket was opened with.
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    fn path(&self, key: &str) -> Path {
+        self.root.parts().chain(Path::from(key).parts()).collect()
+    }
+
+    fn run<T>(
+        &self,
+        op: &'static str,
+        key: &str,
+        f: impl Future<Output = object_store::Result<T>>,
+    ) -> Result<T> {
+        self.block_on(f)?.map_err(|e| self.error(op, key, &e))
+    }
+
+    fn error(&self, op: &'static str, key: &str, e: &object_store::Error) -> Error {
+        Error::Tier {
+            op,
+            key: format!("{}/{key}", self.url.trim_end_matches('/')),
+            message: e.to_string(),
+        }
+    }
+
+    /// Writes `bytes` at `key`, replacing what is there.
+    pub fn put(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        let path = self.path(key);
+        self.run("put", key, self.store.put(&path, PutPayload::from(bytes)))
+            .map(drop)
+    }
+
+    /// Writes `bytes` at `key` only if nothing is there: false when something was.
+    pub fn put_new(&self, key: &str, bytes: Vec<u8>) -> Result<bool> {
+        let path = self.path(key);
+        let put = self
+            .store
+            .put_opts(&path, PutPayload::from(bytes), PutMode::Create.into());
+        match self.block_on(put)? {
+            Ok(_) => Ok(true),
+            Err(
+                object_store::Error::AlreadyExists { .. }
+                | object_store::Error::Precondition { .. },
+            ) => Ok(false),
+            Err(e) => Err(self.error("put if absent", key, &e)),
+        }
+    }
+
+    /// The bytes at `key`, `None` when there is no object.
+    pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        let path = self.path(key);
+        let got = self.block_on(async {
+            let result = self.store.get(&path).await?;
+            result.bytes().await
+        })?;
+        match got {
+            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.error("get", key, &e)),
+        }
+    }
+
+    /// The names of the objects right under `dir` whose names sort after `after`, sorted.
+    pub fn list_after(&self, dir: &str, after: Option<&str>) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let listing = match after {
+            Some(after) => self
+                .store
+                .list_with_offset(Some(&prefix), &self.path(&format!("{dir}/{after}"))),
+            None => self.store.list(Some(&prefix)),
+        };
+        let metas: Vec<_> = self.run("list", dir, listing.try_collect::<Vec<_>>())?;
+        let depth = prefix.parts().count() + 1;
+        let mut names: Vec<String> = metas
+            .into_iter()
+            .filter(|m| m.location.parts().count() == depth)
+            .filter_map(|m| m.location.filename().map(str::to_owned))
+            .filter(|name| after.is_none_or(|a| name.as_str() > a))
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+}
+
+/// The options to build a store for `scheme` with: the given ones, then `AWS_*` variables
+/// of the environment for S3. Each key must be one the store knows.
+fn options_for(
+    scheme: &object_store::ObjectStoreScheme,
+    config: &TierConfig,
+) -> Result<Vec<(String, String)>> {
+    use object_store::ObjectStoreScheme as S;
+    let known = |key: &str| -> bool {
+        match scheme {
+            S::AmazonS3 => key.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok(),
+            _ => false,
+        }
+    };
+    let mut options: BTreeMap<String, String> = BTreeMap::new();
+    for (key, value) in &config.options {
+        let key = key.to_ascii_lowercase();
+        if !known(&key) {
+            return Err(Error::invalid(
+                "storage_options",
+                format!("{key:?} is not an option of the store for {:?}", config.url),
+            ));
+        }
+        options.insert(key, value.clone());
+    }
+    if matches!(scheme, S::AmazonS3) {
+        for (key, value) in std::env::vars() {
+            let key = key.to_ascii_lowercase();
+            if key.starts_with("aws_") && known(&key) {
+                options.entry(key).or_insert(value);
+            }
+        }
+    }
+    Ok(options.into_iter().collect())
+}

@@ -1,0 +1,427 @@
+//! The manifest in the bucket: numbered deltas, each written once (put-if-absent), that say
+//! which producer holds the prefix (claims, by epoch), which topics exist and which extent
+//! objects hold which offsets. Applying every delta in order gives the [`Manifest`]. See
+//! docs/FORMAT.md, "The tier".
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use super::bucket::Bucket;
+use crate::error::{Error, Result};
+
+/// Where the deltas live under the prefix.
+pub const MANIFEST_DIR: &str = "_tidelog/manifest";
+/// First line of a delta object: magic, CRC-32 and length of the JSON body that follows.
+pub const DELTA_MAGIC: &str = "TLDELTA1";
+/// The JSON body's `format` field: bumped whenever an entry changes meaning.
+pub const DELTA_FORMAT: u32 = 1;
+/// Width of the zero-padded decimal numbers in object names (they sort as numbers).
+pub const NUMBER_DIGITS: usize = 20;
+/// Most bytes one delta object may hold: a bigger one is damage, not a delta.
+pub const DELTA_BYTES_MAX: usize = 64 << 20;
+
+/// One extent uploaded whole: where its object is and what it holds.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExtentObject {
+    /// The topic's id in the manifest (its `topic` entry's).
+    pub topic: u32,
+    /// The object's key under the prefix.
+    pub key: String,
+    /// Offset of its first record.
+    pub first_offset: u64,
+    /// The extent's salt (its identity slot's): which extent of which directory it is.
+    pub salt: u32,
+    /// Records it holds (from `first_offset` on, dense).
+    pub records: u64,
+    /// Its size in bytes: the extent's header, frames and index footer.
+    pub bytes: u64,
+    /// An upper bound of its records' timestamps.
+    pub max_timestamp_us: u64,
+    /// Where its index footer starts (the end of its records), its entries and their CRC.
+    pub footer_position: u64,
+    pub footer_count: u64,
+    pub footer_crc: u32,
+}
+
+impl ExtentObject {
+    /// The offset after its last record.
+    pub fn next_offset(&self) -> u64 {
+        self.first_offset.saturating_add(self.records)
+    }
+}
+
+/// One change a delta makes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Entry {
+    /// A producer takes the prefix from this epoch on; deltas of older epochs that come
+    /// after it are refused.
+    Claim { epoch: u64, producer: String },
+    /// A topic joins the manifest under an id of the manifest's own (the next after the
+    /// largest): producers' directories number their topics each their own way.
+    Topic { id: u32, name: String },
+    /// An extent object joins its topic, right after the topic's last object.
+    Add(ExtentObject),
+}
+
+/// One delta: the changes one commit made.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Delta {
+    /// [`DELTA_FORMAT`].
+    pub format: u32,
+    /// Its number: the object's name says the same.
+    pub version: u64,
+    /// The epoch of the producer that wrote it.
+    pub epoch: u64,
+    /// That producer's id.
+    pub producer: String,
+    /// A number of the writer's choosing, so a retry of a put that did land knows it.
+    pub nonce: u64,
+    pub entries: Vec<Entry>,
+}
+
+/// A topic as the manifest knows it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteTopic {
+    pub name: String,
+    /// Its objects by first offset; each starts where the one before ends.
+    pub objects: BTreeMap<u64, ExtentObject>,
+}
+
+impl RemoteTopic {
+    /// The offset after its last object's records, if it has one.
+    pub fn next_offset(&self) -> Option<u64> {
+        self.objects
+            .values()
+            .next_back()
+            .map(ExtentObject::next_offset)
+    }
+}
+
+/// Every delta up to `version`, applied.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Manifest {
+    /// The last delta applied (0: none).
+    pub version: u64,
+    /// The epoch of the last claim (0: none).
+    pub epoch: u64,
+    /// The producer of the last claim.
+    pub producer: Option<String>,
+    pub topics: BTreeMap<u32, RemoteTopic>,
+    /// Topic ids by name.
+    pub ids: BTreeMap<String, u32>,
+}
+
+impl Manifest {
+    /// Applies `delta`, the next one; an entry that breaks the manifest's rules is damage.
+    pub fn apply(&mut self, delta: &Delta, key: &str) -> Result<()> {
+        let bad = |reason: String| corrupt(key, reason);
+        if delta.version != self.version + 1 {
+            return Err(bad(format!(
+                "delta {} follows delta {}",
+                delta.version, self.version
+            )));
+        }
+        let mut next = self.clone();
+        next.version = delta.version;
+        for entry in &delta.entries {
+            match entry {
+                Entry::Claim { epoch, producer } => {
+                    if *epoch <= next.epoch || *epoch != delta.epoch {
+                        return Err(bad(format!(
+                            "claim of epoch {epoch} after epoch {}",
+                            next.epoch
+                        )));
+                    }
+                    next.epoch = *epoch;
+                    next.producer = Some(producer.clone());
+                }
+                Entry::Topic { id, name } => {
+                    next.check_writer(delta).map_err(&bad)?;
+                    if next.topics.contains_key(id) || next.ids.contains_key(name) {
+                        return Err(bad(format!("topic {name:?} ({id}) added twice")));
+                    }
+                    next.topics.insert(
+                        *id,
+                        RemoteTopic {
+                            name: name.clone(),
+                            objects: BTreeMap::new(),
+                        },
+                    );
+                    next.ids.insert(name.clone(), *id);
+                }
+                Entry::Add(object) => {
+                    next.check_writer(delta).map_err(&bad)?;
+                    let Some(topic) = next.topics.get_mut(&object.topic) else {
+                        return Err(bad(format!("an object of unknown topic {}", object.topic)));
+                    };
+                    if object.records == 0 || object.bytes == 0 {
+                        return Err(bad(format!("an empty object {:?}", object.key)));
+                    }
+                    if let Some(end) = topic.next_offset()
+                        && end != object.first_offset
+                    {
+                        return Err(bad(format!(
+                            "object {:?} starts at offset {} where its topic's end at {end}",
+                            object.key, object.first_offset
+                        )));
+                    }
+                    topic.objects.insert(object.first_offset, object.clone());
+                }
+            }
+        }
+        *self = next;
+        Ok(())
+    }
+
+    /// Only the producer of the last claim, in its epoch, changes topics and objects.
+    fn check_writer(&self, delta: &Delta) -> std::result::Result<(), String> {
+        if self.producer.as_deref() != Some(delta.producer.as_str()) || delta.epoch != self.epoch {
+            return Err(format!(
+                "a delta of epoch {} by {:?} where epoch {} by {:?} holds the prefix",
+                delta.epoch, delta.producer, self.epoch, self.producer
+            ));
+        }
+        Ok(())
+    }
+
+    /// The topic named `name`, if the manifest has it.
+    pub fn topic(&self, name: &str) -> Option<(u32, &RemoteTopic)> {
+        let id = *self.ids.get(name)?;
+        Some((id, self.topics.get(&id)?))
+    }
+
+    /// The id a new topic gets: the next after the largest.
+    pub fn next_topic_id(&self) -> u32 {
+        self.topics.keys().next_back().map_or(0, |id| id + 1)
+    }
+
+    /// Whether the extent of topic `name` from `first_offset` with `salt` is in an object.
+    pub fn holds(&self, name: &str, first_offset: u64, salt: u32) -> bool {
+        self.topic(name)
+            .and_then(|(_, t)| t.objects.get(&first_offset))
+            .is_some_and(|o| o.salt == salt)
+    }
+
+    /// Reads the deltas after this manifest's version from `bucket` and applies them.
+    pub fn refresh(&mut self, bucket: &Bucket) -> Result<()> {
+        let after = (self.version > 0).then(|| delta_name(self.version));
+        for name in bucket.list_after(MANIFEST_DIR, after.as_deref())? {
+            let Some(version) = parse_delta_name(&name) else {
+                // Not a delta (a checkpoint directory, a stray object): not ours to judge.
+                continue;
+            };
+            if version <= self.version {
+                continue;
+            }
+            let key = delta_key(version);
+            if version != self.version + 1 {
+                return Err(corrupt(
+                    &key,
+                    format!("delta {} is missing", self.version + 1),
+                ));
+            }
+            let Some(bytes) = bucket.get(&key)? else {
+                return Err(corrupt(&key, "listed but gone".into()));
+            };
+            let delta = decode_delta(&bytes, &key)?;
+            if delta.version != version {
+                return Err(corrupt(&key, format!("holds delta {}", delta.version)));
+            }
+            self.apply(&delta, &key)?;
+        }
+        Ok(())
+    }
+}
+
+/// A delta object's name.
+pub fn delta_name(version: u64) -> String {
+    format!("{version:0NUMBER_DIGITS$}.delta")
+}
+
+/// A delta object's key under the prefix.
+pub fn delta_key(version: u64) -> String {
+    format!("{MANIFEST_DIR}/{}", delta_name(version))
+}
+
+fn parse_delta_name(name: &str) -> Option<u64> {
+    let digits = name.strip_suffix(".delta")?;
+    if digits.len() != NUMBER_DIGITS || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok()
+}
+
+fn corrupt(key: &str, reason: String) -> Error {
+    Error::TierCorruption {
+        key: key.to_owned(),
+        reason,
+    }
+}
+
+/// A delta's bytes: `TLDELTA1 <crc32 of the body, 8 hex digits> <body length>\n<JSON body>`.
+pub fn encode_delta(delta: &Delta) -> Vec<u8> {
+    let body = serde_json::to_vec(delta).unwrap_or_default();
+    let crc = crc32fast::hash(&body);
+    let mut out = format!("{DELTA_MAGIC} {crc:08x} {}\n", body.len()).into_bytes();
+    out.extend_from_slice(&body);
+    out
+}
+
+/// Decodes and checks a delta's bytes; `key` names it in errors.
+pub fn decode_delta(bytes: &[u8], key: &str) -> Result<Delta> {
+    let bad = |reason: &str| corrupt(key, reason.to_owned());
+    if bytes.len() > DELTA_BYTES_MAX {
+        return Err(bad("larger than any delta"));
+    }
+    let newline = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| bad("no header line"))?;
+    let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| bad("header is not text"))?;
+    let mut fields = header.split(' ');
+    if fields.next() != Some(DELTA_MAGIC) {
+        return Err(bad("bad magic"));
+    }
+    let crc = fields
+        .next()
+        .filter(|s| s.len() == 8)
+        .and_then(|s| u32::from_str_radix(s, 16).ok())
+        .ok_or_else(|| bad("bad checksum field"))?;
+    let len: usize = fields
+        .next()
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("bad length field"))?;
+    if fields.next().is_some() {
+        return Err(bad("extra header fields"));
+    }
+    let body = &bytes[newline + 1..];
+    if body.len() != len {
+        return Err(bad("length does not match"));
+    }
+    if crc32fast::hash(body) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    let delta: Delta =
+        serde_json::from_slice(body).map_err(|e| corrupt(key, format!("bad JSON: {e}")))?;
+    if delta.format != DELTA_FORMAT {
+        return Err(Error::TierCorruption {
+            key: key.to_owned(),
+            reason: format!(
+                "delta format {} (this build reads {DELTA_FORMAT})",
+                delta.format
+            ),
+        });
+    }
+    Ok(delta)
+}
+
+/// Writes `delta` as the next version after `manifest`'s, once. `Ok(false)` when another
+/// writer took that version first (the caller refreshes and judges); `Ok(true)` when this
+/// one did, a retry of a put that landed included.
+pub fn commit(bucket: &Bucket, manifest: &mut Manifest, delta: &Delta) -> Result<bool> {
+    debug_assert_eq!(delta.version, manifest.version + 1);
+    let key = delta_key(delta.version);
+    let landed = bucket.put_new(&key, encode_delta(delta))?
+        || bucket
+            .get(&key)?
+            .is_some_and(|bytes| decode_delta(&bytes, &key).is_ok_and(|d| d.nonce == delta.nonce));
+    if landed {
+        manifest.apply(delta, &key)?;
+    }
+    Ok(landed)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn object(topic: u32, first: u64, records: u64) -> ExtentObject {
+        ExtentObject {
+            topic,
+            key: format!("topics/{topic}/{first:020}-1.extent"),
+            first_offset: first,
+            salt: 5,
+            records,
+            bytes: 4096 + records * 128,
+            max_timestamp_us: 7,
+            footer_position: 4096 + records * 128,
+            footer_count: 1,
+            footer_crc: 9,
+        }
+    }
+
+    fn delta(version: u64, epoch: u64, entries: Vec<Entry>) -> Delta {
+        Delta {
+            format: DELTA_FORMAT,
+            version,
+            epoch,
+            producer: "p".into(),
+            nonce: version,
+            entries,
+        }
+    }
+
+    #[test]
+    fn deltas_apply_in_order_and_refuse_gaps_and_strangers() {
+        let mut m = Manifest::default();
+        let claim = Entry::Claim {
+            epoch: 1,
+            producer: "p".into(),
+        };
+        m.apply(&delta(1, 1, vec![claim]), "k").expect("claim");
+        let topic = Entry::Topic {
+            id: 3,
+            name: "orders".into(),
+        };
+        m.apply(&delta(2, 1, vec![topic, Entry::Add(object(3, 0, 10))]), "k")
+            .expect("add");
+        assert!(m.holds("orders", 0, 5) && !m.holds("orders", 0, 6));
+        let again = Entry::Topic {
+            id: 4,
+            name: "orders".into(),
+        };
+        assert!(m.clone().apply(&delta(3, 1, vec![again]), "k").is_err());
+        // A gap between objects, a repeated version, an old epoch: damage, nothing applied.
+        let before = m.clone();
+        assert!(
+            m.apply(&delta(3, 1, vec![Entry::Add(object(3, 11, 5))]), "k")
+                .is_err()
+        );
+        assert!(
+            m.apply(&delta(2, 1, vec![Entry::Add(object(3, 10, 5))]), "k")
+                .is_err()
+        );
+        let mut stranger = delta(3, 1, vec![Entry::Add(object(3, 10, 5))]);
+        stranger.producer = "q".into();
+        assert!(m.apply(&stranger, "k").is_err());
+        assert_eq!(m, before);
+        m.apply(&delta(3, 1, vec![Entry::Add(object(3, 10, 5))]), "k")
+            .expect("next");
+        assert_eq!(m.topics[&3].next_offset(), Some(15));
+    }
+
+    proptest! {
+        /// Any flipped byte or cut of a delta's bytes is reported, never read as another delta.
+        #[test]
+        fn damaged_deltas_are_refused(at in 0usize..400, bit in 0u8..8, cut in 0usize..400) {
+            let d = delta(5, 2, vec![Entry::Topic { id: 1, name: "t".into() }, Entry::Add(object(1, 0, 3))]);
+            let bytes = encode_delta(&d);
+            prop_assert_eq!(decode_delta(&bytes, "k").ok(), Some(d.clone()));
+            let mut flipped = bytes.clone();
+            let i = at % flipped.len();
+            flipped[i] ^= 1 << bit;
+            prop_assert!(decode_delta(&flipped, "k").is_err());
+            let cut = cut % bytes.len();
+            prop_assert!(decode_delta(&bytes[..cut], "k").is_err());
+        }
+
+        /// Arbitrary bytes never panic the decoder.
+        #[test]
+        fn arbitrary_bytes_do_not_panic(bytes in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let _ = decode_delta(&bytes, "k");
+        }
+    }
+}

@@ -1,0 +1,64 @@
+//! Object storage behind a directory (`Config::tier`): the bucket, the manifest there, this
+//! directory's producer id, and what one handle knows of them. The upload thread and
+//! `Wal::tier_flush` are the handle's (`wal::tier`); this layer only talks to the bucket.
+//!
+//! Without the `tier` cargo feature [`Tier`] has no value, so every handle's tier is `None`.
+
+#[cfg(feature = "tier")]
+mod bucket;
+#[cfg(feature = "tier")]
+pub(crate) mod manifest;
+#[cfg(feature = "tier")]
+mod producer;
+#[cfg(feature = "tier")]
+mod state;
+
+#[cfg(feature = "tier")]
+pub(crate) use state::{Pending, Tier};
+
+/// What [`crate::Wal::tier_status`] reports.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TierStatus {
+    /// The bucket URL.
+    pub url: String,
+    /// This directory's producer id.
+    pub producer: String,
+    /// True while this handle uploads (the housekeeping leader among the processes that
+    /// share the directory; a process alone always is).
+    pub uploading: bool,
+    /// The epoch this handle claimed the prefix in (0 until it uploads).
+    pub epoch: u64,
+    /// The manifest version this handle last read or wrote.
+    pub manifest_version: u64,
+    /// Extent objects this handle uploaded.
+    pub uploaded_objects: u64,
+    /// The bytes of those objects.
+    pub uploaded_bytes: u64,
+    /// Sealed extents the last upload pass left for the next (0 in a handle that does not
+    /// upload).
+    pub pending_extents: u64,
+    /// The bytes of those extents.
+    pub pending_bytes: u64,
+    /// Records appended to this handle's topics that the manifest does not hold yet.
+    pub lag_records: u64,
+    /// Failed requests this handle retried.
+    pub retries: u64,
+    /// The last failure, if the last request failed.
+    pub last_error: Option<String>,
+    /// True once another producer (or a newer claim) took the prefix: nothing more is
+    /// uploaded by this handle, and local extents stay until it is reopened.
+    pub fenced: bool,
+}
+
+/// A handle's tier, in a build without the `tier` feature: it has no value.
+#[cfg(not(feature = "tier"))]
+#[derive(Debug)]
+pub(crate) enum Tier {}
+
+#[cfg(not(feature = "tier"))]
+impl Tier {
+    /// Whether the manifest holds `extent` of topic `name`.
+    pub fn holds(&self, _name: &str, _extent: &crate::extent::Extent) -> bool {
+        match *self {}
+    }
+}

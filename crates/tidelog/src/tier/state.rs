@@ -1,0 +1,397 @@
+//! What one handle knows of its tier: the bucket, the manifest as last read or written, and
+//! the upload counters `tier_status` reports. The upload thread (`wal::tier`) changes it;
+//! reclaim asks it which extents the bucket holds.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Condvar, Mutex, MutexGuard};
+use std::time::Duration;
+
+use super::TierStatus;
+use super::bucket::Bucket;
+use super::manifest::{self, DELTA_FORMAT, Delta, Entry, ExtentObject, Manifest};
+use super::producer;
+use crate::config::TierConfig;
+use crate::error::{Error, Result};
+use crate::extent::Extent;
+use crate::io::Storage;
+use crate::poison::Recover;
+
+/// Tries of a claim before the pass gives up (each loses only to another commit).
+const CLAIM_TRIES: u32 = 8;
+/// Longest an open waits for each request reading the manifest: a bucket that does not
+/// answer leaves the check to the first upload, and the open goes on.
+const OPEN_REQUEST_LIMIT: Duration = Duration::from_secs(5);
+
+/// Sealed extents an upload pass found not in the manifest yet.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Pending {
+    pub extents: u64,
+    pub bytes: u64,
+}
+
+/// Counters and the manifest, under one lock (never held across a request).
+#[derive(Debug, Default)]
+struct View {
+    manifest: Manifest,
+    /// The epoch this handle claimed (0: it has not uploaded).
+    claimed: u64,
+    /// Set once another producer or a newer claim took the prefix.
+    fenced: Option<(u64, String)>,
+    uploaded_objects: u64,
+    uploaded_bytes: u64,
+    pending: Pending,
+    retries: u64,
+    last_error: Option<String>,
+    /// Bumped by `kick`, so the upload thread's wait ends.
+    kicks: u64,
+    /// Topics the last upload pass could not upload, and why.
+    conflicts: BTreeMap<String, String>,
+    /// A `tier_flush` waits for another process's deltas: read them at the next wake.
+    refresh_wanted: bool,
+}
+
+/// A handle's tier.
+#[derive(Debug)]
+pub(crate) struct Tier {
+    bucket: Bucket,
+    producer: String,
+    /// Opened with `takeover`: its first claim may follow a stranger's.
+    takeover: bool,
+    /// A stranger whose claim this handle may follow with its own (set by `takeover`, at
+    /// the open or at its first claim if the open could not read the manifest).
+    replaces: Mutex<Option<String>>,
+    view: Mutex<View>,
+    changed: Condvar,
+    uploading: AtomicBool,
+    stop: AtomicBool,
+    /// Set by this handle's first claim: `takeover` applies to that one only.
+    claimed_once: AtomicBool,
+}
+
+impl Tier {
+    /// Opens the tier of the writable handle on `dir`: the bucket, the directory's producer
+    /// id, the manifest. `Fenced` when another producer holds the prefix and `takeover`
+    /// was not asked for.
+    pub fn open(storage: &dyn Storage, dir: &Path, config: &TierConfig) -> Result<Tier> {
+        let bucket = Bucket::open(config)?;
+        let producer = producer::producer_id(storage, dir)?;
+        let mut manifest = Manifest::default();
+        bucket.limit_requests(Some(OPEN_REQUEST_LIMIT));
+        let read = manifest.refresh(&bucket);
+        bucket.limit_requests(None);
+        let mut last_error = None;
+        match read {
+            Ok(()) => {}
+            // Damage is reported; a bucket that fails or does not answer is retried later.
+            Err(e @ Error::TierCorruption { .. }) => return Err(e),
+            Err(e) => {
+                manifest = Manifest::default();
+                last_error = Some(e.to_string());
+            }
+        }
+        let replaces = match &manifest.producer {
+            Some(holder) if *holder != producer => {
+                if !config.takeover {
+                    return Err(Error::Fenced {
+                        url: config.url.clone(),
+                        epoch: manifest.epoch,
+                        producer: holder.clone(),
+                    });
+                }
+                Some(holder.clone())
+            }
+            _ => None,
+        };
+        Ok(Tier {
+            bucket,
+            producer,
+            takeover: config.takeover,
+            replaces: Mutex::new(replaces),
+            view: Mutex::new(View {
+                manifest,
+                last_error,
+                ..View::default()
+            }),
+            changed: Condvar::new(),
+            uploading: AtomicBool::new(false),
+            stop: AtomicBool::new(false),
+            claimed_once: AtomicBool::new(false),
+        })
+    }
+
+    fn view(&self) -> MutexGuard<'_, View> {
+        self.view.lock().recover()
+    }
+
+    /// The bucket's key of the object of the extent of `topic` from `first_offset`, uploaded
+    /// in `epoch` (a fenced producer's uploads never replace a live object).
+    pub fn object_key(topic: u32, first_offset: u64, epoch: u64) -> String {
+        format!(
+            "topics/{topic}/{first_offset:0w$}-{epoch:0w$}.extent",
+            w = manifest::NUMBER_DIGITS
+        )
+    }
+
+    /// Whether the manifest (as this handle knows it) holds `extent` of topic `name`: an
+    /// object from its first offset with its salt (another directory's extent there is not
+    /// this one).
+    pub fn holds(&self, name: &str, extent: &Extent) -> bool {
+        self.view()
+            .manifest
+            .holds(name, extent.first_offset, extent.salt)
+    }
+
+    /// Where the objects of topic `name` end in the manifest, if it has any.
+    pub fn remote_next(&self, name: &str) -> Option<u64> {
+        self.view()
+            .manifest
+            .topic(name)
+            .and_then(|(_, t)| t.next_offset())
+    }
+
+    /// The manifest's id of topic `name`, if it has one.
+    pub fn topic_id(&self, name: &str) -> Option<u32> {
+        self.view().manifest.topic(name).map(|(id, _)| id)
+    }
+
+    /// The id the next topic added gets.
+    pub fn next_topic_id(&self) -> u32 {
+        self.view().manifest.next_topic_id()
+    }
+
+    /// The epoch this handle uploads in, once it claimed the prefix.
+    pub fn claimed(&self) -> Option<u64> {
+        let view = self.view();
+        (view.claimed != 0 && view.fenced.is_none()).then_some(view.claimed)
+    }
+
+    /// `Fenced` once the prefix went to another producer or a newer claim.
+    pub fn check_fenced(&self) -> Result<()> {
+        match &self.view().fenced {
+            Some((epoch, producer)) => Err(Error::Fenced {
+                url: self.bucket.url().to_owned(),
+                epoch: *epoch,
+                producer: producer.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
+    /// Reads the deltas written since this handle last looked.
+    pub fn refresh(&self) -> Result<()> {
+        let mut manifest = self.view().manifest.clone();
+        manifest.refresh(&self.bucket)?;
+        let mut view = self.view();
+        if manifest.version > view.manifest.version {
+            view.manifest = manifest;
+            note_claim(&mut view, &self.producer);
+            self.changed.notify_all();
+        }
+        Ok(())
+    }
+
+    /// Claims the prefix for this handle in a new epoch (after the one it finds). `Fenced`
+    /// when the claim it would follow is a stranger's.
+    pub fn claim(&self) -> Result<u64> {
+        for _ in 0..CLAIM_TRIES {
+            self.refresh()?;
+            let mut manifest = self.view().manifest.clone();
+            let first = !self.claimed_once.load(Ordering::Acquire);
+            if let Some(holder) = &manifest.producer
+                && *holder != self.producer
+            {
+                let mut replaces = self.replaces.lock().recover();
+                if replaces.is_none() && self.takeover && first {
+                    *replaces = Some(holder.clone());
+                }
+                if replaces.as_ref() != Some(holder) {
+                    drop(replaces);
+                    self.view().fenced = Some((manifest.epoch, holder.clone()));
+                    return self.check_fenced().map(|()| 0);
+                }
+            }
+            let epoch = manifest.epoch + 1;
+            let delta = self.delta(
+                &manifest,
+                epoch,
+                vec![Entry::Claim {
+                    epoch,
+                    producer: self.producer.clone(),
+                }],
+            );
+            if manifest::commit(&self.bucket, &mut manifest, &delta)? {
+                self.claimed_once.store(true, Ordering::Release);
+                let mut view = self.view();
+                view.manifest = manifest;
+                view.claimed = epoch;
+                self.changed.notify_all();
+                return Ok(epoch);
+            }
+        }
+        Err(Error::Tier {
+            op: "claim",
+            key: self.bucket.url().to_owned(),
+            message: format!("other writers took the next delta {CLAIM_TRIES} times in a row"),
+        })
+    }
+
+    fn delta(&self, manifest: &Manifest, epoch: u64, entries: Vec<Entry>) -> Delta {
+        Delta {
+            format: DELTA_FORMAT,
+            version: manifest.version + 1,
+            epoch,
+            producer: self.producer.clone(),
+            nonce: crate::topic::new_salt().into(),
+            entries,
+        }
+    }
+
+    /// Puts an extent object's bytes at `key` (a retry puts the same bytes again).
+    pub fn put_object(&self, key: &str, bytes: Vec<u8>) -> Result<()> {
+        self.bucket.put(key, bytes)
+    }
+
+    /// Commits `entries` (topics and the objects uploaded) in one delta of this handle's
+    /// epoch. False when another commit took its version: the manifest is read again, and
+    /// a newer claim fences this handle.
+    pub fn commit(&self, epoch: u64, entries: Vec<Entry>) -> Result<bool> {
+        let mut manifest = self.view().manifest.clone();
+        let delta = self.delta(&manifest, epoch, entries);
+        if !manifest::commit(&self.bucket, &mut manifest, &delta)? {
+            self.refresh()?;
+            return Ok(false);
+        }
+        let mut view = self.view();
+        for entry in &delta.entries {
+            if let Entry::Add(ExtentObject { bytes, .. }) = entry {
+                view.uploaded_objects += 1;
+                view.uploaded_bytes += bytes;
+            }
+        }
+        view.manifest = manifest;
+        view.last_error = None;
+        self.changed.notify_all();
+        Ok(true)
+    }
+
+    /// Records the topics the last upload pass could not upload, and why.
+    pub fn set_conflicts(&self, conflicts: BTreeMap<String, String>) {
+        self.view().conflicts = conflicts;
+        self.changed.notify_all();
+    }
+
+    /// Why the last upload pass could not upload topic `name`, if it could not.
+    pub fn conflict(&self, name: &str) -> Option<String> {
+        self.view().conflicts.get(name).cloned()
+    }
+
+    /// Records what the last upload pass left pending.
+    pub fn note_pending(&self, pending: Pending) {
+        self.view().pending = pending;
+    }
+
+    /// Records a failed request (it is retried).
+    pub fn note_failure(&self, e: &Error) {
+        let mut view = self.view();
+        view.retries += 1;
+        view.last_error = Some(e.to_string());
+        self.changed.notify_all();
+    }
+
+    /// Sets whether this handle uploads (it leads housekeeping).
+    pub fn set_uploading(&self, uploading: bool) {
+        if self.uploading.swap(uploading, Ordering::AcqRel) != uploading {
+            self.kick();
+        }
+    }
+
+    /// Whether this handle uploads.
+    pub fn is_uploading(&self) -> bool {
+        self.uploading.load(Ordering::Acquire)
+    }
+
+    /// Ends the upload thread's wait now (a flush asks for a pass).
+    pub fn kick(&self) {
+        self.view().kicks += 1;
+        self.changed.notify_all();
+    }
+
+    /// Asks the upload thread to read the manifest again now.
+    pub fn request_refresh(&self) {
+        self.view().refresh_wanted = true;
+        self.kick();
+    }
+
+    /// Whether a refresh was asked for since the last call.
+    pub fn take_refresh_wanted(&self) -> bool {
+        std::mem::take(&mut self.view().refresh_wanted)
+    }
+
+    /// Asks the upload thread to end; a request under way ends at once.
+    pub fn stop(&self) {
+        self.stop.store(true, Ordering::Release);
+        self.bucket.stop();
+        self.kick();
+    }
+
+    /// Whether the upload thread should end.
+    pub fn stopping(&self) -> bool {
+        self.stop.load(Ordering::Acquire)
+    }
+
+    /// The upload thread's wait between passes: until `wait` passed, a kick, or stop.
+    pub fn wait_for_work(&self, wait: Duration) {
+        let view = self.view();
+        let kicks = view.kicks;
+        if self.stopping() {
+            return;
+        }
+        let _ = self
+            .changed
+            .wait_timeout_while(view, wait, |v| v.kicks == kicks && !self.stopping());
+    }
+
+    /// Waits up to `wait` for the manifest or the counters to change.
+    pub fn wait_for_change(&self, wait: Duration) {
+        let view = self.view();
+        let version = (view.manifest.version, view.retries);
+        let _ = self.changed.wait_timeout_while(view, wait, |v| {
+            (v.manifest.version, v.retries) == version && v.fenced.is_none()
+        });
+    }
+
+    /// The status, with `lag_records` the caller counted.
+    pub fn status(&self, lag_records: u64) -> TierStatus {
+        let view = self.view();
+        TierStatus {
+            url: self.bucket.url().to_owned(),
+            producer: self.producer.clone(),
+            uploading: self.is_uploading() && view.fenced.is_none(),
+            epoch: view.claimed,
+            manifest_version: view.manifest.version,
+            uploaded_objects: view.uploaded_objects,
+            uploaded_bytes: view.uploaded_bytes,
+            pending_extents: view.pending.extents,
+            pending_bytes: view.pending.bytes,
+            lag_records,
+            retries: view.retries,
+            last_error: view.last_error.clone(),
+            fenced: view.fenced.is_some(),
+        }
+    }
+}
+
+/// After a refresh, a claim newer than this handle's: a stranger's fences it; its own
+/// directory's (another process leads now) only ends its epoch, and it claims again should
+/// it lead again.
+fn note_claim(view: &mut View, producer: &str) {
+    if view.claimed == 0 || view.manifest.epoch <= view.claimed || view.fenced.is_some() {
+        return;
+    }
+    match view.manifest.producer.clone() {
+        Some(holder) if holder != producer => view.fenced = Some((view.manifest.epoch, holder)),
+        _ => view.claimed = 0,
+    }
+}

@@ -1,0 +1,369 @@
+//! A writable handle's tier: the upload thread (sealed extents to the bucket, then one
+//! manifest delta per batch), `Wal::tier_flush` and `Wal::tier_status`. The bucket and
+//! the manifest are `crate::tier`'s.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use super::follow;
+use super::state::State;
+use super::writer;
+use crate::error::{Error, Result};
+use crate::extent::Extent;
+use crate::tier::manifest::{Entry, ExtentObject};
+use crate::tier::{Pending, Tier, TierStatus};
+use crate::topic::Topic;
+
+/// Most extent objects, and bytes, one upload pass puts before it commits their delta.
+const BATCH_OBJECTS: usize = 16;
+const BATCH_BYTES: u64 = 256 << 20;
+/// Back-off after a failed pass: doubled from the first to the last, then kept.
+const RETRY_FIRST: Duration = Duration::from_millis(100);
+const RETRY_MAX: Duration = Duration::from_secs(30);
+/// How often a handle that does not upload reads the manifest again (its reclaim keeps
+/// only what the manifest holds, so a stale view only keeps more).
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
+/// Longest a `tier_flush` waits between two looks at the manifest.
+const FLUSH_LOOK: Duration = Duration::from_millis(20);
+/// Longest the upload pass waits for a topic's append lock (a stopped appender holds it):
+/// the topic waits for the next pass.
+const TOPIC_LOCK_WAIT: Duration = Duration::from_millis(200);
+
+/// The upload thread: while this handle uploads, a pass every sync interval (or when
+/// kicked); otherwise the manifest is read now and then. Failures are retried with
+/// back-off and reported in the status, never poisoning the handle: local data is sound.
+pub(super) fn upload_loop(state: &State) {
+    let Some(tier) = state.tier.clone() else {
+        return;
+    };
+    let tick = Duration::from_millis(state.config.sync_interval_ms);
+    let mut retry: Option<Duration> = None;
+    let mut refreshed = Instant::now();
+    loop {
+        tier.wait_for_work(retry.unwrap_or(tick));
+        if tier.stopping() || state.sync.check().is_err() {
+            return;
+        }
+        let result = if tier.is_uploading() {
+            upload_pass(state, &tier)
+        } else if tier.take_refresh_wanted() || refreshed.elapsed() >= REFRESH_EVERY {
+            refreshed = Instant::now();
+            tier.refresh()
+        } else {
+            Ok(())
+        };
+        retry = match result {
+            Ok(()) | Err(Error::Fenced { .. }) => None,
+            Err(e) => {
+                tier.note_failure(&e);
+                Some(retry.map_or(RETRY_FIRST, |r| (r * 2).min(RETRY_MAX)))
+            }
+        };
+    }
+}
+
+/// One pass: claims the prefix if this handle has not, then puts the sealed extents the
+/// manifest does not hold, oldest first per topic, and commits them in one delta. A topic
+/// whose local offsets overlap objects another directory uploaded is left out (and
+/// reported); the others go on.
+fn upload_pass(state: &State, tier: &Tier) -> Result<()> {
+    tier.check_fenced()?;
+    let epoch = match tier.claimed() {
+        Some(epoch) => epoch,
+        None => tier.claim()?,
+    };
+    let mut entries = Vec::new();
+    let mut batch_bytes = 0u64;
+    let mut left = Pending::default();
+    let mut added: BTreeMap<String, u32> = BTreeMap::new();
+    let mut next_id = tier.next_topic_id();
+    let mut conflicts = BTreeMap::new();
+    for topic in topics(state)? {
+        let found = match uploadable(tier, &topic) {
+            Ok(found) => found,
+            Err(conflict) => {
+                conflicts.insert(topic.name.clone(), conflict);
+                continue;
+            }
+        };
+        for (block, object, bytes) in found {
+            if entries.len() >= BATCH_OBJECTS || batch_bytes >= BATCH_BYTES {
+                left.extents += 1;
+                left.bytes += object.bytes;
+                continue;
+            }
+            let id = match tier
+                .topic_id(&topic.name)
+                .or(added.get(&topic.name).copied())
+            {
+                Some(id) => id,
+                None => {
+                    let id = next_id;
+                    next_id += 1;
+                    added.insert(topic.name.clone(), id);
+                    entries.push(Entry::Topic {
+                        id,
+                        name: topic.name.clone(),
+                    });
+                    id
+                }
+            };
+            let key = Tier::object_key(id, block.first_offset, epoch);
+            crate::process::crash_point("tier-put");
+            tier.put_object(&key, bytes)?;
+            batch_bytes += object.bytes;
+            entries.push(Entry::Add(ExtentObject {
+                topic: id,
+                key,
+                ..object
+            }));
+        }
+    }
+    if !entries.is_empty() {
+        crate::process::crash_point("tier-commit");
+        if !tier.commit(epoch, entries)? {
+            // Another commit took the version: the next pass judges again (or is fenced).
+            tier.check_fenced()?;
+        }
+    }
+    tier.note_pending(left);
+    if left.extents > 0 {
+        tier.kick();
+    }
+    let first = conflicts.iter().next().map(|(name, message)| Error::Tier {
+        op: "upload",
+        key: name.clone(),
+        message: message.clone(),
+    });
+    tier.set_conflicts(conflicts);
+    first.map_or(Ok(()), Err)
+}
+
+/// The topics to upload: every live topic; in shared mode each lined up under its append
+/// lock first, so extents other processes appended are in its chain.
+fn topics(state: &State) -> Result<Vec<Arc<Topic>>> {
+    let topics = state.topics.every()?;
+    if !state.topics.is_shared_mode() {
+        return Ok(topics);
+    }
+    let mut out = Vec::with_capacity(topics.len());
+    for topic in topics {
+        let Some(slot) = state.follow.slot(&topic) else {
+            continue;
+        };
+        let _lock = match slot.lock(TOPIC_LOCK_WAIT) {
+            Ok(lock) => lock,
+            Err(Error::LockTimeout { .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        if follow::check_live(state, &topic, &slot).is_err() {
+            continue;
+        }
+        follow::line_up(state, &topic, &slot)?;
+        out.push(topic);
+    }
+    Ok(out)
+}
+
+/// The extents of `topic` to upload next, in order: from where the manifest's objects of
+/// the topic end, each sealed, up to the first that is not. Each comes with what its
+/// manifest entry says (but its topic id and key) and its bytes. `Err` with the reason
+/// when the topic cannot be uploaded: its offsets overlap objects this directory did not
+/// upload (another producer's, before a takeover), or an extent fails its checks.
+fn uploadable(tier: &Tier, topic: &Topic) -> std::result::Result<Vec<Uploadable>, String> {
+    let mut next = tier.remote_next(&topic.name);
+    let mut out = Vec::new();
+    for block in topic.chain() {
+        if block.is_consumed() || tier.holds(&topic.name, &block) {
+            continue;
+        }
+        if let Some(n) = next
+            && block.first_offset < n
+        {
+            return Err(format!(
+                "its records from offset {} overlap the bucket's up to {n}, which this \
+                 directory did not upload",
+                block.first_offset
+            ));
+        }
+        let sealed = block
+            .sealed_object(&topic.name)
+            .map_err(|e| e.to_string())?;
+        let Some((progress, bytes)) = sealed else {
+            break;
+        };
+        if progress.record_count == 0 {
+            continue;
+        }
+        // A gap in the chain would be a gap in the bucket: stop at it.
+        if next.is_some_and(|n| block.first_offset != n) {
+            break;
+        }
+        next = Some(block.first_offset + progress.record_count);
+        let object = ExtentObject {
+            topic: 0,
+            key: String::new(),
+            first_offset: block.first_offset,
+            salt: block.salt,
+            records: progress.record_count,
+            bytes: bytes.len() as u64,
+            max_timestamp_us: progress.max_timestamp_us,
+            footer_position: progress.durable_end,
+            footer_count: progress.footer_count,
+            footer_crc: progress.footer_crc,
+        };
+        out.push((block, object, bytes));
+    }
+    Ok(out)
+}
+
+/// An extent to upload, what its manifest entry says (but its key) and its bytes.
+type Uploadable = (Arc<Extent>, ExtentObject, Vec<u8>);
+
+/// Records of `topic` below `target` that the manifest does not hold yet.
+fn records_pending(tier: &Tier, topic: &Topic, target: u64) -> u64 {
+    topic.with_chain(|chain| {
+        chain
+            .iter()
+            .filter(|b| !b.is_consumed() && b.first_offset < target)
+            .filter(|b| !tier.holds(&topic.name, b))
+            .map(|b| b.published().0.min(target - b.first_offset))
+            .sum()
+    })
+}
+
+/// A `tier_flush` under way: every topic of the handle and its next offset when it began.
+#[derive(Debug)]
+pub struct TierFlush {
+    state: Arc<State>,
+    targets: Vec<(Arc<Topic>, u64)>,
+    start: Instant,
+}
+
+impl TierFlush {
+    /// Begins a flush of `state`'s records to its tier: what it must wait for.
+    pub(super) fn begin(state: &Arc<State>) -> Result<TierFlush> {
+        state.check_writable()?;
+        let tier = tier_of(state)?;
+        tier.check_fenced()?;
+        let mut targets = Vec::new();
+        for topic in state.topics.every()? {
+            let target = {
+                let _held = writer::lock_topic(state, &topic)?;
+                topic.next_offset()
+            };
+            targets.push((topic, target));
+        }
+        Ok(TierFlush {
+            state: Arc::clone(state),
+            targets,
+            start: Instant::now(),
+        })
+    }
+
+    /// Ends the open extents that hold records the flush waits for, seals them, and waits
+    /// until `until` at most for the manifest to hold every such record: true once it does.
+    /// A topic that cannot be uploaded, a fenced or poisoned handle are errors.
+    pub fn wait_until(&self, until: Instant) -> Result<bool> {
+        let state = &self.state;
+        let tier = tier_of(state)?;
+        loop {
+            state.check_writable()?;
+            let pending = self.pending(tier)?;
+            if pending == 0 {
+                return Ok(true);
+            }
+            for (topic, target) in &self.targets {
+                if records_pending(tier, topic, *target) > 0 {
+                    end_tail_below(state, topic, *target)?;
+                }
+            }
+            state.flusher.flush()?;
+            tier.kick();
+            tier.check_fenced()?;
+            let now = Instant::now();
+            if now >= until {
+                return Ok(false);
+            }
+            if !tier.is_uploading() {
+                // Another process uploads: its deltas show what it did. The upload thread
+                // reads them, so this wait ends by `until` however the bucket answers.
+                tier.request_refresh();
+            }
+            tier.wait_for_change((until - now).min(FLUSH_LOOK));
+        }
+    }
+
+    /// Records the flush still waits for; `Err` naming a topic that cannot be uploaded.
+    fn pending(&self, tier: &Tier) -> Result<u64> {
+        let mut pending = 0;
+        for (topic, target) in &self.targets {
+            let records = records_pending(tier, topic, *target);
+            if records > 0
+                && let Some(message) = tier.conflict(&topic.name)
+            {
+                return Err(Error::Tier {
+                    op: "upload",
+                    key: topic.name.clone(),
+                    message,
+                });
+            }
+            pending += records;
+        }
+        Ok(pending)
+    }
+
+    /// The error of a flush that ran out of time: how long it waited, what is left.
+    pub fn timed_out(&self) -> Error {
+        let pending = tier_of(&self.state)
+            .and_then(|tier| self.pending(tier))
+            .unwrap_or(0);
+        Error::TierTimeout {
+            waited_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
+            pending_records: pending,
+        }
+    }
+}
+
+fn tier_of(state: &State) -> Result<&Tier> {
+    state
+        .tier
+        .as_deref()
+        .ok_or_else(|| Error::invalid("tier", "this handle has no tier"))
+}
+
+/// `Wal::tier_flush`.
+pub(super) fn tier_flush(state: &Arc<State>, timeout: Option<Duration>) -> Result<()> {
+    let flush = TierFlush::begin(state)?;
+    let until = timeout.and_then(|t| Instant::now().checked_add(t));
+    loop {
+        // Without a timeout, one look a second (the wait itself has no end).
+        let look = until.unwrap_or_else(|| Instant::now() + Duration::from_secs(1));
+        if flush.wait_until(look)? {
+            return Ok(());
+        }
+        if until.is_some() {
+            return Err(flush.timed_out());
+        }
+    }
+}
+
+/// Ends `topic`'s open extent when it holds records below `target` (in shared mode under
+/// its append lock, lined up), so it can be sealed.
+fn end_tail_below(state: &State, topic: &Topic, target: u64) -> Result<()> {
+    let _held = writer::lock_topic(state, topic)?;
+    topic.end_tail_below(&state.ctx(state.default_opts()), target)
+}
+
+/// `Wal::tier_status`.
+pub(super) fn tier_status(state: &State) -> Result<Option<TierStatus>> {
+    let Some(tier) = state.tier.as_ref() else {
+        return Ok(None);
+    };
+    let mut lag = 0;
+    for topic in state.topics.all() {
+        lag += records_pending(tier, &topic, topic.next_offset());
+    }
+    Ok(Some(tier.status(lag)))
+}

@@ -1,0 +1,462 @@
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use tidelog::{Config, Durability, Error, Retention, TierConfig, Wal};
+
+use crate::common::{geometry, tempdir};
+
+const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+
+/// 16 blocks of 64 KiB per file, periodic flush every 50 ms.
+fn config(tier: TierConfig) -> Config {
+    geometry(16, 64 * 1024)
+        .durability(Durability::Interval)
+        .sync_interval_ms(50)
+        .tier(tier)
+}
+
+fn file_url(dir: &Path) -> String {
+    format!("file://{}", dir.display())
+}
+
+fn value(topic: &str, offset: u64) -> Vec<u8> {
+    let mut v = format!("{topic}:{offset}:").into_bytes();
+    v.resize(900, b'a' + (offset % 26) as u8);
+    v
+}
+
+fn append(wal: &Wal, topic: &str, from: u64, n: u64) {
+    let w = wal.writer(topic).unwrap();
+    for i in from..from + n {
+        assert_eq!(w.append(&value(topic, i)).unwrap(), i);
+    }
+}
+
+/// One `add` of the manifest, as the test reads it from the bucket's files.
+#[derive(Debug)]
+struct Added {
+    topic: u64,
+    key: String,
+    first: u64,
+    records: u64,
+    bytes: u64,
+    footer_position: u64,
+}
+
+/// The deltas under `bucket`, checked (magic, length, checksum), in order.
+fn deltas(bucket: &Path) -> Vec<serde_json::Value> {
+    let dir = bucket.join("_tidelog/manifest");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let mut out = Vec::new();
+    for (i, name) in names.iter().enumerate() {
+        assert_eq!(
+            name,
+            &format!("{:020}.delta", i + 1),
+            "deltas are numbered from 1"
+        );
+        let bytes = std::fs::read(dir.join(name)).unwrap();
+        let nl = bytes.iter().position(|&b| b == b'\n').unwrap();
+        let header = std::str::from_utf8(&bytes[..nl]).unwrap();
+        let fields: Vec<&str> = header.split(' ').collect();
+        assert_eq!(fields[0], "TLDELTA1");
+        let body = &bytes[nl + 1..];
+        assert_eq!(fields[2].parse::<usize>().unwrap(), body.len());
+        assert_eq!(
+            u32::from_str_radix(fields[1], 16).unwrap(),
+            crc32fast::hash(body)
+        );
+        let delta: serde_json::Value = serde_json::from_slice(body).unwrap();
+        assert_eq!(delta["version"], i as u64 + 1);
+        out.push(delta);
+    }
+    out
+}
+
+fn adds(bucket: &Path) -> Vec<Added> {
+    let mut out = Vec::new();
+    for delta in deltas(bucket) {
+        for entry in delta["entries"].as_array().unwrap() {
+            if let Some(a) = entry.get("add") {
+                out.push(Added {
+                    topic: a["topic"].as_u64().unwrap(),
+                    key: a["key"].as_str().unwrap().to_owned(),
+                    first: a["first_offset"].as_u64().unwrap(),
+                    records: a["records"].as_u64().unwrap(),
+                    bytes: a["bytes"].as_u64().unwrap(),
+                    footer_position: a["footer_position"].as_u64().unwrap(),
+                });
+            }
+        }
+    }
+    out
+}
+
+fn claims(bucket: &Path) -> Vec<(u64, String)> {
+    deltas(bucket)
+        .iter()
+        .flat_map(|d| d["entries"].as_array().unwrap().clone())
+        .filter_map(|e| {
+            let c = e.get("claim")?;
+            Some((c["epoch"].as_u64()?, c["producer"].as_str()?.to_owned()))
+        })
+        .collect()
+}
+
+/// Topic id by name, from the manifest's `topic` entries.
+fn topic_id(bucket: &Path, name: &str) -> u64 {
+    deltas(bucket)
+        .iter()
+        .flat_map(|d| d["entries"].as_array().unwrap().clone())
+        .find_map(|e| {
+            let t = e.get("topic")?;
+            (t["name"] == name).then(|| t["id"].as_u64().unwrap())
+        })
+        .unwrap()
+}
+
+/// Checks that the bucket's objects of `topic` hold exactly its records `0..next`, each
+/// object the extent's bytes as they are (identity, frames with their offsets and values).
+fn check_bucket(bucket: &Path, topic: &str, next: u64) {
+    let id = topic_id(bucket, topic);
+    let mut expect = 0;
+    for add in adds(bucket).iter().filter(|a| a.topic == id) {
+        assert_eq!(add.first, expect, "objects follow each other: {add:?}");
+        let bytes = std::fs::read(bucket.join(&add.key)).unwrap();
+        assert_eq!(bytes.len() as u64, add.bytes);
+        assert_eq!(&bytes[..8], b"TDLBLOCK");
+        // The frames, from the records' start to the footer.
+        let mut pos = 4096usize;
+        let mut offset = add.first;
+        while (pos as u64) < add.footer_position {
+            let frame_len = u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().unwrap());
+            let at = u64::from_le_bytes(bytes[pos + 16..pos + 24].try_into().unwrap());
+            assert_eq!(at, offset);
+            let crc = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap());
+            assert_ne!(crc, 0);
+            let value = &bytes[pos + 40..pos + frame_len as usize];
+            assert_eq!(value, value_of(topic, offset).as_slice());
+            pos += (frame_len as usize).div_ceil(8) * 8;
+            offset += 1;
+        }
+        assert_eq!(offset, add.first + add.records);
+        expect = offset;
+    }
+    assert_eq!(expect, next, "the bucket holds every record of {topic}");
+}
+
+fn value_of(topic: &str, offset: u64) -> Vec<u8> {
+    value(topic, offset)
+}
+
+#[test]
+fn sealed_extents_reach_the_bucket_and_tier_flush_waits_for_every_record() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "orders", 0, 300);
+    append(&wal, "tiny", 0, 3);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "orders", 300);
+    check_bucket(bucket.path(), "tiny", 3);
+    let status = wal.tier_status().unwrap().unwrap();
+    assert_eq!(status.lag_records, 0);
+    assert_eq!(status.uploaded_objects, adds(bucket.path()).len() as u64);
+    assert!(status.uploading && !status.fenced, "{status:?}");
+    assert_eq!(status.last_error, None);
+    // Appends go on in new extents; the next flush covers them too.
+    append(&wal, "orders", 300, 5);
+    assert!(wal.tier_status().unwrap().unwrap().lag_records >= 5);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "orders", 305);
+    wal.close().unwrap();
+
+    // The same directory again: a new epoch of the same producer, and uploads go on.
+    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    append(&wal, "orders", 305, 10);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "orders", 315);
+    let claims = claims(bucket.path());
+    assert_eq!(claims.len(), 2, "{claims:?}");
+    assert_eq!((claims[0].0, claims[1].0), (1, 2));
+    assert_eq!(claims[0].1, claims[1].1);
+    assert_eq!(wal.tier_status().unwrap().unwrap().epoch, 2);
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_second_directory_is_fenced_unless_it_takes_over() {
+    let (a, b) = (tempdir(), tempdir());
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let first = Wal::open_with(a.path(), config(tier.clone())).unwrap();
+    append(&first, "t", 0, 100);
+    first.tier_flush(WAIT).unwrap();
+
+    match Wal::open_with(b.path(), config(tier.clone())) {
+        Err(Error::Fenced { epoch, .. }) => assert_eq!(epoch, 1),
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    let second = Wal::open_with(b.path(), config(tier.takeover(true))).unwrap();
+    append(&second, "u", 0, 10);
+    second.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "u", 10);
+    // Its own "t" would overlap the first one's objects: refused, named, nothing added.
+    append(&second, "t", 0, 5);
+    match second.tier_flush(WAIT) {
+        Err(Error::Tier { op, key, message }) => {
+            assert_eq!((op, key.as_str()), ("upload", "t"), "{message}");
+        }
+        other => panic!("expected a refused upload, got {other:?}"),
+    }
+    check_bucket(bucket.path(), "t", 100);
+
+    // The first one's next upload finds the newer claim: fenced, nothing of it added.
+    let before = adds(bucket.path()).len();
+    append(&first, "t", 100, 10);
+    match first.tier_flush(WAIT) {
+        Err(Error::Fenced {
+            epoch, producer, ..
+        }) => {
+            assert_eq!(epoch, 2);
+            assert_eq!(producer, second.tier_status().unwrap().unwrap().producer);
+        }
+        other => panic!("expected Fenced, got {other:?}"),
+    }
+    assert!(first.tier_status().unwrap().unwrap().fenced);
+    assert_eq!(adds(bucket.path()).len(), before);
+    // Local data is untouched: the fenced handle still appends and reads.
+    append(&first, "t", 110, 1);
+    assert_eq!(first.read("t", 110).unwrap().value(), value("t", 110));
+    first.close().unwrap();
+    second.close().unwrap();
+}
+
+/// Puts of extent objects fail while `topics` under the bucket is a file, not a directory.
+fn block_uploads(bucket: &Path) -> PathBuf {
+    let blocker = bucket.join("topics");
+    std::fs::write(&blocker, b"not a directory").unwrap();
+    blocker
+}
+
+#[test]
+fn extents_the_bucket_lacks_are_kept_and_uploads_are_retried() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let blocker = block_uploads(bucket.path());
+    let cfg = config(TierConfig::new(file_url(bucket.path())))
+        .retention(Retention::default().max_bytes(64 * 1024));
+    let wal = Wal::open_with(dir.path(), cfg).unwrap();
+    append(&wal, "r", 0, 400);
+    match wal.tier_flush(Some(Duration::from_millis(500))) {
+        Err(Error::TierTimeout {
+            pending_records, ..
+        }) => assert_eq!(pending_records, 400),
+        other => panic!("expected TierTimeout, got {other:?}"),
+    }
+    let status = wal.tier_status().unwrap().unwrap();
+    assert!(
+        status.retries > 0 && status.last_error.is_some(),
+        "{status:?}"
+    );
+    // Retention would drop most extents; none goes before the bucket holds it.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(wal.topic_info("r").unwrap().first_offset, 0);
+    assert_eq!(wal.read("r", 0).unwrap().value(), value("r", 0));
+
+    std::fs::remove_file(&blocker).unwrap();
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "r", 400);
+    let status = wal.tier_status().unwrap().unwrap();
+    assert_eq!(status.last_error, None);
+    // Now retention goes ahead.
+    let start = Instant::now();
+    while wal.topic_info("r").unwrap().first_offset == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "retention never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    wal.close().unwrap();
+}
+
+#[test]
+fn two_handles_share_one_uploader() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let a = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    let b = Wal::open_with(dir.path(), config(tier)).unwrap();
+    append(&b, "from-b", 0, 120);
+    append(&a, "from-a", 0, 10);
+    // Either may lead; whichever flushes waits for the leader's deltas.
+    b.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "from-b", 120);
+    a.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "from-a", 10);
+    let uploading = [&a, &b].map(|w| w.tier_status().unwrap().unwrap().uploading);
+    assert_eq!(uploading.iter().filter(|u| **u).count(), 1, "{uploading:?}");
+    assert_eq!(claims(bucket.path()).len(), 1);
+    b.close().unwrap();
+    a.close().unwrap();
+}
+
+#[test]
+fn bad_tier_settings_are_refused() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let refused = |tier: TierConfig| match Wal::open_with(dir.path(), config(tier)) {
+        Err(Error::InvalidArgument { .. }) => {}
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    };
+    refused(TierConfig::new(""));
+    refused(TierConfig::new("no scheme here"));
+    refused(TierConfig::new("s3://bucket/prefix").option("aws_no_such_option", "1"));
+    refused(TierConfig::new(file_url(bucket.path())).option("aws_region", "eu-west-1"));
+    refused(TierConfig::new("ftp://host/path"));
+    // A read-only handle uploads nothing: it has no tier.
+    Wal::open_with(dir.path(), geometry(16, 64 * 1024))
+        .unwrap()
+        .close()
+        .unwrap();
+    let ro = Wal::open_read_only_with(dir.path(), config(TierConfig::new(file_url(bucket.path()))))
+        .unwrap();
+    assert_eq!(ro.tier_status().unwrap(), None);
+    // Without a tier there is nothing to flush.
+    let wal = Wal::open_with(dir.path(), geometry(16, 64 * 1024)).unwrap();
+    assert!(matches!(
+        wal.tier_flush(None),
+        Err(Error::InvalidArgument { .. })
+    ));
+    assert_eq!(wal.tier_status().unwrap(), None);
+}
+
+#[test]
+fn a_bucket_that_does_not_answer_bounds_open_and_close() {
+    // A server that accepts connections and never answers.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for conn in listener.incoming() {
+            held.push(conn);
+        }
+    });
+    let dir = tempdir();
+    let tier = TierConfig::new("s3://bucket/prefix")
+        .option("aws_endpoint", format!("http://127.0.0.1:{port}"))
+        .option("aws_allow_http", "true")
+        .option("aws_access_key_id", "test")
+        .option("aws_secret_access_key", "test")
+        .option("aws_region", "us-east-1");
+    let start = Instant::now();
+    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    assert!(
+        start.elapsed() < Duration::from_secs(20),
+        "open waited {:?}",
+        start.elapsed()
+    );
+    append(&wal, "t", 0, 100);
+    assert!(matches!(
+        wal.tier_flush(Some(Duration::from_millis(300))),
+        Err(Error::TierTimeout { .. })
+    ));
+    let status = wal.tier_status().unwrap().unwrap();
+    assert!(status.last_error.is_some(), "{status:?}");
+    let closing = Instant::now();
+    wal.close().unwrap();
+    assert!(
+        closing.elapsed() < Duration::from_secs(3),
+        "close waited {:?}",
+        closing.elapsed()
+    );
+    // Nothing local was lost.
+    let wal = Wal::open_read_only_with(dir.path(), geometry(16, 64 * 1024)).unwrap();
+    assert_eq!(wal.topic_info("t").unwrap().next_offset, 100);
+}
+
+#[test]
+fn memory_buckets_are_shared_by_name_within_a_process() {
+    let (a, b, c) = (tempdir(), tempdir(), tempdir());
+    let wal = Wal::open_with(a.path(), config(TierConfig::new("memory://shared-name/p"))).unwrap();
+    append(&wal, "t", 0, 100);
+    wal.tier_flush(WAIT).unwrap();
+    wal.close().unwrap();
+    // The same name is the same bucket: held by the first directory.
+    assert!(matches!(
+        Wal::open_with(b.path(), config(TierConfig::new("memory://shared-name/p"))),
+        Err(Error::Fenced { .. })
+    ));
+    // Another name, another bucket.
+    let other = Wal::open_with(c.path(), config(TierConfig::new("memory://other-name/p"))).unwrap();
+    append(&other, "t", 0, 1);
+    other.tier_flush(WAIT).unwrap();
+    assert_eq!(other.tier_status().unwrap().unwrap().epoch, 1);
+    other.close().unwrap();
+}
+
+/// The child of the kill test: appends `N` records to topic "k" from its next offset with
+/// `Always`, then flushes them to the tier at `URL` (mode `N URL`).
+#[test]
+fn child_process_entry() {
+    let Some((dir, mode)) = crate::common::child_env() else {
+        return;
+    };
+    let (n, url) = mode.split_once(' ').unwrap();
+    let cfg = config(TierConfig::new(url)).durability(Durability::Always);
+    let wal = Wal::open_with(&dir, cfg).unwrap();
+    let from = wal.writer("k").unwrap().next_offset();
+    append(&wal, "k", from, n.parse().unwrap());
+    wal.tier_flush(WAIT).unwrap();
+    wal.close().unwrap();
+}
+
+#[test]
+fn a_producer_killed_while_uploading_loses_nothing_and_leaves_the_bucket_whole() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let url = file_url(bucket.path());
+    let mut killed = 0;
+    let mut last_next = 0;
+    for point in [
+        "kill:tier-put:1",
+        "kill:tier-put:3",
+        "kill:tier-commit:1",
+        "kill:tier-commit:2",
+        "kill:tier-put:2",
+    ] {
+        let out = crate::common::child_command(module_path!(), dir.path(), &format!("150 {url}"))
+            .env("TIDELOG_CRASH_AT", point)
+            .output()
+            .unwrap();
+        if !out.status.success() {
+            use std::os::unix::process::ExitStatusExt;
+            assert_eq!(out.status.signal(), Some(9), "{point}: {out:?}");
+            killed += 1;
+        }
+        // The child appended (uploads run beside its appends, so it may die part way);
+        // every record is whole, and a flush puts them all in the bucket, whole and in
+        // order, whatever the killed upload left there.
+        let wal = Wal::open_with(dir.path(), config(TierConfig::new(url.clone()))).unwrap();
+        let next = wal.topic_info("k").unwrap().next_offset;
+        assert!(next > last_next, "{point}: no record appended ({next})");
+        last_next = next;
+        for offset in 0..next {
+            assert_eq!(wal.read("k", offset).unwrap().value(), value("k", offset));
+        }
+        wal.tier_flush(WAIT).unwrap();
+        check_bucket(bucket.path(), "k", next);
+        wal.close().unwrap();
+    }
+    assert!(
+        killed >= 3,
+        "only {killed} children reached their crash point"
+    );
+}

@@ -1,0 +1,209 @@
+"""The tier from Python: `tidelog.open(path, tier=..., storage_options=...)`,
+`Wal.tier_flush`, `Wal.tier_status`, fencing, and the errors of bad settings."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing as mp
+import zlib
+from pathlib import Path
+from typing import Any
+
+import pytest
+import tidelog
+
+GEOMETRY: dict[str, Any] = {"block_size": 65536, "file_size": 4096 + 16 * 65536}
+
+
+def value(topic: str, offset: int) -> bytes:
+    return f"{topic}:{offset}:".encode().ljust(900, b"v")
+
+
+def open_tiered(path: Path, bucket: Path, **kwargs: Any) -> tidelog.Wal:
+    return tidelog.open(path, tier=bucket.as_uri(), fsync_interval_ms=50, **GEOMETRY, **kwargs)
+
+
+def deltas(bucket: Path) -> list[dict[str, Any]]:
+    """The manifest's deltas, checked (magic, length, CRC-32), in order."""
+    out = []
+    for i, path in enumerate(sorted((bucket / "_tidelog" / "manifest").iterdir())):
+        assert path.name == f"{i + 1:020}.delta"
+        header, body = path.read_bytes().split(b"\n", 1)
+        magic, crc, length = header.decode().split(" ")
+        assert magic == "TLDELTA1"
+        assert int(length) == len(body)
+        assert int(crc, 16) == zlib.crc32(body)
+        out.append(json.loads(body))
+    return out
+
+
+def objects(bucket: Path, topic: str) -> list[dict[str, Any]]:
+    entries = [e for d in deltas(bucket) for e in d["entries"]]
+    ids = [e["topic"]["id"] for e in entries if "topic" in e and e["topic"]["name"] == topic]
+    return [e["add"] for e in entries if "add" in e and e["add"]["topic"] in ids]
+
+
+def records_in_bucket(bucket: Path, topic: str) -> int:
+    """Records the bucket holds for `topic`, checking the objects follow each other."""
+    expect = 0
+    for add in objects(bucket, topic):
+        assert add["first_offset"] == expect
+        data = (bucket / add["key"]).read_bytes()
+        assert len(data) == add["bytes"] and data[:8] == b"TDLBLOCK"
+        expect += add["records"]
+    return expect
+
+
+def test_tier_flush_puts_every_record_in_the_bucket(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    with open_tiered(tmp_path / "log", bucket) as wal:
+        writer = wal.writer("orders")
+        for i in range(250):
+            assert writer.append(value("orders", i)) == i
+        wal.append("tiny", b"one")
+        wal.tier_flush(timeout=60)
+        assert records_in_bucket(bucket, "orders") == 250
+        assert records_in_bucket(bucket, "tiny") == 1
+        status = wal.tier_status()
+        assert status is not None
+        assert status["url"] == bucket.as_uri()
+        assert status["lag_records"] == 0
+        assert status["uploaded_objects"] == len(objects(bucket, "orders")) + 1
+        assert status["uploading"] is True and status["fenced"] is False
+        assert status["last_error"] is None
+        # New appends go to new extents; the next flush covers them.
+        writer.append(value("orders", 250))
+        wal.tier_flush(timeout=60)
+        assert records_in_bucket(bucket, "orders") == 251
+    # Reopened: the same producer in a new epoch, and nothing local is lost.
+    with open_tiered(tmp_path / "log", bucket) as wal:
+        assert wal.read("orders", 0).value == value("orders", 0)
+        wal.append("orders", value("orders", 251))
+        wal.tier_flush(timeout=60)
+        assert records_in_bucket(bucket, "orders") == 252
+        claims = [e["claim"] for d in deltas(bucket) for e in d["entries"] if "claim" in e]
+        assert [c["epoch"] for c in claims] == [1, 2]
+
+
+def test_memory_buckets_are_shared_within_a_process(tmp_path: Path) -> None:
+    url = "memory://test-tier/prefix"
+    with tidelog.open(tmp_path / "log", tier=url, **GEOMETRY) as wal:
+        for i in range(120):
+            wal.append("t", value("t", i))
+        wal.tier_flush(timeout=60)
+        status = wal.tier_status()
+        assert status is not None and status["uploaded_objects"] >= 2
+    # Another directory on the same URL in this process meets the first one's claim.
+    with pytest.raises(tidelog.FencedError):
+        tidelog.open(tmp_path / "other", tier=url, **GEOMETRY)
+
+
+def test_another_directory_is_fenced_unless_it_takes_over(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    first = open_tiered(tmp_path / "a", bucket)
+    first.append("t", b"x")
+    first.tier_flush(timeout=60)
+    with pytest.raises(tidelog.FencedError) as refused:
+        open_tiered(tmp_path / "b", bucket)
+    assert refused.value.epoch == 1
+    assert isinstance(refused.value, tidelog.TierError)
+    second = open_tiered(tmp_path / "b", bucket, tier_takeover=True)
+    second.append("u", b"y")
+    second.tier_flush(timeout=60)
+    first.append("t", b"z")
+    with pytest.raises(tidelog.FencedError) as fenced:
+        first.tier_flush(timeout=60)
+    status = second.tier_status()
+    assert status is not None
+    assert fenced.value.producer == status["producer"]
+    first_status = first.tier_status()
+    assert first_status is not None and first_status["fenced"] is True
+    # Its local data is intact.
+    assert [first.read("t", i).value for i in range(2)] == [b"x", b"z"]
+    first.close()
+    second.close()
+
+
+def test_a_bucket_that_refuses_uploads_times_the_flush_out(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    bucket.mkdir()
+    blocker = bucket / "topics"
+    blocker.write_bytes(b"a file where a directory should be")
+    with open_tiered(tmp_path / "log", bucket) as wal:
+        for i in range(100):
+            wal.append("t", value("t", i))
+        with pytest.raises(tidelog.TierTimeoutError) as timed_out:
+            wal.tier_flush(timeout=0.5)
+        assert timed_out.value.pending_records == 100
+        assert isinstance(timed_out.value, TimeoutError)
+        status = wal.tier_status()
+        assert status is not None and status["retries"] > 0 and status["last_error"]
+        blocker.unlink()
+        wal.tier_flush(timeout=60)
+        assert records_in_bucket(bucket, "t") == 100
+
+
+def _append_worker(args: tuple[str, str, str, int]) -> int:
+    path, url, topic, n = args
+    with tidelog.open(path, tier=url, fsync_interval_ms=50, **GEOMETRY) as wal:
+        writer = wal.writer(topic)
+        for i in range(n):
+            writer.append(value(topic, i))
+        wal.tier_flush(timeout=120)
+        return n
+
+
+def test_processes_of_one_directory_share_the_upload(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    path = str(tmp_path / "log")
+    jobs = [(path, bucket.as_uri(), f"p{i}", 60) for i in range(3)]
+    with mp.get_context("spawn").Pool(3) as pool:
+        assert pool.map(_append_worker, jobs) == [60, 60, 60]
+    for i in range(3):
+        assert records_in_bucket(bucket, f"p{i}") == 60
+    # However many processes uploaded in turn, each claim is the same directory's.
+    claims = [e["claim"] for d in deltas(bucket) for e in d["entries"] if "claim" in e]
+    assert len({c["producer"] for c in claims}) == 1
+
+
+def test_bad_tier_settings_are_refused(tmp_path: Path) -> None:
+    log = tmp_path / "log"
+    bucket = (tmp_path / "bucket").as_uri()
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, storage_options={"aws_region": "eu-west-1"})
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier_takeover=True)
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier="s3://bucket/x", storage_options={"aws_no_such_key": "1"})
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier="s3://bucket/x", storage_options={"aws_region": ["a"]})  # type: ignore[dict-item]
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier=bucket, storage_options={"aws_region": "eu-west-1"})
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier="not a url")
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier=bucket, backend="ring")
+    with tidelog.open(log) as wal:
+        assert wal.tier_status() is None
+        with pytest.raises(tidelog.InvalidArgumentError):
+            wal.tier_flush()
+    with tidelog.open(log, tier=bucket) as wal:
+        with pytest.raises(tidelog.InvalidArgumentError):
+            wal.tier_flush(timeout=-1)
+    # Booleans are written as the store expects them; a bucket nobody serves does not stop
+    # the open (the status says why nothing is uploaded).
+    options = {
+        "aws_endpoint": "http://127.0.0.1:1",
+        "aws_allow_http": True,
+        "aws_region": "us-east-1",
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+    }
+    with tidelog.open(tmp_path / "s3log", tier="s3://bucket/x", storage_options=options) as wal:
+        wal.append("t", b"kept")
+        status = wal.tier_status()
+        assert status is not None and status["last_error"]
+        with pytest.raises(tidelog.TierTimeoutError):
+            wal.tier_flush(timeout=0.2)
+    with tidelog.open(log, readonly=True, tier=bucket) as ro:
+        assert ro.tier_status() is None
