@@ -5,7 +5,10 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import urllib.request
+import uuid
 import zlib
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -207,3 +210,85 @@ def test_bad_tier_settings_are_refused(tmp_path: Path) -> None:
             wal.tier_flush(timeout=0.2)
     with tidelog.open(log, readonly=True, tier=bucket) as ro:
         assert ro.tier_status() is None
+
+
+@pytest.fixture
+def s3() -> Iterator[tuple[str, dict[str, str]]]:
+    """A local S3 API server (moto) with a fresh bucket: its `s3://` URL and the options."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    endpoint = f"http://{host}:{port}"
+    bucket = f"tidelog-{uuid.uuid4().hex[:12]}"
+    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"))
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_allow_http": "true",
+        "aws_region": "us-east-1",
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+    }
+    try:
+        yield f"s3://{bucket}/prefix", options
+    finally:
+        server.stop()
+
+
+def s3_objects(url: str, options: dict[str, str], into: Path) -> Path:
+    """Copies every object under `url` into the directory `into` (same names), so the
+    bucket's contents can be checked as a `file://` bucket's are."""
+    import boto3
+
+    bucket, prefix = url.removeprefix("s3://").split("/", 1)
+    client = boto3.client(
+        "s3",
+        endpoint_url=options["aws_endpoint"],
+        region_name=options["aws_region"],
+        aws_access_key_id=options["aws_access_key_id"],
+        aws_secret_access_key=options["aws_secret_access_key"],
+    )
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        for obj in page.get("Contents", []):
+            path = into / obj["Key"].removeprefix(prefix + "/")
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_bytes(client.get_object(Bucket=bucket, Key=obj["Key"])["Body"].read())
+    return into
+
+
+def test_an_s3_bucket_gets_every_record(tmp_path: Path, s3: tuple[str, dict[str, str]]) -> None:
+    url, options = s3
+    with tidelog.open(tmp_path / "log", tier=url, storage_options=options, **GEOMETRY) as wal:
+        for i in range(200):
+            wal.append("orders", value("orders", i))
+        wal.tier_flush(timeout=60)
+        status = wal.tier_status()
+        assert status is not None and status["lag_records"] == 0 and status["last_error"] is None
+    copy = s3_objects(url, options, tmp_path / "copy")
+    assert records_in_bucket(copy, "orders") == 200
+
+
+def test_s3_conditional_puts_fence_another_directory(
+    tmp_path: Path, s3: tuple[str, dict[str, str]]
+) -> None:
+    url, options = s3
+    first = tidelog.open(tmp_path / "a", tier=url, storage_options=options, **GEOMETRY)
+    first.append("t", b"x")
+    first.tier_flush(timeout=60)
+    with pytest.raises(tidelog.FencedError):
+        tidelog.open(tmp_path / "b", tier=url, storage_options=options, **GEOMETRY)
+    second = tidelog.open(
+        tmp_path / "b", tier=url, storage_options=options, tier_takeover=True, **GEOMETRY
+    )
+    second.append("u", b"y")
+    second.tier_flush(timeout=60)
+    first.append("t", b"z")
+    with pytest.raises(tidelog.FencedError):
+        first.tier_flush(timeout=60)
+    first.close()
+    second.close()
+    copy = s3_objects(url, options, tmp_path / "copy")
+    claims = [e["claim"] for d in deltas(copy) for e in d["entries"] if "claim" in e]
+    assert [c["epoch"] for c in claims] == [1, 2]
+    assert records_in_bucket(copy, "t") == 1 and records_in_bucket(copy, "u") == 1

@@ -131,6 +131,19 @@ pub struct Tail {
     pub busy: bool,
 }
 
+impl Tail {
+    /// Lets the open extent go, with its reserved records and end: the next append starts a
+    /// new extent.
+    fn take_block(&mut self) -> (Option<Arc<Extent>>, u64, u64) {
+        let taken = (self.block.take(), self.count, self.pos);
+        self.pos = 0;
+        self.count = 0;
+        self.last_index_pos = None;
+        self.prefaulted_to = 0;
+        taken
+    }
+}
+
 /// A topic and its extents.
 #[derive(Debug)]
 pub struct Topic {
@@ -483,13 +496,7 @@ impl Topic {
             return Err(Error::Closed);
         }
         let (next, max_ts) = (tail.next_offset, tail.max_ts);
-        let count = tail.count;
-        let end = tail.pos;
-        let old = tail.block.take();
-        tail.pos = 0;
-        tail.count = 0;
-        tail.last_index_pos = None;
-        tail.prefaulted_to = 0;
+        let (old, count, end) = tail.take_block();
         drop(tail);
         let Some(old) = old else {
             return Ok((next, max_ts));
@@ -526,12 +533,8 @@ impl Topic {
             return Ok(());
         }
         debug_assert!(!tail.busy, "busy only under `slow`");
-        let (next, count, end) = (tail.next_offset, tail.count, tail.pos);
-        let old = tail.block.take();
-        tail.pos = 0;
-        tail.count = 0;
-        tail.last_index_pos = None;
-        tail.prefaulted_to = 0;
+        let next = tail.next_offset;
+        let (old, count, end) = tail.take_block();
         drop(tail);
         let Some(old) = old else {
             return Ok(());

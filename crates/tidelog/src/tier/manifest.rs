@@ -20,6 +20,19 @@ pub const DELTA_FORMAT: u32 = 1;
 pub const NUMBER_DIGITS: usize = 20;
 /// Most bytes one delta object may hold: a bigger one is damage, not a delta.
 pub const DELTA_BYTES_MAX: usize = 64 << 20;
+/// Where checkpoints live: the whole manifest at one version, so an open reads one object
+/// and the deltas after it instead of every delta.
+pub const CHECKPOINT_DIR: &str = "_tidelog/checkpoint";
+/// First line of a checkpoint object (then CRC-32 and length of its JSON body).
+pub const CHECKPOINT_MAGIC: &str = "TLCHKPT1";
+/// The newest checkpoint's version (a hint: a reader that cannot use it reads every delta).
+pub const HINT_KEY: &str = "_tidelog/last_checkpoint";
+/// First word of the hint.
+pub const HINT_MAGIC: &str = "TLHINT1";
+/// A checkpoint is written after every delta whose version is a multiple of this.
+pub const CHECKPOINT_EVERY: u64 = 100;
+/// Most bytes one checkpoint may hold.
+pub const CHECKPOINT_BYTES_MAX: usize = 1 << 30;
 
 /// One extent uploaded whole: where its object is and what it holds.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -204,8 +217,15 @@ impl Manifest {
             .is_some_and(|o| o.salt == salt)
     }
 
-    /// Reads the deltas after this manifest's version from `bucket` and applies them.
+    /// Reads the deltas after this manifest's version from `bucket` and applies them; a
+    /// manifest that has read nothing yet starts from the newest checkpoint (and, should
+    /// the hint or the checkpoint not check, from delta 1: the deltas are the record).
     pub fn refresh(&mut self, bucket: &Bucket) -> Result<()> {
+        if self.version == 0
+            && let Some(start) = newest_checkpoint(bucket)?
+        {
+            *self = start;
+        }
         let after = (self.version > 0).then(|| delta_name(self.version));
         for name in bucket.list_after(MANIFEST_DIR, after.as_deref())? {
             let Some(version) = parse_delta_name(&name) else {
@@ -235,6 +255,180 @@ impl Manifest {
     }
 }
 
+/// The manifest as the newest checkpoint has it, if the hint names one that checks.
+fn newest_checkpoint(bucket: &Bucket) -> Result<Option<Manifest>> {
+    let Some(hint) = bucket.get(HINT_KEY)? else {
+        return Ok(None);
+    };
+    let Some(version) = decode_hint(&hint) else {
+        return Ok(None);
+    };
+    let key = checkpoint_key(version);
+    let Some(bytes) = bucket.get(&key)? else {
+        return Ok(None);
+    };
+    Ok(decode_checkpoint(&bytes, &key)
+        .ok()
+        .filter(|m| m.version == version))
+}
+
+/// Writes the checkpoint of `manifest` and then the hint naming it. Plain puts: the
+/// manifest at one version is the same whoever writes it.
+pub fn write_checkpoint(bucket: &Bucket, manifest: &Manifest) -> Result<()> {
+    bucket.put(
+        &checkpoint_key(manifest.version),
+        encode_checkpoint(manifest),
+    )?;
+    bucket.put(
+        HINT_KEY,
+        format!("{HINT_MAGIC} {}\n", manifest.version).into_bytes(),
+    )
+}
+
+/// A checkpoint object's key.
+pub fn checkpoint_key(version: u64) -> String {
+    format!("{CHECKPOINT_DIR}/{version:0NUMBER_DIGITS$}.checkpoint")
+}
+
+fn decode_hint(bytes: &[u8]) -> Option<u64> {
+    let text = std::str::from_utf8(bytes).ok()?.strip_suffix('\n')?;
+    let digits = text.strip_prefix(HINT_MAGIC)?.strip_prefix(' ')?;
+    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    digits.parse().ok().filter(|&v| v > 0)
+}
+
+/// A checkpoint's body: the manifest at `version`.
+#[derive(Debug, Serialize, Deserialize)]
+struct Checkpoint {
+    format: u32,
+    version: u64,
+    epoch: u64,
+    producer: Option<String>,
+    topics: Vec<CheckpointTopic>,
+}
+
+#[derive(Debug, Serialize, Deserialize)]
+struct CheckpointTopic {
+    id: u32,
+    name: String,
+    objects: Vec<ExtentObject>,
+}
+
+/// A checkpoint's bytes: `TLCHKPT1 <crc32> <length>\n<JSON body>`.
+pub fn encode_checkpoint(manifest: &Manifest) -> Vec<u8> {
+    let body = Checkpoint {
+        format: DELTA_FORMAT,
+        version: manifest.version,
+        epoch: manifest.epoch,
+        producer: manifest.producer.clone(),
+        topics: manifest
+            .topics
+            .iter()
+            .map(|(id, t)| CheckpointTopic {
+                id: *id,
+                name: t.name.clone(),
+                objects: t.objects.values().cloned().collect(),
+            })
+            .collect(),
+    };
+    frame(
+        CHECKPOINT_MAGIC,
+        &serde_json::to_vec(&body).unwrap_or_default(),
+    )
+}
+
+/// Decodes and checks a checkpoint: its frame, and the manifest's rules over its topics.
+pub fn decode_checkpoint(bytes: &[u8], key: &str) -> Result<Manifest> {
+    let body = unframe(bytes, CHECKPOINT_MAGIC, CHECKPOINT_BYTES_MAX, key)?;
+    let c: Checkpoint =
+        serde_json::from_slice(body).map_err(|e| corrupt(key, format!("bad JSON: {e}")))?;
+    if c.format != DELTA_FORMAT {
+        return Err(corrupt(key, format!("checkpoint format {}", c.format)));
+    }
+    let mut m = Manifest {
+        version: c.version,
+        epoch: c.epoch,
+        producer: c.producer,
+        ..Manifest::default()
+    };
+    for t in c.topics {
+        if m.topics.contains_key(&t.id) || m.ids.contains_key(&t.name) {
+            return Err(corrupt(key, format!("topic {:?} ({}) twice", t.name, t.id)));
+        }
+        let mut objects = BTreeMap::new();
+        let mut end: Option<u64> = None;
+        for o in t.objects {
+            let follows = end.is_none_or(|e| e == o.first_offset);
+            if o.topic != t.id || o.records == 0 || !follows {
+                return Err(corrupt(key, format!("object {:?} out of place", o.key)));
+            }
+            end = Some(o.next_offset());
+            objects.insert(o.first_offset, o);
+        }
+        m.ids.insert(t.name.clone(), t.id);
+        m.topics.insert(
+            t.id,
+            RemoteTopic {
+                name: t.name,
+                objects,
+            },
+        );
+    }
+    Ok(m)
+}
+
+/// `MAGIC <crc32 of body, 8 lowercase hex digits> <body length>\n<body>`.
+fn frame(magic: &str, body: &[u8]) -> Vec<u8> {
+    let crc = crc32fast::hash(body);
+    let mut out = format!("{magic} {crc:08x} {}\n", body.len()).into_bytes();
+    out.extend_from_slice(body);
+    out
+}
+
+/// The body of a [`frame`]d object, checked: magic, checksum (lowercase hex), length.
+fn unframe<'b>(bytes: &'b [u8], magic: &str, max: usize, key: &str) -> Result<&'b [u8]> {
+    let bad = |reason: &str| corrupt(key, reason.to_owned());
+    if bytes.len() > max {
+        return Err(bad("larger than any such object"));
+    }
+    let newline = bytes
+        .iter()
+        .position(|&b| b == b'\n')
+        .ok_or_else(|| bad("no header line"))?;
+    let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| bad("header is not text"))?;
+    let mut fields = header.split(' ');
+    if fields.next() != Some(magic) {
+        return Err(bad("bad magic"));
+    }
+    let crc = fields
+        .next()
+        .filter(|s| {
+            s.len() == 8
+                && s.bytes()
+                    .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        })
+        .and_then(|s| u32::from_str_radix(s, 16).ok())
+        .ok_or_else(|| bad("bad checksum field"))?;
+    let len: usize = fields
+        .next()
+        .filter(|s| !s.is_empty() && s.bytes().all(|b| b.is_ascii_digit()))
+        .and_then(|s| s.parse().ok())
+        .ok_or_else(|| bad("bad length field"))?;
+    if fields.next().is_some() {
+        return Err(bad("extra header fields"));
+    }
+    let body = &bytes[newline + 1..];
+    if body.len() != len {
+        return Err(bad("length does not match"));
+    }
+    if crc32fast::hash(body) != crc {
+        return Err(bad("checksum mismatch"));
+    }
+    Ok(body)
+}
+
 /// A delta object's name.
 pub fn delta_name(version: u64) -> String {
     format!("{version:0NUMBER_DIGITS$}.delta")
@@ -260,59 +454,24 @@ fn corrupt(key: &str, reason: String) -> Error {
     }
 }
 
-/// A delta's bytes: `TLDELTA1 <crc32 of the body, 8 hex digits> <body length>\n<JSON body>`.
+/// A delta's bytes: `TLDELTA1 <crc32 of the body> <body length>\n<JSON body>`.
 pub fn encode_delta(delta: &Delta) -> Vec<u8> {
-    let body = serde_json::to_vec(delta).unwrap_or_default();
-    let crc = crc32fast::hash(&body);
-    let mut out = format!("{DELTA_MAGIC} {crc:08x} {}\n", body.len()).into_bytes();
-    out.extend_from_slice(&body);
-    out
+    frame(DELTA_MAGIC, &serde_json::to_vec(delta).unwrap_or_default())
 }
 
 /// Decodes and checks a delta's bytes; `key` names it in errors.
 pub fn decode_delta(bytes: &[u8], key: &str) -> Result<Delta> {
-    let bad = |reason: &str| corrupt(key, reason.to_owned());
-    if bytes.len() > DELTA_BYTES_MAX {
-        return Err(bad("larger than any delta"));
-    }
-    let newline = bytes
-        .iter()
-        .position(|&b| b == b'\n')
-        .ok_or_else(|| bad("no header line"))?;
-    let header = std::str::from_utf8(&bytes[..newline]).map_err(|_| bad("header is not text"))?;
-    let mut fields = header.split(' ');
-    if fields.next() != Some(DELTA_MAGIC) {
-        return Err(bad("bad magic"));
-    }
-    let crc = fields
-        .next()
-        .filter(|s| s.len() == 8)
-        .and_then(|s| u32::from_str_radix(s, 16).ok())
-        .ok_or_else(|| bad("bad checksum field"))?;
-    let len: usize = fields
-        .next()
-        .and_then(|s| s.parse().ok())
-        .ok_or_else(|| bad("bad length field"))?;
-    if fields.next().is_some() {
-        return Err(bad("extra header fields"));
-    }
-    let body = &bytes[newline + 1..];
-    if body.len() != len {
-        return Err(bad("length does not match"));
-    }
-    if crc32fast::hash(body) != crc {
-        return Err(bad("checksum mismatch"));
-    }
+    let body = unframe(bytes, DELTA_MAGIC, DELTA_BYTES_MAX, key)?;
     let delta: Delta =
         serde_json::from_slice(body).map_err(|e| corrupt(key, format!("bad JSON: {e}")))?;
     if delta.format != DELTA_FORMAT {
-        return Err(Error::TierCorruption {
-            key: key.to_owned(),
-            reason: format!(
+        return Err(corrupt(
+            key,
+            format!(
                 "delta format {} (this build reads {DELTA_FORMAT})",
                 delta.format
             ),
-        });
+        ));
     }
     Ok(delta)
 }
@@ -403,7 +562,54 @@ mod tests {
         assert_eq!(m.topics[&3].next_offset(), Some(15));
     }
 
+    #[test]
+    fn checkpoints_hold_the_manifest_whole() {
+        let mut m = Manifest::default();
+        let claim = Entry::Claim {
+            epoch: 1,
+            producer: "p".into(),
+        };
+        let topic = Entry::Topic {
+            id: 0,
+            name: "t".into(),
+        };
+        m.apply(&delta(1, 1, vec![claim, topic]), "k")
+            .expect("claim");
+        m.apply(&delta(2, 1, vec![Entry::Add(object(0, 0, 4))]), "k")
+            .expect("add");
+        m.apply(&delta(3, 1, vec![Entry::Add(object(0, 4, 2))]), "k")
+            .expect("add");
+        let bytes = encode_checkpoint(&m);
+        assert_eq!(decode_checkpoint(&bytes, "k").expect("decode"), m);
+        assert_eq!(decode_hint(b"TLHINT1 300\n"), Some(300));
+        for bad in [
+            &b"TLHINT1 0\n"[..],
+            b"TLHINT1 +3\n",
+            b"TLHINT1 3",
+            b"TLHINT2 3\n",
+        ] {
+            assert_eq!(decode_hint(bad), None);
+        }
+    }
+
     proptest! {
+        /// Any flipped bit or cut of a checkpoint is refused.
+        #[test]
+        fn damaged_checkpoints_are_refused(at in 0usize..2000, bit in 0u8..8, cut in 0usize..2000) {
+            let mut m = Manifest { version: 7, epoch: 2, producer: Some("p".into()), ..Manifest::default() };
+            m.ids.insert("t".into(), 0);
+            m.topics.insert(0, RemoteTopic {
+                name: "t".into(),
+                objects: [(0, object(0, 0, 3))].into_iter().collect(),
+            });
+            let bytes = encode_checkpoint(&m);
+            let mut flipped = bytes.clone();
+            let i = at % flipped.len();
+            flipped[i] ^= 1 << bit;
+            prop_assert!(decode_checkpoint(&flipped, "k").is_err());
+            prop_assert!(decode_checkpoint(&bytes[..cut % bytes.len()], "k").is_err());
+        }
+
         /// Any flipped byte or cut of a delta's bytes is reported, never read as another delta.
         #[test]
         fn damaged_deltas_are_refused(at in 0usize..400, bit in 0u8..8, cut in 0usize..400) {

@@ -222,6 +222,7 @@ impl Tier {
                 }],
             );
             if manifest::commit(&self.bucket, &mut manifest, &delta)? {
+                self.checkpoint(&manifest);
                 self.claimed_once.store(true, Ordering::Release);
                 let mut view = self.view();
                 view.manifest = manifest;
@@ -263,6 +264,7 @@ impl Tier {
             self.refresh()?;
             return Ok(false);
         }
+        self.checkpoint(&manifest);
         let mut view = self.view();
         for entry in &delta.entries {
             if let Entry::Add(ExtentObject { bytes, .. }) = entry {
@@ -274,6 +276,18 @@ impl Tier {
         view.last_error = None;
         self.changed.notify_all();
         Ok(true)
+    }
+
+    /// Every `CHECKPOINT_EVERY` versions, writes the manifest whole, so opens read one
+    /// object and the deltas after it. A failure only costs later opens time: noted, not
+    /// returned.
+    fn checkpoint(&self, manifest: &Manifest) {
+        if !manifest.version.is_multiple_of(manifest::CHECKPOINT_EVERY) {
+            return;
+        }
+        if let Err(e) = manifest::write_checkpoint(&self.bucket, manifest) {
+            self.note_failure(&e);
+        }
     }
 
     /// Records the topics the last upload pass could not upload, and why.

@@ -13,7 +13,7 @@ use crate::error::Result;
 use crate::poison::Recover;
 use crate::reader::{Reader, Visibility, visible_next};
 use crate::recovery::{self, Known, Published, Scope};
-use crate::shared::{NO_EXTENT, Snapshot, TopicSlot, WAIT_SLICE, Watch};
+use crate::shared::{NO_EXTENT, Snapshot, TopicGuard, TopicSlot, WAIT_SLICE, Watch};
 use crate::topic::Topic;
 
 /// First and longest sleep of a reader that polls the directory (no shared state file).
@@ -111,6 +111,27 @@ pub(super) fn line_up_all(state: &State) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// Shared mode, housekeeping: takes `topic`'s append lock (waiting up to `wait`) and lines
+/// its tail up. `None` when a live holder keeps the lock that long (the topic waits for the
+/// next pass) or another process deleted the topic.
+pub(super) fn lock_lined_up<'s>(
+    state: &State,
+    topic: &Topic,
+    slot: &'s TopicSlot,
+    wait: Duration,
+) -> Result<Option<TopicGuard<'s>>> {
+    let guard = match slot.lock(wait) {
+        Ok(guard) => guard,
+        Err(crate::Error::LockTimeout { .. }) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    if check_live(state, topic, slot).is_err() {
+        return Ok(None);
+    }
+    line_up(state, topic, slot)?;
+    Ok(Some(guard))
 }
 
 /// Shared mode: `UnknownTopic` once another process deleted `topic` (its slot released,

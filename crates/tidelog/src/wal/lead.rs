@@ -94,16 +94,10 @@ pub(super) fn leader_pass(
         let Some(slot) = state.follow.slot(&topic) else {
             continue;
         };
-        let _lock = match slot.lock(TOPIC_LOCK_WAIT) {
-            Ok(lock) => lock,
-            Err(Error::LockTimeout { .. }) => continue,
-            Err(e) => return Err(e),
-        };
         // A deletion under way retires the topic's extents itself.
-        if follow::check_live(state, &topic, &slot).is_err() {
+        let Some(_lock) = follow::lock_lined_up(state, &topic, &slot, TOPIC_LOCK_WAIT)? else {
             continue;
-        }
-        follow::line_up(state, &topic, &slot)?;
+        };
         retired |= state.reclaim.reclaim_topic_locked(&topic);
     }
     if retired {

@@ -140,8 +140,9 @@ fn upload_pass(state: &State, tier: &Tier) -> Result<()> {
     first.map_or(Ok(()), Err)
 }
 
-/// The topics to upload: every live topic; in shared mode each lined up under its append
-/// lock first, so extents other processes appended are in its chain.
+/// The topics to upload: every live topic; in shared mode each that another process
+/// published in since this handle last looked is lined up under its append lock first, so
+/// the extents it appended are in the chain.
 fn topics(state: &State) -> Result<Vec<Arc<Topic>>> {
     let topics = state.topics.every()?;
     if !state.topics.is_shared_mode() {
@@ -152,16 +153,17 @@ fn topics(state: &State) -> Result<Vec<Arc<Topic>>> {
         let Some(slot) = state.follow.slot(&topic) else {
             continue;
         };
-        let _lock = match slot.lock(TOPIC_LOCK_WAIT) {
-            Ok(lock) => lock,
-            Err(Error::LockTimeout { .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        if follow::check_live(state, &topic, &slot).is_err() {
+        if slot.is_gone() {
             continue;
         }
-        follow::line_up(state, &topic, &slot)?;
-        out.push(topic);
+        // A hint without the lock: a publish after it is seen by the next pass.
+        if !topic.published_since(&slot) {
+            out.push(topic);
+            continue;
+        }
+        if follow::lock_lined_up(state, &topic, &slot, TOPIC_LOCK_WAIT)?.is_some() {
+            out.push(topic);
+        }
     }
     Ok(out)
 }
@@ -173,9 +175,15 @@ fn topics(state: &State) -> Result<Vec<Arc<Topic>>> {
 /// upload (another producer's, before a takeover), or an extent fails its checks.
 fn uploadable(tier: &Tier, topic: &Topic) -> std::result::Result<Vec<Uploadable>, String> {
     let mut next = tier.remote_next(&topic.name);
+    let chain = topic.chain();
+    // Extents below the manifest's end are in it (reclaim keeps the others), but for the
+    // one the end falls in or after: it must be the manifest's own.
+    let start = next.map_or(0, |n| chain.partition_point(|b| b.first_offset < n));
+    let below = start.checked_sub(1).and_then(|i| chain.get(i));
     let mut out = Vec::new();
-    for block in topic.chain() {
-        if block.is_consumed() || tier.holds(&topic.name, &block) {
+    for block in below.into_iter().chain(&chain[start..]) {
+        let empty = block.final_state().is_some_and(|(count, _)| count == 0);
+        if block.is_consumed() || empty || tier.holds(&topic.name, block) {
             continue;
         }
         if let Some(n) = next
@@ -213,7 +221,7 @@ fn uploadable(tier: &Tier, topic: &Topic) -> std::result::Result<Vec<Uploadable>
             footer_count: progress.footer_count,
             footer_crc: progress.footer_crc,
         };
-        out.push((block, object, bytes));
+        out.push((Arc::clone(block), object, bytes));
     }
     Ok(out)
 }
