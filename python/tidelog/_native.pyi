@@ -13,6 +13,8 @@ __all__ = [
     "Reader",
     "Record",
     "RecoveryReport",
+    "RemoteLog",
+    "RemoteRecord",
     "RingAppendHandle",
     "RingRecoverIter",
     "RingRecovery",
@@ -24,6 +26,7 @@ __all__ = [
     "__version__",
     "cli",
     "open",
+    "open_remote",
     "stage_abort",
     "stage_commit",
     "stage_sink_batch",
@@ -516,6 +519,49 @@ def open(
     directory on a prefix another directory holds raises `FencedError` unless
     `tier_takeover=True`. A read-only handle has no tier.
     """
+
+@final
+class RemoteRecord:
+    """A record read from a bucket (`RemoteLog`): its bytes are its own."""
+
+    @property
+    def offset(self) -> int: ...
+    @property
+    def timestamp(self) -> int:
+        """Microseconds since the Unix epoch."""
+    @property
+    def key(self) -> bytes | None: ...
+    @property
+    def value(self) -> bytes: ...
+
+@final
+class RemoteLog:
+    """A read-only handle on the records a tier's bucket holds, with no local directory
+    (`open_remote`). It reads the manifest as it was when opened or last refreshed; every
+    record is checked as a local one is (the extent's identity and salt, each frame's
+    checksum and offset): damage raises `TierCorruptionError`."""
+
+    @property
+    def version(self) -> int:
+        """The manifest version this handle reads."""
+    def topics(self) -> list[str]: ...
+    def topic_info(self, topic: str) -> dict[str, str | int]:
+        """`name`, `first_offset`, `next_offset`, `objects`, `bytes`."""
+    def read(self, topic: str, offset: int) -> RemoteRecord: ...
+    def read_range(
+        self, topic: str, start: int, end: int | None = None, max_records: int | None = None
+    ) -> list[RemoteRecord]:
+        """The records from `start` up to `end` (exclusive, clamped to what the bucket
+        holds), at most `max_records`."""
+    def refresh(self) -> None:
+        """Reads the manifest's deltas written since the open or the last refresh."""
+
+def open_remote(
+    url: str, *, storage_options: Mapping[str, str | bool | int] | None = None
+) -> RemoteLog:
+    """Opens the tier bucket at `url` read-only, with no local directory: the records a
+    producer's `tier=` uploaded. `storage_options` as for `open`. Raises
+    `UnknownTopicError`, `OffsetOutOfRangeError`, `TierError` and `TierCorruptionError`."""
 
 @final
 class StagedWriter:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import multiprocessing as mp
+import shutil
 import urllib.request
 import uuid
 import zlib
@@ -292,3 +293,57 @@ def test_s3_conditional_puts_fence_another_directory(
     claims = [e["claim"] for d in deltas(copy) for e in d["entries"] if "claim" in e]
     assert [c["epoch"] for c in claims] == [1, 2]
     assert records_in_bucket(copy, "t") == 1 and records_in_bucket(copy, "u") == 1
+
+
+def _forked_child_uploads(path: str, bucket: str) -> int:
+    # The parent's tier runtime has no threads here: the child's open makes its own.
+    with open_tiered(Path(path), Path(bucket)) as wal:
+        for i in range(80):
+            wal.append("child", value("child", i))
+        wal.tier_flush(timeout=60)
+        return records_in_bucket(Path(bucket), "child")
+
+
+def test_a_forked_child_uploads_with_a_runtime_of_its_own(tmp_path: Path) -> None:
+    with open_tiered(tmp_path / "parent", tmp_path / "parent-bucket") as wal:
+        for i in range(80):
+            wal.append("p", value("p", i))
+        wal.tier_flush(timeout=60)
+        ctx = mp.get_context("fork")
+        with ctx.Pool(1) as pool:
+            got = pool.apply(
+                _forked_child_uploads, (str(tmp_path / "child"), str(tmp_path / "child-bucket"))
+            )
+        assert got == 80
+        # The parent's tier goes on.
+        wal.append("p", value("p", 80))
+        wal.tier_flush(timeout=60)
+        assert records_in_bucket(tmp_path / "parent-bucket", "p") == 81
+
+
+def test_open_remote_reads_what_the_producer_uploaded(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    with open_tiered(tmp_path / "log", bucket) as wal:
+        for i in range(150):
+            wal.append("r", value("r", i))
+        wal.append("keyed", b"v", key=b"k", timestamp=1234)
+        wal.tier_flush(timeout=60)
+    # The directory is gone: the bucket alone answers.
+    shutil.rmtree(tmp_path / "log")
+    remote = tidelog.open_remote(bucket.as_uri())
+    assert remote.topics() == ["keyed", "r"]
+    info = remote.topic_info("r")
+    assert (info["first_offset"], info["next_offset"]) == (0, 150)
+    assert remote.read("r", 77).value == value("r", 77)
+    records = remote.read_range("r", 100)
+    assert [r.offset for r in records] == list(range(100, 150))
+    assert [r.value for r in records] == [value("r", i) for i in range(100, 150)]
+    assert len(remote.read_range("r", 0, 150, max_records=7)) == 7
+    keyed = remote.read("keyed", 0)
+    assert (keyed.key, keyed.value, keyed.timestamp) == (b"k", b"v", 1234)
+    with pytest.raises(tidelog.OffsetOutOfRangeError):
+        remote.read("r", 150)
+    with pytest.raises(tidelog.UnknownTopicError):
+        remote.read("missing", 0)
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open_remote("not a url")

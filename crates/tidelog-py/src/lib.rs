@@ -10,6 +10,7 @@ mod error;
 mod options;
 mod reader;
 mod record;
+mod remote;
 mod ring;
 mod stage;
 mod wal;
@@ -151,6 +152,9 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     m.add_function(wrap_pyfunction!(open, m)?)?;
     m.add_function(wrap_pyfunction!(cli, m)?)?;
+    m.add_function(wrap_pyfunction!(remote::open_remote, m)?)?;
+    m.add_class::<remote::PyRemoteLog>()?;
+    m.add_class::<remote::PyRemoteRecord>()?;
     m.add_class::<wal::PyWal>()?;
     m.add_class::<wal::PyWriter>()?;
     m.add_class::<wal::PyAppendHandle>()?;

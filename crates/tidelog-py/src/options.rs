@@ -317,6 +317,16 @@ pub fn tier(
         }
         return Ok(None);
     };
+    tier_config(url, options, takeover).map(Some)
+}
+
+/// A tier configuration: the URL, the store's options (strings, or booleans and integers
+/// written as strings) and the takeover flag.
+pub fn tier_config(
+    url: String,
+    options: Option<HashMap<String, Bound<'_, PyAny>>>,
+    takeover: bool,
+) -> PyResult<tidelog::TierConfig> {
     let mut config = tidelog::TierConfig::new(url).takeover(takeover);
     for (key, value) in options.unwrap_or_default() {
         let text = if let Ok(flag) = value.cast::<pyo3::types::PyBool>() {
@@ -333,5 +343,5 @@ pub fn tier(
         };
         config = config.option(key, text);
     }
-    Ok(Some(config))
+    Ok(config)
 }

@@ -165,7 +165,8 @@ pub enum Error {
         /// What the store said.
         message: String,
     },
-    /// An object of the tier's manifest failed its checks, or breaks the manifest's rules.
+    /// An object in the tier's bucket failed its checks (a manifest delta or checkpoint, an
+    /// extent object), or breaks the manifest's rules.
     TierCorruption {
         /// The object's key under the prefix.
         key: String,

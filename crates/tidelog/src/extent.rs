@@ -546,10 +546,16 @@ impl Extent {
     }
 
     /// A sealed extent's bytes as its tier object (header, frames and index footer) and its
-    /// progress slot; `None` unless the slot in the mapping says `Sealed`. A footer that
-    /// fails its checksum is `Corruption`: damaged bytes are never uploaded.
+    /// progress slot; `None` unless the slot in the mapping says `Sealed`. Read with
+    /// `pread` (the page cache's bytes, as the mapping's, without faulting the mapping in).
+    /// A footer that fails its checksum, or a short read, is `Corruption`: damaged bytes are
+    /// never uploaded.
     #[cfg(feature = "tier")]
-    pub fn sealed_object(&self, topic: &str) -> Result<Option<(Progress, Vec<u8>)>> {
+    pub fn sealed_object(
+        &self,
+        storage: &dyn Storage,
+        topic: &str,
+    ) -> Result<Option<(Progress, Vec<u8>)>> {
         let Some(progress) = self
             .progress_on_disk()
             .filter(|p| p.state == ProgressState::Sealed)
@@ -566,7 +572,18 @@ impl Extent {
             return Err(self.corruption(topic, self.first_offset, position, FrameError::Truncated));
         };
         let mut bytes = vec![0u8; end as usize];
-        self.file.map.copy_out(self.abs(0), &mut bytes);
+        let read = storage
+            .read_at(
+                &self.file.file,
+                &self.file.path,
+                &mut bytes,
+                self.abs(0) as u64,
+            )
+            .map_err(|e| Error::io("read data file", &self.file.path, e))?;
+        if read != bytes.len() {
+            let position = read as u64;
+            return Err(self.corruption(topic, self.first_offset, position, FrameError::Truncated));
+        }
         if crc32fast::hash(&bytes[progress.durable_end as usize..]) != progress.footer_crc {
             return Err(Error::Corruption {
                 topic: topic.to_owned(),

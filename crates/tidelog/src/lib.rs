@@ -85,6 +85,8 @@ pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
 pub use tier::TierStatus;
 #[cfg(feature = "tier")]
+pub use tier::{RemoteLog, RemoteRecord, RemoteTopicInfo};
+#[cfg(feature = "tier")]
 pub use wal::TierFlush;
 pub use wal::{DiskUsage, LOCK_FILE, Leader, RingStats, TopicInfo, Wal, Writer, commit_staged};
 

@@ -11,8 +11,12 @@ pub(crate) mod manifest;
 #[cfg(feature = "tier")]
 mod producer;
 #[cfg(feature = "tier")]
+mod remote;
+#[cfg(feature = "tier")]
 mod state;
 
+#[cfg(feature = "tier")]
+pub use remote::{RemoteLog, RemoteRecord, RemoteTopicInfo};
 #[cfg(feature = "tier")]
 pub(crate) use state::{Pending, Tier};
 

@@ -11,6 +11,7 @@ use super::state::State;
 use super::writer;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
+use crate::io::Storage;
 use crate::tier::manifest::{Entry, ExtentObject};
 use crate::tier::{Pending, Tier, TierStatus};
 use crate::topic::Topic;
@@ -80,7 +81,7 @@ fn upload_pass(state: &State, tier: &Tier) -> Result<()> {
     let mut next_id = tier.next_topic_id();
     let mut conflicts = BTreeMap::new();
     for topic in topics(state)? {
-        let found = match uploadable(tier, &topic) {
+        let found = match uploadable(state.storage.as_ref(), tier, &topic) {
             Ok(found) => found,
             Err(conflict) => {
                 conflicts.insert(topic.name.clone(), conflict);
@@ -173,7 +174,11 @@ fn topics(state: &State) -> Result<Vec<Arc<Topic>>> {
 /// manifest entry says (but its topic id and key) and its bytes. `Err` with the reason
 /// when the topic cannot be uploaded: its offsets overlap objects this directory did not
 /// upload (another producer's, before a takeover), or an extent fails its checks.
-fn uploadable(tier: &Tier, topic: &Topic) -> std::result::Result<Vec<Uploadable>, String> {
+fn uploadable(
+    storage: &dyn Storage,
+    tier: &Tier,
+    topic: &Topic,
+) -> std::result::Result<Vec<Uploadable>, String> {
     let mut next = tier.remote_next(&topic.name);
     let chain = topic.chain();
     // Extents below the manifest's end are in it (reclaim keeps the others), but for the
@@ -196,7 +201,7 @@ fn uploadable(tier: &Tier, topic: &Topic) -> std::result::Result<Vec<Uploadable>
             ));
         }
         let sealed = block
-            .sealed_object(&topic.name)
+            .sealed_object(storage, &topic.name)
             .map_err(|e| e.to_string())?;
         let Some((progress, bytes)) = sealed else {
             break;

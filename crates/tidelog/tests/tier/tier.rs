@@ -526,3 +526,80 @@ fn opens_start_from_the_newest_checkpoint() {
     check_bucket(bucket.path(), "c", next + 1);
     wal.close().unwrap();
 }
+
+#[test]
+fn a_remote_log_reads_every_record_from_the_bucket_alone() {
+    use tidelog::{Append, RemoteLog};
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "r", 0, 200);
+    let keyed = wal.writer("keyed").unwrap();
+    for i in 0..5u64 {
+        let key = format!("k{i}");
+        let record = Append {
+            key: Some(key.as_bytes()),
+            value: b"v",
+            timestamp_us: Some(1_000 + i),
+        };
+        keyed.append_record(record).unwrap();
+    }
+    wal.tier_flush(WAIT).unwrap();
+
+    let remote = RemoteLog::open(&tier).unwrap();
+    assert_eq!(remote.topics(), vec!["keyed".to_owned(), "r".to_owned()]);
+    let info = remote.topic_info("r").unwrap();
+    assert_eq!((info.first_offset, info.next_offset), (0, 200));
+    assert!(info.objects >= 2, "{info:?}");
+    for offset in [0, 1, 63, 64, 65, 150, 199] {
+        let record = remote.read("r", offset).unwrap();
+        assert_eq!((record.offset, record.value), (offset, value("r", offset)));
+    }
+    // A range across objects, clamped to what the bucket holds, and its limit.
+    let all = remote.read_range("r", 10, u64::MAX, usize::MAX).unwrap();
+    assert_eq!(
+        all.iter().map(|r| r.offset).collect::<Vec<_>>(),
+        (10..200).collect::<Vec<_>>()
+    );
+    assert_eq!(remote.read_range("r", 60, 70, 3).unwrap().len(), 3);
+    assert!(remote.read_range("r", 200, 300, 10).unwrap().is_empty());
+    let k = remote.read("keyed", 3).unwrap();
+    assert_eq!(
+        (k.key.as_deref(), k.timestamp_us),
+        (Some(&b"k3"[..]), 1_003)
+    );
+    assert!(matches!(
+        remote.read("r", 200),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        remote.read("nope", 0),
+        Err(Error::UnknownTopic { .. })
+    ));
+
+    // It sees later uploads once refreshed.
+    append(&wal, "r", 200, 10);
+    wal.tier_flush(WAIT).unwrap();
+    assert_eq!(remote.topic_info("r").unwrap().next_offset, 200);
+    remote.refresh().unwrap();
+    assert_eq!(remote.read("r", 205).unwrap().value, value("r", 205));
+    wal.close().unwrap();
+
+    // A flipped byte in an object is reported, never read as another record.
+    let fresh = RemoteLog::open(&tier).unwrap();
+    let r = topic_id(bucket.path(), "r");
+    let key = &adds(bucket.path())
+        .into_iter()
+        .find(|a| a.topic == r)
+        .unwrap()
+        .key;
+    let path = bucket.path().join(key);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 50] ^= 0x10;
+    std::fs::write(&path, &bytes).unwrap();
+    assert!(matches!(
+        fresh.read("r", 0),
+        Err(Error::TierCorruption { .. })
+    ));
+}
