@@ -553,6 +553,11 @@ class RemoteLog:
     ) -> list[RemoteRecord]:
         """The records from `start` up to `end` (exclusive, clamped to what the bucket
         holds), at most `max_records`."""
+    def read_arrow(
+        self, topic: str, start: int, end: int | None = None, max_records: int | None = None
+    ) -> Any:
+        """A pyarrow.RecordBatch of offsets [start, end) (end capped at what the bucket
+        holds) with columns topic, offset, timestamp, key, value, as `Wal.read_arrow`."""
     def refresh(self) -> None:
         """Reads the manifest's deltas written since the open or the last refresh."""
 

@@ -341,6 +341,14 @@ def test_open_remote_reads_what_the_producer_uploaded(tmp_path: Path) -> None:
     assert len(remote.read_range("r", 0, 150, max_records=7)) == 7
     keyed = remote.read("keyed", 0)
     assert (keyed.key, keyed.value, keyed.timestamp) == (b"k", b"v", 1234)
+    batch = remote.read_arrow("r", 10, 20)
+    assert batch.column("offset").to_pylist() == list(range(10, 20))
+    assert batch.column("value").to_pylist() == [value("r", i) for i in range(10, 20)]
+    assert batch.column("topic").to_pylist() == ["r"] * 10
+    assert remote.read_arrow("keyed", 0).column("key").to_pylist() == [b"k"]
+    assert remote.read_arrow("r", 140, max_records=3).num_rows == 3
+    with pytest.raises(tidelog.InvalidArgumentError):
+        remote.read_arrow("r", 20, 10)
     with pytest.raises(tidelog.OffsetOutOfRangeError):
         remote.read("r", 150)
     with pytest.raises(tidelog.UnknownTopicError):

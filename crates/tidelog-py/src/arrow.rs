@@ -53,6 +53,81 @@ fn push_i32(buf: &mut Vec<u8>, v: usize) {
     buf.extend_from_slice(&v.to_le_bytes());
 }
 
+impl Columns {
+    /// Empty columns for about `capacity` records.
+    fn with_capacity(capacity: usize) -> Columns {
+        let mut c = Columns {
+            offsets: Vec::with_capacity(capacity * 8),
+            timestamps: Vec::with_capacity(capacity * 8),
+            key_offsets: Vec::with_capacity((capacity + 1) * 4),
+            value_offsets: Vec::with_capacity((capacity + 1) * 4),
+            ..Columns::default()
+        };
+        push_i32(&mut c.key_offsets, 0);
+        push_i32(&mut c.value_offsets, 0);
+        c
+    }
+
+    /// Adds one record; false (nothing added) once the binary columns would pass their
+    /// limit: the batch is full, and the caller continues from this record.
+    fn push(
+        &mut self,
+        offset: u64,
+        timestamp_us: u64,
+        key: Option<&[u8]>,
+        value: &[u8],
+        capacity: usize,
+    ) -> bool {
+        let key_len = key.map_or(0, <[u8]>::len);
+        if self.value_data.len() + value.len() > BINARY_BYTES_MAX
+            || self.key_data.len() + key_len > BINARY_BYTES_MAX
+        {
+            return false;
+        }
+        // Offsets and timestamps are u64 on disk and below 2^63 in practice; Arrow has int64.
+        self.offsets
+            .extend_from_slice(&i64::try_from(offset).unwrap_or(i64::MAX).to_le_bytes());
+        self.timestamps.extend_from_slice(
+            &i64::try_from(timestamp_us)
+                .unwrap_or(i64::MAX)
+                .to_le_bytes(),
+        );
+        if self.length.is_multiple_of(8) {
+            self.key_validity.push(0);
+        }
+        if let Some(key) = key {
+            self.key_data.extend_from_slice(key);
+            if let Some(last) = self.key_validity.last_mut() {
+                *last |= 1 << (self.length % 8);
+            }
+        } else {
+            self.key_nulls += 1;
+        }
+        push_i32(&mut self.key_offsets, self.key_data.len());
+        if self.value_data.capacity() == 0 {
+            // Sized from the first record: most topics hold records of similar size.
+            self.value_data
+                .reserve(value.len().saturating_mul(capacity).min(BINARY_BYTES_MAX));
+        }
+        self.value_data.extend_from_slice(value);
+        push_i32(&mut self.value_offsets, self.value_data.len());
+        self.length += 1;
+        true
+    }
+
+    /// `LimitExceeded` when not even the first record fit (`size`: its largest column).
+    fn check_first(&self, size: Option<usize>) -> tidelog::Result<()> {
+        match size {
+            Some(bytes) if self.length == 0 => Err(tidelog::Error::LimitExceeded {
+                limit: "arrow binary column bytes",
+                value: bytes as u64,
+                max: BINARY_BYTES_MAX as u64,
+            }),
+            _ => Ok(()),
+        }
+    }
+}
+
 fn collect(
     wal: &Wal,
     topic: &str,
@@ -68,72 +143,40 @@ fn collect(
         .saturating_sub(start)
         .min(max_records.unwrap_or(u64::MAX));
     let capacity = usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20);
-    let mut c = Columns {
-        offsets: Vec::with_capacity(capacity * 8),
-        timestamps: Vec::with_capacity(capacity * 8),
-        key_offsets: Vec::with_capacity((capacity + 1) * 4),
-        value_offsets: Vec::with_capacity((capacity + 1) * 4),
-        ..Columns::default()
-    };
-    push_i32(&mut c.key_offsets, 0);
-    push_i32(&mut c.value_offsets, 0);
-    let mut too_large = None;
+    let mut c = Columns::with_capacity(capacity);
+    let mut refused = None;
     let max = usize::try_from(wanted).unwrap_or(usize::MAX);
     reader.scan(max, |record| {
-        let key_len = record.key.map_or(0, <[u8]>::len);
-        if c.value_data.len() + record.value.len() > BINARY_BYTES_MAX
-            || c.key_data.len() + key_len > BINARY_BYTES_MAX
-        {
-            if c.length == 0 {
-                too_large = Some(record.value.len().max(key_len));
-            }
-            // The batch is full; the caller continues from the next offset.
-            return false;
-        }
-        // Offsets and timestamps are u64 on disk and below 2^63 in practice; Arrow has int64.
-        c.offsets.extend_from_slice(
-            &i64::try_from(record.offset)
-                .unwrap_or(i64::MAX)
-                .to_le_bytes(),
+        let pushed = c.push(
+            record.offset,
+            record.timestamp_us,
+            record.key,
+            record.value,
+            capacity,
         );
-        c.timestamps.extend_from_slice(
-            &i64::try_from(record.timestamp_us)
-                .unwrap_or(i64::MAX)
-                .to_le_bytes(),
-        );
-        if c.length.is_multiple_of(8) {
-            c.key_validity.push(0);
+        if !pushed {
+            refused = Some(record.value.len().max(record.key.map_or(0, <[u8]>::len)));
         }
-        if let Some(key) = record.key {
-            c.key_data.extend_from_slice(key);
-            if let Some(last) = c.key_validity.last_mut() {
-                *last |= 1 << (c.length % 8);
-            }
-        } else {
-            c.key_nulls += 1;
-        }
-        push_i32(&mut c.key_offsets, c.key_data.len());
-        if c.value_data.capacity() == 0 {
-            // Sized from the first record: most topics hold records of similar size.
-            c.value_data.reserve(
-                record
-                    .value
-                    .len()
-                    .saturating_mul(capacity)
-                    .min(BINARY_BYTES_MAX),
-            );
-        }
-        c.value_data.extend_from_slice(record.value);
-        push_i32(&mut c.value_offsets, c.value_data.len());
-        c.length += 1;
-        true
+        pushed
     })?;
-    if let Some(bytes) = too_large {
-        return Err(tidelog::Error::LimitExceeded {
-            limit: "arrow binary column bytes",
-            value: bytes as u64,
-            max: BINARY_BYTES_MAX as u64,
-        });
+    c.check_first(refused)?;
+    Ok(c)
+}
+
+/// The columns of records a remote read returned (`RemoteLog.read_arrow`): as many as fit.
+fn collect_remote(records: &[tidelog::RemoteRecord]) -> tidelog::Result<Columns> {
+    let mut c = Columns::with_capacity(records.len().min(1 << 20));
+    for r in records {
+        if !c.push(
+            r.offset,
+            r.timestamp_us,
+            r.key.as_deref(),
+            &r.value,
+            records.len(),
+        ) {
+            c.check_first(Some(r.value.len().max(r.key.as_ref().map_or(0, Vec::len))))?;
+            break;
+        }
     }
     Ok(c)
 }
@@ -159,6 +202,43 @@ pub fn read<'py>(
     // Import pyarrow before reading, so a missing pyarrow fails fast.
     let helper = helper(py)?;
     let c = detached(py, || collect(wal, topic, start, end, max_records))?;
+    batch(py, helper, topic, c)
+}
+
+/// `RemoteLog.read_arrow`: records `[start, end)` of `topic` from the bucket (end capped at
+/// what it holds) as one `pyarrow.RecordBatch`.
+pub fn read_remote<'py>(
+    py: Python<'py>,
+    log: &tidelog::RemoteLog,
+    topic: &str,
+    start: u64,
+    end: Option<u64>,
+    max_records: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    if let Some(end) = end
+        && end < start
+    {
+        return Err(invalid("end", format!("end {end} is before start {start}")));
+    }
+    if max_records == Some(0) {
+        return Err(invalid("max_records", "must be positive"));
+    }
+    let helper = helper(py)?;
+    let c = detached(py, || {
+        let max = usize::try_from(max_records.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
+        let records = log.read_range(topic, start, end.unwrap_or(u64::MAX), max)?;
+        collect_remote(&records)
+    })?;
+    batch(py, helper, topic, c)
+}
+
+/// The `pyarrow.RecordBatch` of `c`, its buffers handed over without a copy.
+fn batch<'py>(
+    py: Python<'py>,
+    helper: &Bound<'py, PyModule>,
+    topic: &str,
+    c: Columns,
+) -> PyResult<Bound<'py, PyAny>> {
     let buffer = |bytes: Vec<u8>| Bound::new(py, OwnedBuffer::new(bytes));
     let key_validity = if c.key_nulls == 0 {
         None

@@ -82,6 +82,20 @@ impl PyRemoteLog {
             .collect())
     }
 
+    /// A `pyarrow.RecordBatch` of offsets `[start, end)` (end capped at what the bucket
+    /// holds): columns topic, offset, timestamp, key, value.
+    #[pyo3(signature = (topic, start, end = None, max_records = None))]
+    fn read_arrow<'py>(
+        &self,
+        py: Python<'py>,
+        topic: &str,
+        start: u64,
+        end: Option<u64>,
+        max_records: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        crate::arrow::read_remote(py, &self.log, topic, start, end, max_records)
+    }
+
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
         detached(py, || self.log.refresh())
     }
