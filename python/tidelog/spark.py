@@ -13,6 +13,9 @@ Options and rows follow Spark's Kafka source::
 
 Each Spark task opens the directory read-only in its own process (no lock, so a writer may
 hold it meanwhile) and yields Arrow record batches built in Rust: no Python object per record.
+A bucket URL as the path (``load("s3://bucket/prefix")``, options ``storage.KEY`` for the
+bucket) reads what a producer's tier uploaded, through ``tidelog.open_remote``: the tasks
+need no access to the producer's disk, and streams see the manifest's end.
 Streams (``spark.readStream``) keep ``{"topic": next offset}`` as their offsets, honour
 ``maxOffsetsPerTrigger`` and ``trigger(availableNow=True)``, and resume from their checkpoint.
 
@@ -219,6 +222,8 @@ class _Options:
     """The parsed options: plain data, pickled to Spark's Python workers."""
 
     path: str
+    #: Options of the bucket when `path` is a bucket URL (Spark options `storage.KEY`).
+    storage_options: dict[str, str]
     topics: list[str]
     starting: OffsetSpec | None
     ending: OffsetSpec | None
@@ -245,6 +250,7 @@ class _Options:
             )
         return cls(
             path=str(path),
+            storage_options=_storage_options(options),
             topics=topics,
             starting=_offset_spec(options, "startingOffsets", topics),
             ending=_offset_spec(options, "endingOffsets", topics),
@@ -255,11 +261,14 @@ class _Options:
             ),
         )
 
-    def open(self) -> tidelog.Wal:
+    def open(self) -> tidelog.Wal | _Bucket:
+        if _is_url(self.path):
+            # The bucket a producer's tier uploads to: what its manifest names.
+            return _Bucket(tidelog.open_remote(self.path, storage_options=self.storage_options))
         # Read-only: takes no lock, so a writer (in this or another process) may hold it.
         return tidelog.open(self.path, readonly=True)
 
-    def bounds(self, wal: tidelog.Wal) -> dict[str, tuple[int, int]]:
+    def bounds(self, wal: tidelog.Wal | _Bucket) -> dict[str, tuple[int, int]]:
         """(first, durable) offset of every subscribed topic; a clear error for a missing one.
 
         The source reads only durable records: a record a crash of the writer's machine
@@ -309,6 +318,48 @@ class _Options:
                 )
             offsets[topic] = offset
         return offsets
+
+
+def _is_url(path: str) -> bool:
+    """A bucket URL (`s3://...`, `file:///...`, `memory://...`), not a directory."""
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
+
+
+def _storage_options(options: Mapping[str, str]) -> dict[str, str]:
+    """Spark options `storage.KEY` as the bucket's options `KEY`."""
+    return {k[len("storage.") :]: v for k, v in options.items() if k.startswith("storage.")}
+
+
+@dataclass(frozen=True)
+class _RemoteInfo:
+    first_offset: int
+    durable_offset: int
+
+
+class _Bucket:
+    """A bucket read through `tidelog.open_remote`, shaped as the directory handle the
+    source uses: every record a manifest names is durable (uploads are of sealed extents)."""
+
+    def __init__(self, log: tidelog.RemoteLog) -> None:
+        self.log = log
+
+    def __enter__(self) -> _Bucket:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        return None
+
+    def topics(self) -> list[str]:
+        return self.log.topics()
+
+    def topic_info(self, topic: str) -> _RemoteInfo:
+        info = self.log.topic_info(topic)
+        return _RemoteInfo(int(info["first_offset"]), int(info["next_offset"]))
+
+    def read_arrow(
+        self, topic: str, start: int, end: int | None = None, max_records: int | None = None
+    ) -> pa.RecordBatch:
+        return self.log.read_arrow(topic, start, end, max_records)
 
 
 @dataclass(frozen=True)
@@ -550,6 +601,12 @@ class _WriteOptions:
                 "path",
                 "option path is required: the tidelog directory, as "
                 'df.write.format("tidelog").save(path) or .option("path", ...)',
+            )
+        if _is_url(path):
+            raise _invalid(
+                "path",
+                f"writes go to the producer's directory, not to a bucket URL ({path}): "
+                "writing through a bucket is not supported yet",
             )
         if overwrite:
             raise _invalid(

@@ -8,6 +8,7 @@ process meanwhile may hold it open for writing, as a producer would.
 from __future__ import annotations
 
 import json
+import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -67,7 +68,7 @@ def expected(topic: str, offsets: range) -> list[tuple[Any, ...]]:
     return [(topic, i, key_of(i), payload(i, 20 + i % 7), TS0 + i) for i in offsets]
 
 
-def read(spark: SparkSession, path: Path, **options: Any) -> DataFrame:
+def read(spark: SparkSession, path: Path | str, **options: Any) -> DataFrame:
     return spark.read.format("tidelog").options(**options).load(str(path))
 
 
@@ -393,3 +394,41 @@ def test_fixed_schema_and_stream_mistakes(spark: SparkSession, tmp_path: Path) -
         stream("ending", endingOffsets="latest")
     with pytest.raises(StreamingQueryException, match="offset 7 of topic 'a' is out of range"):
         stream("range", startingOffsets=json.dumps({"a": 7}))
+
+
+# --- reads from a bucket (the tier) ---
+
+
+@pytest.mark.mmap_only("the tier needs the data files alone")
+def test_batch_and_stream_reads_from_a_bucket_alone(spark: SparkSession, tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    log = tmp_path / "log"
+    with tidelog.open(log, tier=bucket.as_uri(), block_size=65536) as wal:
+        for topic, count in {"a": 300, "b": 7}.items():
+            for i in range(count):
+                wal.append(topic, payload(i, 20 + i % 7), key=key_of(i), timestamp=TS0 + i)
+        wal.tier_flush(timeout=60)
+    # Every task reads the bucket: the producer's directory is gone.
+    shutil.rmtree(log)
+    url = bucket.as_uri()
+    df = read(spark, url, subscribe="a,b", maxRecordsPerPartition=100)
+    assert rows(df) == expected("a", range(300)) + expected("b", range(7))
+    ranged = read(spark, url, subscribe="a", startingOffsets='{"a": 250}')
+    assert rows(ranged) == expected("a", range(250, 300))
+    query = (
+        spark.readStream.format("tidelog")
+        .option("subscribe", "b")
+        .option("startingOffsets", "earliest")
+        .load(url)
+        .writeStream.format("memory")
+        .queryName("from_bucket")
+        .trigger(availableNow=True)
+        .start()
+    )
+    query.awaitTermination(120)
+    got = spark.sql("select offset from from_bucket").collect()
+    assert sorted(r[0] for r in got) == list(range(7))
+    with pytest.raises(Exception, match="not supported yet"):
+        spark.createDataFrame([(b"v",)], "value binary").write.format("tidelog").mode(
+            "append"
+        ).option("topic", "t").save(url)
