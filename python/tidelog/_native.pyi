@@ -490,6 +490,8 @@ def open(
     tier: str | None = None,
     storage_options: Mapping[str, str | bool | int] | None = None,
     tier_takeover: bool = False,
+    local_retention_ms: int | None = None,
+    local_retention_bytes: int | None = None,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -517,7 +519,9 @@ def open(
     `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ...); `AWS_*`
     environment variables fill those not given, and an unknown key is refused. Opening a
     directory on a prefix another directory holds raises `FencedError` unless
-    `tier_takeover=True`. A read-only handle has no tier.
+    `tier_takeover=True`. `local_retention_ms` / `local_retention_bytes` (Kafka's names)
+    limit the local copy, each at most the retention's; a limit not given is the
+    retention's. A read-only handle has no tier.
     """
 
 @final

@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import multiprocessing as mp
 import shutil
+import time
 import urllib.request
 import uuid
 import zlib
@@ -177,6 +178,10 @@ def test_bad_tier_settings_are_refused(tmp_path: Path) -> None:
         tidelog.open(log, storage_options={"aws_region": "eu-west-1"})
     with pytest.raises(tidelog.InvalidArgumentError):
         tidelog.open(log, tier_takeover=True)
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, local_retention_ms=1000)
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(log, tier=bucket, retention_ms=1000, local_retention_ms=5000)
     with pytest.raises(tidelog.InvalidArgumentError):
         tidelog.open(log, tier="s3://bucket/x", storage_options={"aws_no_such_key": "1"})
     with pytest.raises(tidelog.InvalidArgumentError):
@@ -355,3 +360,18 @@ def test_open_remote_reads_what_the_producer_uploaded(tmp_path: Path) -> None:
         remote.read("missing", 0)
     with pytest.raises(tidelog.InvalidArgumentError):
         tidelog.open_remote("not a url")
+
+
+def test_local_retention_trims_the_disk_only(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    with open_tiered(tmp_path / "log", bucket, local_retention_bytes=65536) as wal:
+        for i in range(300):
+            wal.append("l", value("l", i))
+        wal.tier_flush(timeout=60)
+        deadline = time.monotonic() + 30
+        while wal.topic_info("l").first_offset == 0:
+            assert time.monotonic() < deadline, "local retention never ran"
+            time.sleep(0.02)
+        with pytest.raises(tidelog.OffsetOutOfRangeError):
+            wal.read("l", 0)
+    assert tidelog.open_remote(bucket.as_uri()).read("l", 0).value == value("l", 0)

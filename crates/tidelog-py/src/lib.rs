@@ -56,6 +56,8 @@ use crate::options::OpenOptions;
     tier = None,
     storage_options = None,
     tier_takeover = false,
+    local_retention_ms = None,
+    local_retention_bytes = None,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -64,7 +66,7 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
     staged_adopt_bytes=None, exclusive=False, tier=None, storage_options=None, \
-    tier_takeover=False)")]
+    tier_takeover=False, local_retention_ms=None, local_retention_bytes=None)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -97,8 +99,12 @@ fn open(
     tier: Option<String>,
     storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
     tier_takeover: bool,
+    local_retention_ms: Option<u64>,
+    local_retention_bytes: Option<u64>,
 ) -> PyResult<wal::PyWal> {
-    let tier = options::tier(tier, storage_options, tier_takeover)?;
+    let local = (local_retention_ms.is_some() || local_retention_bytes.is_some())
+        .then(|| options::retention(local_retention_ms, local_retention_bytes));
+    let tier = options::tier(tier, storage_options, tier_takeover, local)?;
     let staged_adopt_bytes_min =
         options::staged_adopt_bytes_min(py, staged_adopt_bytes_min, staged_adopt_bytes)?;
     let config = OpenOptions {

@@ -241,7 +241,7 @@ pub fn ring_backend(
     }
 }
 
-fn retention(max_age_ms: Option<u64>, max_bytes: Option<u64>) -> Retention {
+pub fn retention(max_age_ms: Option<u64>, max_bytes: Option<u64>) -> Retention {
     Retention {
         max_age_ms,
         max_bytes,
@@ -307,17 +307,23 @@ pub fn tier(
     url: Option<String>,
     options: Option<HashMap<String, Bound<'_, PyAny>>>,
     takeover: bool,
+    local_retention: Option<Retention>,
 ) -> PyResult<Option<tidelog::TierConfig>> {
     let Some(url) = url else {
-        if options.is_some() || takeover {
+        if options.is_some() || takeover || local_retention.is_some() {
             return Err(to_py(tidelog::Error::InvalidArgument {
                 name: "tier",
-                reason: "storage_options and tier_takeover need a tier URL".to_owned(),
+                reason: "storage_options, tier_takeover and local_retention_* need a tier URL"
+                    .to_owned(),
             }));
         }
         return Ok(None);
     };
-    tier_config(url, options, takeover).map(Some)
+    let config = tier_config(url, options, takeover)?;
+    Ok(Some(match local_retention {
+        Some(local) => config.local_retention(local),
+        None => config,
+    }))
 }
 
 /// A tier configuration: the URL, the store's options (strings, or booleans and integers

@@ -131,6 +131,12 @@ pub struct TierConfig {
     /// Take the prefix over from another directory that holds it (its next upload then fails
     /// with `Fenced`). Without it, opening a directory on a prefix another one holds fails.
     pub takeover: bool,
+    /// How long the local directory keeps records the bucket holds (Kafka's
+    /// `local.retention.ms` and `local.retention.bytes`), for every topic; a limit it does
+    /// not set (or `None`, the default) is the retention's (`Config::retention`,
+    /// `topic_retention`). Each limit at most the retention's. Either way an extent leaves
+    /// the disk only once the bucket holds it; nothing is deleted from the bucket yet.
+    pub local_retention: Option<Retention>,
 }
 
 impl TierConfig {
@@ -153,6 +159,12 @@ impl TierConfig {
         self.takeover = takeover;
         self
     }
+
+    /// Sets [`TierConfig::local_retention`].
+    pub fn local_retention(mut self, retention: Retention) -> TierConfig {
+        self.local_retention = Some(retention);
+        self
+    }
 }
 
 impl std::fmt::Debug for TierConfig {
@@ -162,6 +174,7 @@ impl std::fmt::Debug for TierConfig {
             .field("url", &self.url)
             .field("options", &self.options.keys().collect::<Vec<_>>())
             .field("takeover", &self.takeover)
+            .field("local_retention", &self.local_retention)
             .finish()
     }
 }
@@ -361,6 +374,19 @@ impl Config {
             .get(topic)
             .copied()
             .unwrap_or(self.retention)
+    }
+
+    /// The retention the local directory applies to `topic`: each limit of the tier's local
+    /// retention, where it sets one, else [`Config::retention_for`]'s.
+    pub fn local_retention_for(&self, topic: &str) -> Retention {
+        let all = self.retention_for(topic);
+        match self.tier.as_ref().and_then(|t| t.local_retention) {
+            Some(local) => Retention {
+                max_age_ms: local.max_age_ms.or(all.max_age_ms),
+                max_bytes: local.max_bytes.or(all.max_bytes),
+            },
+            None => all,
+        }
     }
     /// Sets [`Config::index_interval_bytes`].
     pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
@@ -567,6 +593,26 @@ impl Config {
         };
         if tier.url.is_empty() {
             return Err(Error::invalid("tier", "the URL is empty"));
+        }
+        if let Some(local) = tier.local_retention {
+            local.validate()?;
+            // Kafka's rule: the local copy keeps no more than the log does.
+            let within = |local: Option<u64>, all: Option<u64>| match (local, all) {
+                (Some(local), Some(all)) => local <= all,
+                _ => true,
+            };
+            let retentions =
+                std::iter::once(self.retention).chain(self.topic_retention.values().copied());
+            for r in retentions {
+                if !within(local.max_age_ms, r.max_age_ms) || !within(local.max_bytes, r.max_bytes)
+                {
+                    return Err(Error::invalid(
+                        "local_retention",
+                        "each limit must be at most the retention's (the local copy keeps no \
+                         more than the log)",
+                    ));
+                }
+            }
         }
         if self.ring.is_some() {
             return Err(Error::invalid(

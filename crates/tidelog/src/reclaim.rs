@@ -118,7 +118,7 @@ impl Reclaimer {
         }
         let _pass = topic.reclaim_lock();
         let committed = self.cursors.min_committed(&topic.name);
-        let retention = self.config.retention_for(&topic.name);
+        let retention = self.config.local_retention_for(&topic.name);
         if committed.is_none() && retention.is_unlimited() {
             return false;
         }

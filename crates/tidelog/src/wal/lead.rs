@@ -86,7 +86,7 @@ pub(super) fn leader_pass(
     state.cursors.load_all(storage, &state.dir)?;
     let mut retired = false;
     for topic in state.topics.every()? {
-        if state.config.retention_for(&topic.name).is_unlimited()
+        if state.config.local_retention_for(&topic.name).is_unlimited()
             && state.cursors.min_committed(&topic.name).is_none()
         {
             continue;

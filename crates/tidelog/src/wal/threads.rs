@@ -195,7 +195,7 @@ fn housekeeping_loop(state: &State) {
             continue;
         };
         for topic in state.topics.all() {
-            if !state.config.retention_for(&topic.name).is_unlimited() {
+            if !state.config.local_retention_for(&topic.name).is_unlimited() {
                 state.reclaim.reclaim_topic(&topic);
             }
         }

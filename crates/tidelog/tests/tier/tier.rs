@@ -603,3 +603,46 @@ fn a_remote_log_reads_every_record_from_the_bucket_alone() {
         Err(Error::TierCorruption { .. })
     ));
 }
+
+#[test]
+fn local_retention_trims_the_disk_and_the_bucket_keeps_everything() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()))
+        .local_retention(Retention::default().max_bytes(64 * 1024));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "l", 0, 400);
+    wal.tier_flush(WAIT).unwrap();
+    let start = Instant::now();
+    while wal.topic_info("l").unwrap().first_offset == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "local retention never ran"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    // The bucket (no retention there) still holds every record.
+    check_bucket(bucket.path(), "l", 400);
+    let remote = tidelog::RemoteLog::open(&tier).unwrap();
+    assert_eq!(remote.read("l", 0).unwrap().value, value("l", 0));
+    wal.close().unwrap();
+
+    // The local copy keeps no more than the log: a local limit above the retention's, or
+    // a non-positive one, is refused.
+    let refused = |cfg: Config| {
+        assert!(matches!(
+            Wal::open_with(dir.path(), cfg),
+            Err(Error::InvalidArgument { .. })
+        ));
+    };
+    let local = |r: Retention| TierConfig::new(file_url(bucket.path())).local_retention(r);
+    refused(
+        config(local(Retention::default().max_age_ms(10_000)))
+            .retention(Retention::default().max_age_ms(1_000)),
+    );
+    refused(
+        config(local(Retention::default().max_bytes(1 << 30)))
+            .topic_retention("l", Retention::default().max_bytes(1 << 20)),
+    );
+    refused(config(local(Retention::default().max_bytes(0))));
+}
