@@ -20,6 +20,33 @@ pub use remote::{RemoteLog, RemoteRecord, RemoteTopicInfo};
 #[cfg(feature = "tier")]
 pub(crate) use state::{Pending, Tier};
 
+/// The directory's producer file: present once a writable open had a tier.
+pub(crate) const PRODUCER_FILE: &str = "TIER";
+
+/// A writable open of a directory that has a tier must have one too: without it, its
+/// reclaim would drop extents the bucket does not hold.
+pub(crate) fn check_untiered_open(
+    storage: &dyn crate::io::Storage,
+    dir: &std::path::Path,
+) -> crate::Result<()> {
+    match storage.read_file(&dir.join(PRODUCER_FILE)) {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(crate::Error::io(
+            "read tier producer file",
+            dir.join(PRODUCER_FILE),
+            e,
+        )),
+        Ok(_) => Err(crate::Error::invalid(
+            "tier",
+            format!(
+                "{} uploads to a tier (its {PRODUCER_FILE} file): open it with the tier's URL, \
+                 or remove {PRODUCER_FILE} to stop uploading",
+                dir.display()
+            ),
+        )),
+    }
+}
+
 /// What [`crate::Wal::tier_status`] reports.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct TierStatus {

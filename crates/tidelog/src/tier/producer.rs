@@ -3,11 +3,10 @@
 
 use std::path::Path;
 
+use super::PRODUCER_FILE;
 use crate::error::{Error, Result};
 use crate::io::Storage;
 
-/// The file's name in the data directory.
-pub const PRODUCER_FILE: &str = "TIER";
 /// Its first word.
 const MAGIC: &str = "tidelog-tier";
 /// Its format version.

@@ -287,22 +287,25 @@ fn open_tier(
     read_only: bool,
 ) -> Result<Option<Arc<crate::tier::Tier>>> {
     match &config.tier {
-        Some(tier) if !read_only => {
-            Ok(Some(Arc::new(crate::tier::Tier::open(storage, dir, tier)?)))
-        }
-        _ => Ok(None),
+        _ if read_only => Ok(None),
+        Some(tier) => Ok(Some(Arc::new(crate::tier::Tier::open(storage, dir, tier)?))),
+        None => crate::tier::check_untiered_open(storage, dir).map(|()| None),
     }
 }
 
-/// Without the `tier` feature a configuration with a tier fails its validation.
+/// Without the `tier` feature a configuration with a tier fails its validation, and a
+/// directory that has one is refused (see `check_untiered_open`).
 #[cfg(not(feature = "tier"))]
 fn open_tier(
-    _storage: &dyn Storage,
-    _dir: &Path,
+    storage: &dyn Storage,
+    dir: &Path,
     _config: &Config,
-    _read_only: bool,
+    read_only: bool,
 ) -> Result<Option<Arc<crate::tier::Tier>>> {
-    Ok(None)
+    if read_only {
+        return Ok(None);
+    }
+    crate::tier::check_untiered_open(storage, dir).map(|()| None)
 }
 
 /// The block allocator over the recovered files. For a writable handle, every file but the

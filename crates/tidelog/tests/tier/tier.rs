@@ -646,3 +646,32 @@ fn local_retention_trims_the_disk_and_the_bucket_keeps_everything() {
     );
     refused(config(local(Retention::default().max_bytes(0))));
 }
+
+#[test]
+fn a_tiered_directory_is_not_opened_for_writing_without_its_tier() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(
+        dir.path(),
+        config(tier).retention(Retention::default().max_bytes(64 * 1024)),
+    )
+    .unwrap();
+    append(&wal, "t", 0, 300);
+    wal.close().unwrap();
+    // Its reclaim would drop extents the bucket lacks: refused, naming the way out.
+    let plain = geometry(16, 64 * 1024).retention(Retention::default().max_bytes(64 * 1024));
+    match Wal::open_with(dir.path(), plain.clone()) {
+        Err(Error::InvalidArgument { name, reason }) => {
+            assert_eq!(name, "tier");
+            assert!(reason.contains("TIER"), "{reason}");
+        }
+        other => panic!("expected InvalidArgument, got {other:?}"),
+    }
+    // Reading needs no tier; removing TIER stops uploading for good.
+    let ro = Wal::open_read_only_with(dir.path(), plain.clone()).unwrap();
+    assert_eq!(ro.topic_info("t").unwrap().next_offset, 300);
+    drop(ro);
+    std::fs::remove_file(dir.path().join("TIER")).unwrap();
+    Wal::open_with(dir.path(), plain).unwrap().close().unwrap();
+}
