@@ -191,6 +191,15 @@ pub fn read<'py>(
     end: Option<u64>,
     max_records: Option<u64>,
 ) -> PyResult<Bound<'py, PyAny>> {
+    check_range(start, end, max_records)?;
+    // Import pyarrow before reading, so a missing pyarrow fails fast.
+    let helper = helper(py)?;
+    let c = detached(py, || collect(wal, topic, start, end, max_records))?;
+    batch(py, helper, topic, c)
+}
+
+/// The arguments of a `read_arrow`: `end` not before `start`, `max_records` positive.
+fn check_range(start: u64, end: Option<u64>, max_records: Option<u64>) -> PyResult<()> {
     if let Some(end) = end
         && end < start
     {
@@ -199,10 +208,7 @@ pub fn read<'py>(
     if max_records == Some(0) {
         return Err(invalid("max_records", "must be positive"));
     }
-    // Import pyarrow before reading, so a missing pyarrow fails fast.
-    let helper = helper(py)?;
-    let c = detached(py, || collect(wal, topic, start, end, max_records))?;
-    batch(py, helper, topic, c)
+    Ok(())
 }
 
 /// `RemoteLog.read_arrow`: records `[start, end)` of `topic` from the bucket (end capped at
@@ -215,14 +221,7 @@ pub fn read_remote<'py>(
     end: Option<u64>,
     max_records: Option<u64>,
 ) -> PyResult<Bound<'py, PyAny>> {
-    if let Some(end) = end
-        && end < start
-    {
-        return Err(invalid("end", format!("end {end} is before start {start}")));
-    }
-    if max_records == Some(0) {
-        return Err(invalid("max_records", "must be positive"));
-    }
+    check_range(start, end, max_records)?;
     let helper = helper(py)?;
     let c = detached(py, || {
         let max = usize::try_from(max_records.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
