@@ -165,6 +165,14 @@ impl Bucket {
 
     /// Runs `f` on the process's runtime until it ends or the bucket is stopped.
     fn block_on<T>(&self, f: impl Future<Output = T>) -> Result<T> {
+        // tokio refuses (panics) to block inside its own async context: say so instead.
+        if tokio::runtime::Handle::try_current().is_ok() {
+            return Err(Error::invalid(
+                "tier",
+                "a tier request was made from inside an async runtime: call from a blocking \
+                 thread (for example tokio's spawn_blocking)",
+            ));
+        }
         let rt = runtime()?;
         let limit_ms = self.request_limit_ms.load(Ordering::Acquire);
         let out = rt.block_on(async {

@@ -84,8 +84,11 @@ impl Tier {
         let mut last_error = None;
         match read {
             Ok(()) => {}
-            // Damage is reported; a bucket that fails or does not answer is retried later.
-            Err(e @ Error::TierCorruption { .. }) => return Err(e),
+            // Damage and misuse are reported; a bucket that fails or does not answer is
+            // retried later.
+            Err(e @ (Error::TierCorruption { .. } | Error::InvalidArgument { .. })) => {
+                return Err(e);
+            }
             Err(e) => {
                 manifest = Manifest::default();
                 last_error = Some(e.to_string());

@@ -675,3 +675,19 @@ fn a_tiered_directory_is_not_opened_for_writing_without_its_tier() {
     std::fs::remove_file(dir.path().join("TIER")).unwrap();
     Wal::open_with(dir.path(), plain).unwrap().close().unwrap();
 }
+
+#[test]
+fn opening_from_inside_an_async_runtime_is_an_error_not_a_panic() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
+    let opened = rt.block_on(async {
+        Wal::open_with(dir.path(), config(TierConfig::new(file_url(bucket.path()))))
+    });
+    assert!(
+        matches!(opened, Err(Error::InvalidArgument { .. })),
+        "{opened:?}"
+    );
+}
