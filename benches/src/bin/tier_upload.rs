@@ -133,6 +133,15 @@ fn upload(dir: &std::path::Path, url: &str) -> Result<Uploaded, Box<dyn std::err
     Ok((status.uploaded_bytes, secs, object_sizes(url)?))
 }
 
+/// The sizes of the extent objects under a tier URL, as its manifest says (objects of
+/// one topic: their mean size each; the puts' count and bytes are what matter).
+fn object_sizes(url: &str) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
+    let remote = tidelog::RemoteLog::open(&TierConfig::new(url))?;
+    let info = remote.topic_info("bench")?;
+    let objects = info.objects.max(1) as u64;
+    Ok(vec![info.bytes / objects; info.objects])
+}
+
 /// Appends `args.mib` MiB to a fresh log at `dir` (with a tier at `tier`, then flushed to
 /// it) and closes it; returns appends/s. The log without a tier is kept for `upload`.
 fn appends(
@@ -163,18 +172,6 @@ fn appends(
     Ok(count as f64 / append_secs)
 }
 
-/// The sizes of the extent objects under a `file://` tier URL.
-fn object_sizes(url: &str) -> Result<Vec<u64>, Box<dyn std::error::Error>> {
-    let root = PathBuf::from(url.trim_start_matches("file://")).join("topics");
-    let mut sizes = Vec::new();
-    for topic in std::fs::read_dir(root)? {
-        for object in std::fs::read_dir(topic?.path())? {
-            sizes.push(object?.metadata()?.len());
-        }
-    }
-    Ok(sizes)
-}
-
 /// Puts objects of `sizes` under `url`, one at a time, from memory; returns the seconds.
 fn plain_puts(
     rt: &tokio::runtime::Runtime,
@@ -185,6 +182,12 @@ fn plain_puts(
     if let Ok(dir) = parsed.to_file_path() {
         std::fs::create_dir_all(dir)?;
     }
+    // `memory://NAME/...` (tidelog's form) is object_store's `memory:///...`.
+    let parsed = if parsed.scheme() == "memory" {
+        format!("memory:///{}", parsed.path().trim_start_matches('/')).parse()?
+    } else {
+        parsed
+    };
     let (store, root) = object_store::parse_url(&parsed)?;
     let store: Arc<dyn ObjectStore> = Arc::from(store);
     let payloads: Vec<PutPayload> = sizes
