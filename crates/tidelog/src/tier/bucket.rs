@@ -101,11 +101,9 @@ impl Bucket {
                 (store, root)
             }
             object_store::ObjectStoreScheme::Local => {
-                let dir = url.to_file_path().map_err(|()| {
+                url.to_file_path().map_err(|()| {
                     Error::invalid("tier", format!("{:?} is not a local path", config.url))
                 })?;
-                std::fs::create_dir_all(&dir)
-                    .map_err(|e| Error::io("create tier directory", &dir, e))?;
                 let (store, root) = object_store::parse_url_opts(&url, options)
                     .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
                 (Arc::from(store), root)

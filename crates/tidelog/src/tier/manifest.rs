@@ -129,62 +129,94 @@ pub struct Manifest {
 impl Manifest {
     /// Applies `delta`, the next one; an entry that breaks the manifest's rules is damage.
     pub fn apply(&mut self, delta: &Delta, key: &str) -> Result<()> {
-        let bad = |reason: String| corrupt(key, reason);
         if delta.version != self.version + 1 {
-            return Err(bad(format!(
-                "delta {} follows delta {}",
-                delta.version, self.version
-            )));
+            return Err(corrupt(
+                key,
+                format!("delta {} follows delta {}", delta.version, self.version),
+            ));
         }
-        let mut next = self.clone();
-        next.version = delta.version;
+        // Applied in place (a manifest holds every object: no copy per delta); a delta that
+        // breaks a rule part way is undone, so nothing of it stays.
+        let before = (self.epoch, self.producer.clone());
+        let mut added = Vec::new();
+        match self.apply_entries(delta, &mut added) {
+            Ok(()) => {
+                self.version = delta.version;
+                Ok(())
+            }
+            Err(reason) => {
+                for (topic, first_offset) in added.into_iter().rev() {
+                    match first_offset {
+                        Some(first) => {
+                            if let Some(t) = self.topics.get_mut(&topic) {
+                                t.objects.remove(&first);
+                            }
+                        }
+                        None => {
+                            if let Some(t) = self.topics.remove(&topic) {
+                                self.ids.remove(&t.name);
+                            }
+                        }
+                    }
+                }
+                (self.epoch, self.producer) = before;
+                Err(corrupt(key, reason))
+            }
+        }
+    }
+
+    /// Applies `delta`'s entries to this manifest, noting in `added` each topic (`None`)
+    /// and object (its first offset) it added; the reason of the first that breaks a rule.
+    fn apply_entries(
+        &mut self,
+        delta: &Delta,
+        added: &mut Vec<(u32, Option<u64>)>,
+    ) -> std::result::Result<(), String> {
         for entry in &delta.entries {
             match entry {
                 Entry::Claim { epoch, producer } => {
-                    if *epoch <= next.epoch || *epoch != delta.epoch {
-                        return Err(bad(format!(
-                            "claim of epoch {epoch} after epoch {}",
-                            next.epoch
-                        )));
+                    if *epoch <= self.epoch || *epoch != delta.epoch {
+                        return Err(format!("claim of epoch {epoch} after epoch {}", self.epoch));
                     }
-                    next.epoch = *epoch;
-                    next.producer = Some(producer.clone());
+                    self.epoch = *epoch;
+                    self.producer = Some(producer.clone());
                 }
                 Entry::Topic { id, name } => {
-                    next.check_writer(delta).map_err(&bad)?;
-                    if next.topics.contains_key(id) || next.ids.contains_key(name) {
-                        return Err(bad(format!("topic {name:?} ({id}) added twice")));
+                    self.check_writer(delta)?;
+                    if self.topics.contains_key(id) || self.ids.contains_key(name) {
+                        return Err(format!("topic {name:?} ({id}) added twice"));
                     }
-                    next.topics.insert(
+                    self.topics.insert(
                         *id,
                         RemoteTopic {
                             name: name.clone(),
                             objects: BTreeMap::new(),
                         },
                     );
-                    next.ids.insert(name.clone(), *id);
+                    self.ids.insert(name.clone(), *id);
+                    added.push((*id, None));
                 }
                 Entry::Add(object) => {
-                    next.check_writer(delta).map_err(&bad)?;
-                    let Some(topic) = next.topics.get_mut(&object.topic) else {
-                        return Err(bad(format!("an object of unknown topic {}", object.topic)));
+                    self.check_writer(delta)?;
+                    let Some(topic) = self.topics.get_mut(&object.topic) else {
+                        return Err(format!("an object of unknown topic {}", object.topic));
                     };
                     if object.records == 0 || object.bytes == 0 {
-                        return Err(bad(format!("an empty object {:?}", object.key)));
+                        return Err(format!("an empty object {:?}", object.key));
                     }
                     if let Some(end) = topic.next_offset()
                         && end != object.first_offset
                     {
-                        return Err(bad(format!(
+                        return Err(format!(
                             "object {:?} starts at offset {} where its topic's end at {end}",
                             object.key, object.first_offset
-                        )));
+                        ));
                     }
                     topic.objects.insert(object.first_offset, object.clone());
+                    added.push((object.topic, Some(object.first_offset)));
                 }
             }
         }
-        *self = next;
         Ok(())
     }
 
@@ -272,17 +304,11 @@ fn newest_checkpoint(bucket: &Bucket) -> Result<Option<Manifest>> {
         .filter(|m| m.version == version))
 }
 
-/// Writes the checkpoint of `manifest` and then the hint naming it. Plain puts: the
-/// manifest at one version is the same whoever writes it.
-pub fn write_checkpoint(bucket: &Bucket, manifest: &Manifest) -> Result<()> {
-    bucket.put(
-        &checkpoint_key(manifest.version),
-        encode_checkpoint(manifest),
-    )?;
-    bucket.put(
-        HINT_KEY,
-        format!("{HINT_MAGIC} {}\n", manifest.version).into_bytes(),
-    )
+/// Writes the checkpoint `bytes` (`encode_checkpoint` of the manifest at `version`) and then
+/// the hint naming it. Plain puts: the manifest at one version is the same whoever writes it.
+pub fn write_checkpoint(bucket: &Bucket, version: u64, bytes: Vec<u8>) -> Result<()> {
+    bucket.put(&checkpoint_key(version), bytes)?;
+    bucket.put(HINT_KEY, format!("{HINT_MAGIC} {version}\n").into_bytes())
 }
 
 /// A checkpoint object's key.
@@ -476,20 +502,15 @@ pub fn decode_delta(bytes: &[u8], key: &str) -> Result<Delta> {
     Ok(delta)
 }
 
-/// Writes `delta` as the next version after `manifest`'s, once. `Ok(false)` when another
-/// writer took that version first (the caller refreshes and judges); `Ok(true)` when this
-/// one did, a retry of a put that landed included.
-pub fn commit(bucket: &Bucket, manifest: &mut Manifest, delta: &Delta) -> Result<bool> {
-    debug_assert_eq!(delta.version, manifest.version + 1);
+/// Writes `delta` under its version's number, once. `Ok(false)` when another writer took
+/// that number first (the caller refreshes and judges); `Ok(true)` when this one did, a
+/// retry of a put that landed included. The caller applies it.
+pub fn put_delta(bucket: &Bucket, delta: &Delta) -> Result<bool> {
     let key = delta_key(delta.version);
-    let landed = bucket.put_new(&key, encode_delta(delta))?
+    Ok(bucket.put_new(&key, encode_delta(delta))?
         || bucket
             .get(&key)?
-            .is_some_and(|bytes| decode_delta(&bytes, &key).is_ok_and(|d| d.nonce == delta.nonce));
-    if landed {
-        manifest.apply(delta, &key)?;
-    }
-    Ok(landed)
+            .is_some_and(|bytes| decode_delta(&bytes, &key).is_ok_and(|d| d.nonce == delta.nonce)))
 }
 
 #[cfg(test)]

@@ -200,9 +200,13 @@ impl Tier {
     pub fn claim(&self) -> Result<u64> {
         for _ in 0..CLAIM_TRIES {
             self.refresh()?;
-            let mut manifest = self.view().manifest.clone();
+            let (version, last_epoch, holder) = {
+                let view = self.view();
+                let m = &view.manifest;
+                (m.version, m.epoch, m.producer.clone())
+            };
             let first = !self.claimed_once.load(Ordering::Acquire);
-            if let Some(holder) = &manifest.producer
+            if let Some(holder) = &holder
                 && *holder != self.producer
             {
                 let mut replaces = self.replaces.lock().recover();
@@ -211,25 +215,22 @@ impl Tier {
                 }
                 if replaces.as_ref() != Some(holder) {
                     drop(replaces);
-                    self.view().fenced = Some((manifest.epoch, holder.clone()));
+                    self.view().fenced = Some((last_epoch, holder.clone()));
                     return self.check_fenced().map(|()| 0);
                 }
             }
-            let epoch = manifest.epoch + 1;
+            let epoch = last_epoch + 1;
             let delta = self.delta(
-                &manifest,
+                version,
                 epoch,
                 vec![Entry::Claim {
                     epoch,
                     producer: self.producer.clone(),
                 }],
             );
-            if manifest::commit(&self.bucket, &mut manifest, &delta)? {
-                self.checkpoint(&manifest);
+            if self.commit_delta(&delta)? {
                 self.claimed_once.store(true, Ordering::Release);
-                let mut view = self.view();
-                view.manifest = manifest;
-                view.claimed = epoch;
+                self.view().claimed = epoch;
                 self.changed.notify_all();
                 return Ok(epoch);
             }
@@ -241,10 +242,11 @@ impl Tier {
         })
     }
 
-    fn delta(&self, manifest: &Manifest, epoch: u64, entries: Vec<Entry>) -> Delta {
+    /// The delta after `version` of this handle, in `epoch`.
+    fn delta(&self, version: u64, epoch: u64, entries: Vec<Entry>) -> Delta {
         Delta {
             format: DELTA_FORMAT,
-            version: manifest.version + 1,
+            version: version + 1,
             epoch,
             producer: self.producer.clone(),
             nonce: crate::topic::new_salt().into(),
@@ -261,13 +263,12 @@ impl Tier {
     /// epoch. False when another commit took its version: the manifest is read again, and
     /// a newer claim fences this handle.
     pub fn commit(&self, epoch: u64, entries: Vec<Entry>) -> Result<bool> {
-        let mut manifest = self.view().manifest.clone();
-        let delta = self.delta(&manifest, epoch, entries);
-        if !manifest::commit(&self.bucket, &mut manifest, &delta)? {
+        let version = self.view().manifest.version;
+        let delta = self.delta(version, epoch, entries);
+        if !self.commit_delta(&delta)? {
             self.refresh()?;
             return Ok(false);
         }
-        self.checkpoint(&manifest);
         let mut view = self.view();
         for entry in &delta.entries {
             if let Entry::Add(ExtentObject { bytes, .. }) = entry {
@@ -275,22 +276,34 @@ impl Tier {
                 view.uploaded_bytes += bytes;
             }
         }
-        view.manifest = manifest;
         view.last_error = None;
         self.changed.notify_all();
         Ok(true)
     }
 
-    /// Every `CHECKPOINT_EVERY` versions, writes the manifest whole, so opens read one
-    /// object and the deltas after it. A failure only costs later opens time: noted, not
-    /// returned.
-    fn checkpoint(&self, manifest: &Manifest) {
-        if !manifest.version.is_multiple_of(manifest::CHECKPOINT_EVERY) {
-            return;
+    /// Puts `delta` and, once it landed, applies it to this handle's manifest in place.
+    /// Every `CHECKPOINT_EVERY` versions it then writes the manifest whole, so opens read
+    /// one object and the deltas after it; a failure there only costs later opens time:
+    /// noted, not returned. False when another writer took the delta's number.
+    fn commit_delta(&self, delta: &Delta) -> Result<bool> {
+        if !manifest::put_delta(&self.bucket, delta)? {
+            return Ok(false);
         }
-        if let Err(e) = manifest::write_checkpoint(&self.bucket, manifest) {
+        let checkpoint = {
+            let mut view = self.view();
+            view.manifest
+                .apply(delta, &manifest::delta_key(delta.version))?;
+            delta
+                .version
+                .is_multiple_of(manifest::CHECKPOINT_EVERY)
+                .then(|| manifest::encode_checkpoint(&view.manifest))
+        };
+        if let Some(bytes) = checkpoint
+            && let Err(e) = manifest::write_checkpoint(&self.bucket, delta.version, bytes)
+        {
             self.note_failure(&e);
         }
+        Ok(true)
     }
 
     /// Records the topics the last upload pass could not upload, and why.

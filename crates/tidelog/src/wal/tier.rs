@@ -284,13 +284,11 @@ impl TierFlush {
         loop {
             state.check_writable()?;
             let pending = self.pending(tier)?;
-            if pending == 0 {
+            if pending.is_empty() {
                 return Ok(true);
             }
-            for (topic, target) in &self.targets {
-                if records_pending(tier, topic, *target) > 0 {
-                    end_tail_below(state, topic, *target)?;
-                }
+            for (topic, target, _) in pending {
+                end_tail_below(state, topic, target)?;
             }
             state.flusher.flush()?;
             tier.kick();
@@ -308,21 +306,23 @@ impl TierFlush {
         }
     }
 
-    /// Records the flush still waits for; `Err` naming a topic that cannot be uploaded.
-    fn pending(&self, tier: &Tier) -> Result<u64> {
-        let mut pending = 0;
+    /// The topics the flush still waits for, with their targets and the records missing;
+    /// `Err` naming a topic that cannot be uploaded.
+    fn pending(&self, tier: &Tier) -> Result<Vec<(&Topic, u64, u64)>> {
+        let mut pending = Vec::new();
         for (topic, target) in &self.targets {
             let records = records_pending(tier, topic, *target);
-            if records > 0
-                && let Some(message) = tier.conflict(&topic.name)
-            {
+            if records == 0 {
+                continue;
+            }
+            if let Some(message) = tier.conflict(&topic.name) {
                 return Err(Error::Tier {
                     op: "upload",
                     key: topic.name.clone(),
                     message,
                 });
             }
-            pending += records;
+            pending.push((topic.as_ref(), *target, records));
         }
         Ok(pending)
     }
@@ -331,7 +331,7 @@ impl TierFlush {
     pub fn timed_out(&self) -> Error {
         let pending = tier_of(&self.state)
             .and_then(|tier| self.pending(tier))
-            .unwrap_or(0);
+            .map_or(0, |p| p.iter().map(|(_, _, records)| records).sum());
         Error::TierTimeout {
             waited_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
             pending_records: pending,

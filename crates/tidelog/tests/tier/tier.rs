@@ -691,3 +691,19 @@ fn opening_from_inside_an_async_runtime_is_an_error_not_a_panic() {
         "{opened:?}"
     );
 }
+
+#[test]
+fn a_file_bucket_directory_need_not_exist_yet() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let fresh = bucket.path().join("not/there/yet");
+    let tier = TierConfig::new(file_url(&fresh));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "t", 0, 100);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(&fresh, "t", 100);
+    wal.close().unwrap();
+    // A reader of a bucket nobody wrote yet sees no topic.
+    let empty = tidelog::RemoteLog::open(&TierConfig::new(file_url(&bucket.path().join("none"))));
+    assert_eq!(empty.unwrap().topics(), Vec::<String>::new());
+}
