@@ -74,7 +74,12 @@ class TopicInfo:
     @property
     def name(self) -> str: ...
     @property
-    def first_offset(self) -> int: ...
+    def first_offset(self) -> int:
+        """First offset still stored: on disk, or in the tier's bucket (readers of the
+        handle read those too)."""
+    @property
+    def local_first_offset(self) -> int:
+        """First offset still on disk (`first_offset` without a tier)."""
     @property
     def next_offset(self) -> int: ...
     @property
@@ -539,6 +544,48 @@ class RemoteRecord:
     def value(self) -> bytes: ...
 
 @final
+class RemoteReader:
+    """Reads one topic of a bucket in offset order (`RemoteLog.reader`), up to the end of
+    the manifest its `RemoteLog` last read. The objects after the position are fetched
+    ahead, several requests in flight. Calls from several threads are serialised."""
+
+    @property
+    def topic(self) -> str: ...
+    @property
+    def position(self) -> int:
+        """The offset the next record read has."""
+    @property
+    def lag(self) -> int:
+        """Records the manifest last read holds at or after the position."""
+    @property
+    def closed(self) -> bool: ...
+    def next(self, timeout: float | None = None) -> RemoteRecord | None:
+        """The next record, or None at the end of what the manifest holds. With `timeout`
+        (seconds), reads the manifest's new deltas every 200 ms (one LIST each) until a
+        record arrives or the timeout passes."""
+    def next_batch(self, max_records: int = 1000, max_bytes: int = 16777216) -> list[RemoteRecord]:
+        """Up to `max_records` records and about `max_bytes` of values (at least one record
+        if any is held); an empty list at the end."""
+    def read_arrow(self, max_records: int | None = None, end: int | None = None) -> Any:
+        """The next records before `end`, at most `max_records`, as a pyarrow.RecordBatch
+        (columns as `Wal.read_arrow`; empty at the end). The position moves past them."""
+    def seek(self, offset: int) -> None: ...
+    def seek_time(self, timestamp_us: int) -> int:
+        """Moves to the first record at or after `timestamp_us` (or the end); returns the
+        new position."""
+    def close(self) -> None:
+        """Closes the reader; its reads under way are cancelled."""
+    def __iter__(self) -> Iterator[RemoteRecord]: ...
+    def __next__(self) -> RemoteRecord: ...
+    def __enter__(self) -> Self: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None: ...
+
+@final
 class RemoteLog:
     """A read-only handle on the records a tier's bucket holds, with no local directory
     (`open_remote`). It reads the manifest as it was when opened or last refreshed; every
@@ -562,6 +609,17 @@ class RemoteLog:
     ) -> Any:
         """A pyarrow.RecordBatch of offsets [start, end) (end capped at what the bucket
         holds) with columns topic, offset, timestamp, key, value, as `Wal.read_arrow`."""
+    def reader(
+        self,
+        topic: str,
+        group: str | None = None,
+        *,
+        start: Literal["committed", "earliest", "latest"] | int = "earliest",
+        verify_checksums: bool = True,
+    ) -> RemoteReader:
+        """A reader of `topic` from `start` ("committed" is "earliest": there is no group).
+        A bucket has no home for a group's cursor yet: a group raises
+        `InvalidArgumentError`."""
     def refresh(self) -> None:
         """Reads the manifest's deltas written since the open or the last refresh."""
 

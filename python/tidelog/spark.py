@@ -342,12 +342,16 @@ class _Bucket:
 
     def __init__(self, log: tidelog.RemoteLog) -> None:
         self.log = log
+        # One reader per topic: consecutive batches keep its objects fetched ahead.
+        self.readers: dict[str, tidelog.RemoteReader] = {}
 
     def __enter__(self) -> _Bucket:
         return self
 
     def __exit__(self, *exc: object) -> None:
-        return None
+        for reader in self.readers.values():
+            reader.close()
+        self.readers.clear()
 
     def topics(self) -> list[str]:
         return self.log.topics()
@@ -359,7 +363,12 @@ class _Bucket:
     def read_arrow(
         self, topic: str, start: int, end: int | None = None, max_records: int | None = None
     ) -> pa.RecordBatch:
-        return self.log.read_arrow(topic, start, end, max_records)
+        reader = self.readers.get(topic)
+        if reader is None:
+            reader = self.readers[topic] = self.log.reader(topic, start=start)
+        elif reader.position != start:
+            reader.seek(start)
+        return reader.read_arrow(max_records, end)
 
 
 @dataclass(frozen=True)

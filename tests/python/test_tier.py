@@ -369,9 +369,85 @@ def test_local_retention_trims_the_disk_only(tmp_path: Path) -> None:
             wal.append("l", value("l", i))
         wal.tier_flush(timeout=60)
         deadline = time.monotonic() + 30
-        while wal.topic_info("l").first_offset == 0:
+        while wal.topic_info("l").local_first_offset == 0:
             assert time.monotonic() < deadline, "local retention never ran"
             time.sleep(0.02)
-        with pytest.raises(tidelog.OffsetOutOfRangeError):
-            wal.read("l", 0)
+        info = wal.topic_info("l")
+        assert info.first_offset == 0 and info.records == 300
+        # Offsets no longer on disk are read from the bucket, through the same calls.
+        assert bytes(wal.read("l", 0).value) == value("l", 0)
+        with wal.reader("l", start="earliest") as reader:
+            assert [bytes(r.value) for r in reader] == [value("l", i) for i in range(300)]
+        batch = wal.read_arrow("l", 0)
+        assert batch.column("offset").to_pylist() == list(range(300))
+        assert batch.column("value").to_pylist() == [value("l", i) for i in range(300)]
+        with wal.reader("l", start="earliest") as reader:
+            assert reader.seek_time(0) == 0
     assert tidelog.open_remote(bucket.as_uri()).read("l", 0).value == value("l", 0)
+
+
+def test_a_remote_reader_seeks_tails_and_reads_arrow(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    wal = open_tiered(tmp_path / "log", bucket)
+    for i in range(600):
+        wal.append("t", value("t", i), timestamp=1_000_000 + 10 * i)
+    wal.tier_flush(timeout=60)
+    remote = tidelog.open_remote(bucket.as_uri())
+    assert remote.topic_info("t")["objects"] > 4
+    with remote.reader("t") as reader:
+        assert [r.offset for r in reader] == list(range(600))
+        assert reader.next() is None and reader.lag == 0
+        reader.seek(123)
+        assert reader.next().value == value("t", 123)
+        assert reader.seek_time(1_000_000 + 10 * 400 - 1) == 400
+        assert [r.offset for r in reader.next_batch(3)] == [400, 401, 402]
+        assert reader.seek_time(2**63) == 600
+        reader.seek(0)
+        batch = reader.read_arrow(max_records=250, end=500)
+        assert batch.column("offset").to_pylist() == list(range(250))
+        assert reader.read_arrow(end=500).num_rows == 250
+        assert reader.read_arrow(end=500).num_rows == 0 and reader.position == 500
+        assert reader.read_arrow().column("value").to_pylist()[-1] == value("t", 599)
+        with pytest.raises(tidelog.OffsetOutOfRangeError):
+            reader.seek(601)
+    assert reader.closed
+    with pytest.raises(tidelog.ClosedError):
+        reader.next()
+    assert remote.reader("t", start="latest").position == 600
+    assert remote.reader("t", start=42).next().offset == 42
+    with pytest.raises(tidelog.InvalidArgumentError, match="group"):
+        remote.reader("t", "group")
+    with pytest.raises(tidelog.UnknownTopicError):
+        remote.reader("missing")
+
+    # A tailing reader sees a later upload within its timeout, with no refresh of its own.
+    tail = remote.reader("t", start="latest")
+    started = time.monotonic()
+    assert tail.next(timeout=0.1) is None
+    assert time.monotonic() - started >= 0.1
+    wal.append("t", value("t", 600))
+    wal.tier_flush(timeout=60)
+    got = tail.next(timeout=30)
+    assert got is not None and got.value == value("t", 600)
+    wal.close()
+
+
+def test_a_remote_reader_on_s3_reads_every_record(
+    tmp_path: Path, s3: tuple[str, dict[str, str]]
+) -> None:
+    url, options = s3
+    with tidelog.open(tmp_path / "log", tier=url, storage_options=options, **GEOMETRY) as wal:
+        for i in range(500):
+            wal.append("s", value("s", i))
+        wal.tier_flush(timeout=60)
+    shutil.rmtree(tmp_path / "log")
+    remote = tidelog.open_remote(url, storage_options=options)
+    reader = remote.reader("s")
+    values = []
+    while True:
+        batch = reader.read_arrow(max_records=64)
+        if batch.num_rows == 0:
+            break
+        values += batch.column("value").to_pylist()
+    assert values == [value("s", i) for i in range(500)]
+    assert reader.seek_time(0) == 0

@@ -230,7 +230,9 @@ pub(crate) fn dump(
         let mut n = 0u64;
         while limit.is_none_or(|l| n < l) {
             let Some(r) = reader.next()? else { break };
-            let (file, position) = r.location();
+            let (file, position) = r
+                .location()
+                .unwrap_or((std::path::Path::new("(bucket)"), 0));
             let crc = crc32fast::hash(r.value);
             let file = file.file_name().map_or_else(
                 || file.display().to_string(),

@@ -128,6 +128,30 @@ impl Columns {
     }
 }
 
+/// The columns of up to `wanted` records that `scan` visits (its visitor returns false once
+/// a record does not fit: that record is left for the next batch).
+fn fill(
+    wanted: u64,
+    scan: impl FnOnce(
+        usize,
+        &mut dyn FnMut(u64, u64, Option<&[u8]>, &[u8]) -> bool,
+    ) -> tidelog::Result<usize>,
+) -> tidelog::Result<Columns> {
+    let capacity = usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20);
+    let mut c = Columns::with_capacity(capacity);
+    let mut refused = None;
+    let max = usize::try_from(wanted).unwrap_or(usize::MAX);
+    scan(max, &mut |offset, timestamp_us, key, value| {
+        let pushed = c.push(offset, timestamp_us, key, value, capacity);
+        if !pushed {
+            refused = Some(value.len().max(key.map_or(0, <[u8]>::len)));
+        }
+        pushed
+    })?;
+    c.check_first(refused)?;
+    Ok(c)
+}
+
 fn collect(
     wal: &Wal,
     topic: &str,
@@ -142,43 +166,27 @@ fn collect(
     let wanted = end
         .saturating_sub(start)
         .min(max_records.unwrap_or(u64::MAX));
-    let capacity = usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20);
-    let mut c = Columns::with_capacity(capacity);
-    let mut refused = None;
-    let max = usize::try_from(wanted).unwrap_or(usize::MAX);
-    reader.scan(max, |record| {
-        let pushed = c.push(
-            record.offset,
-            record.timestamp_us,
-            record.key,
-            record.value,
-            capacity,
-        );
-        if !pushed {
-            refused = Some(record.value.len().max(record.key.map_or(0, <[u8]>::len)));
-        }
-        pushed
-    })?;
-    c.check_first(refused)?;
-    Ok(c)
+    fill(wanted, |max, visit| {
+        reader.scan(max, |r| visit(r.offset, r.timestamp_us, r.key, r.value))
+    })
 }
 
-/// The columns of records a remote read returned (`RemoteLog.read_arrow`): as many as fit.
-fn collect_remote(records: &[tidelog::RemoteRecord]) -> tidelog::Result<Columns> {
-    let mut c = Columns::with_capacity(records.len().min(1 << 20));
-    for r in records {
-        if !c.push(
-            r.offset,
-            r.timestamp_us,
-            r.key.as_deref(),
-            &r.value,
-            records.len(),
-        ) {
-            c.check_first(Some(r.value.len().max(r.key.as_ref().map_or(0, Vec::len))))?;
-            break;
-        }
-    }
-    Ok(c)
+/// The columns of the next records of `reader` before `end`, at most `max_records`.
+fn collect_remote(
+    reader: &mut tidelog::RemoteReader,
+    end: Option<u64>,
+    max_records: Option<u64>,
+) -> tidelog::Result<Columns> {
+    let next = reader.bounds()?.1;
+    let end = end.unwrap_or(next).min(next);
+    let wanted = end
+        .saturating_sub(reader.position())
+        .min(max_records.unwrap_or(u64::MAX));
+    fill(wanted, |max, visit| {
+        reader.scan_until(end, max, |r| {
+            visit(r.offset, r.timestamp_us, r.key, r.value)
+        })
+    })
 }
 
 /// `Wal.read_arrow`: records `[start, end)` (end defaults to and is capped at the topic's
@@ -224,11 +232,25 @@ pub fn read_remote<'py>(
     check_range(start, end, max_records)?;
     let helper = helper(py)?;
     let c = detached(py, || {
-        let max = usize::try_from(max_records.unwrap_or(u64::MAX)).unwrap_or(usize::MAX);
-        let records = log.read_range(topic, start, end.unwrap_or(u64::MAX), max)?;
-        collect_remote(&records)
+        let mut reader = log.at(topic, start)?;
+        collect_remote(&mut reader, end, max_records)
     })?;
     batch(py, helper, topic, c)
+}
+
+/// `RemoteReader.read_arrow`: the reader's next records before `end`, at most
+/// `max_records`, as one `pyarrow.RecordBatch` (empty at the end).
+pub fn read_remote_next<'py>(
+    py: Python<'py>,
+    reader: &mut tidelog::RemoteReader,
+    end: Option<u64>,
+    max_records: Option<u64>,
+) -> PyResult<Bound<'py, PyAny>> {
+    check_range(reader.position(), end, max_records)?;
+    let helper = helper(py)?;
+    let topic = reader.topic().to_owned();
+    let c = detached(py, || collect_remote(reader, end, max_records))?;
+    batch(py, helper, &topic, c)
 }
 
 /// The `pyarrow.RecordBatch` of `c`, its buffers handed over without a copy.

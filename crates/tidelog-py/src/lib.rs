@@ -160,6 +160,7 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(cli, m)?)?;
     m.add_function(wrap_pyfunction!(remote::open_remote, m)?)?;
     m.add_class::<remote::PyRemoteLog>()?;
+    m.add_class::<remote::PyRemoteReader>()?;
     m.add_class::<remote::PyRemoteRecord>()?;
     m.add_class::<wal::PyWal>()?;
     m.add_class::<wal::PyWriter>()?;

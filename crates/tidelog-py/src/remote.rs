@@ -1,14 +1,21 @@
-//! `tidelog.open_remote`: a read-only handle on a tier's bucket alone (`RemoteLog`), and the
-//! records it reads (`RemoteRecord`, owned bytes).
+//! `tidelog.open_remote`: a read-only handle on a tier's bucket alone (`RemoteLog`), its
+//! readers (`RemoteReader`) and the records they read (`RemoteRecord`, owned bytes).
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict};
-use tidelog::{RemoteLog, RemoteRecord};
+use pyo3::types::{PyBytes, PyDict, PyType};
+use tidelog::{ReaderOptions, RemoteLog, RemoteReader, RemoteRecord, StartPosition};
 
-use crate::call::detached;
-use crate::options;
+use crate::call::{detached, lock, sliced};
+use crate::error::to_py;
+use crate::options::{self, deadline, timeout_seconds};
+use crate::wal::start_position;
+
+/// Longest `next_batch` in records.
+const BATCH_RECORDS_MAX: usize = 1 << 20;
 
 /// Opens the bucket at `url` read-only, with no local directory. See the stubs.
 #[pyfunction]
@@ -20,14 +27,14 @@ pub fn open_remote(
 ) -> PyResult<PyRemoteLog> {
     let config = options::tier_config(url, storage_options, false)?;
     let log = detached(py, || RemoteLog::open(&config))?;
-    Ok(PyRemoteLog { log })
+    Ok(PyRemoteLog { log: Arc::new(log) })
 }
 
 /// A read-only handle on the records a tier's bucket holds.
 #[pyclass(name = "RemoteLog", module = "tidelog._native", frozen)]
 #[derive(Debug)]
 pub struct PyRemoteLog {
-    log: RemoteLog,
+    log: Arc<RemoteLog>,
 }
 
 #[pymethods]
@@ -68,7 +75,7 @@ impl PyRemoteLog {
         end: Option<u64>,
         max_records: Option<usize>,
     ) -> PyResult<Vec<PyRemoteRecord>> {
-        let records = detached(py, || {
+        let records_read = detached(py, || {
             self.log.read_range(
                 topic,
                 start,
@@ -76,10 +83,7 @@ impl PyRemoteLog {
                 max_records.unwrap_or(usize::MAX),
             )
         })?;
-        Ok(records
-            .into_iter()
-            .map(|record| PyRemoteRecord { record })
-            .collect())
+        Ok(records(records_read))
     }
 
     /// A `pyarrow.RecordBatch` of offsets `[start, end)` (end capped at what the bucket
@@ -96,12 +100,207 @@ impl PyRemoteLog {
         crate::arrow::read_remote(py, &self.log, topic, start, end, max_records)
     }
 
+    /// A reader of `topic` from `start`; a group is refused (a bucket has no home for its
+    /// cursor yet).
+    #[pyo3(signature = (topic, group = None, *, start = None, verify_checksums = true))]
+    fn reader(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        group: Option<String>,
+        start: Option<&Bound<'_, PyAny>>,
+        verify_checksums: bool,
+    ) -> PyResult<PyRemoteReader> {
+        let start = match start {
+            Some(s) => start_position(s)?,
+            None => StartPosition::Earliest,
+        };
+        let options = ReaderOptions {
+            group,
+            start,
+            skip_checksums: !verify_checksums,
+            ..ReaderOptions::default()
+        };
+        let reader = detached(py, || self.log.reader_with(topic, &options))?;
+        Ok(PyRemoteReader {
+            topic: topic.to_owned(),
+            reader: Mutex::new(Some(reader)),
+            closing: AtomicBool::new(false),
+        })
+    }
+
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
         detached(py, || self.log.refresh())
     }
 
     fn __repr__(&self) -> String {
         format!("RemoteLog(version={})", self.log.version())
+    }
+}
+
+/// Reads one topic of a bucket in offset order. Calls from several threads are serialised.
+#[pyclass(name = "RemoteReader", module = "tidelog._native", frozen)]
+#[derive(Debug)]
+pub struct PyRemoteReader {
+    topic: String,
+    /// `None` once closed.
+    reader: Mutex<Option<RemoteReader>>,
+    /// Set by `close`: a `next` waiting in another thread gives up.
+    closing: AtomicBool,
+}
+
+impl PyRemoteReader {
+    fn with<T>(
+        &self,
+        py: Python<'_>,
+        f: impl FnOnce(&mut RemoteReader) -> PyResult<T>,
+    ) -> PyResult<T> {
+        let mut guard = lock(py, &self.reader)?;
+        match guard.as_mut() {
+            Some(reader) => f(reader),
+            None => Err(to_py(tidelog::Error::Closed)),
+        }
+    }
+}
+
+fn records(records: Vec<RemoteRecord>) -> Vec<PyRemoteRecord> {
+    records
+        .into_iter()
+        .map(|record| PyRemoteRecord { record })
+        .collect()
+}
+
+#[pymethods]
+impl PyRemoteReader {
+    #[getter]
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+
+    /// The offset the next record read has.
+    #[getter]
+    fn position(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| Ok(r.position()))
+    }
+
+    /// Records the manifest last read holds at or after the position.
+    #[getter]
+    fn lag(&self, py: Python<'_>) -> PyResult<u64> {
+        self.with(py, |r| r.lag().map_err(to_py))
+    }
+
+    #[getter]
+    fn closed(&self) -> bool {
+        self.closing.load(Ordering::Acquire)
+    }
+
+    /// The next record, or None at the end of what the manifest holds. With `timeout`
+    /// (seconds), reads the manifest again every 200 ms until a record arrives or it passes.
+    #[pyo3(signature = (timeout = None))]
+    fn next(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<Option<PyRemoteRecord>> {
+        let wait = timeout.map(timeout_seconds).transpose()?;
+        self.with(py, |reader| {
+            let Some(wait) = wait else {
+                return detached(py, || reader.next())
+                    .map(|r| r.map(|record| PyRemoteRecord { record }));
+            };
+            let closing = &self.closing;
+            let got = sliced(py, deadline(wait), |slice_end| {
+                if closing.load(Ordering::Acquire) {
+                    return Err(tidelog::Error::Closed);
+                }
+                if let Some(record) = reader.next()? {
+                    return Ok(Some(record));
+                }
+                if reader.wait_for_records(slice_end)? {
+                    return reader.next();
+                }
+                Ok(None)
+            })?;
+            Ok(got.map(|record| PyRemoteRecord { record }))
+        })
+    }
+
+    /// Up to `max_records` records and about `max_bytes` of values (at least one record if
+    /// any is held); an empty list at the end.
+    #[pyo3(signature = (max_records = 1000, max_bytes = 16777216))]
+    fn next_batch(
+        &self,
+        py: Python<'_>,
+        max_records: usize,
+        max_bytes: u64,
+    ) -> PyResult<Vec<PyRemoteRecord>> {
+        if max_records == 0 || max_records > BATCH_RECORDS_MAX {
+            return Err(to_py(tidelog::Error::InvalidArgument {
+                name: "max_records",
+                reason: format!("must be between 1 and {BATCH_RECORDS_MAX}, not {max_records}"),
+            }));
+        }
+        self.with(py, |reader| {
+            detached(py, || reader.next_batch(max_records, max_bytes)).map(records)
+        })
+    }
+
+    /// The next records before `end`, at most `max_records`, as a `pyarrow.RecordBatch`
+    /// (empty at the end); the position moves past them.
+    #[pyo3(signature = (max_records = None, end = None))]
+    fn read_arrow<'py>(
+        &self,
+        py: Python<'py>,
+        max_records: Option<u64>,
+        end: Option<u64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.with(py, |reader| {
+            crate::arrow::read_remote_next(py, reader, end, max_records)
+        })
+    }
+
+    fn seek(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
+        self.with(py, |reader| detached(py, || reader.seek(offset)))
+    }
+
+    /// Moves to the first record at or after `timestamp_us`; returns the new position.
+    fn seek_time(&self, py: Python<'_>, timestamp_us: u64) -> PyResult<u64> {
+        self.with(py, |reader| detached(py, || reader.seek_time(timestamp_us)))
+    }
+
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        self.closing.store(true, Ordering::Release);
+        let taken = lock(py, &self.reader)?.take();
+        // Its reads under way are cancelled as it drops.
+        py.detach(|| drop(taken));
+        Ok(())
+    }
+
+    fn __iter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<PyRemoteRecord>> {
+        self.next(py, None)
+    }
+
+    fn __enter__(slf: Py<Self>) -> Py<Self> {
+        slf
+    }
+
+    #[pyo3(signature = (exc_type, exc, tb))]
+    fn __exit__(
+        &self,
+        py: Python<'_>,
+        exc_type: Option<&Bound<'_, PyType>>,
+        exc: Option<&Bound<'_, PyAny>>,
+        tb: Option<&Bound<'_, PyAny>>,
+    ) -> PyResult<()> {
+        let _ = (exc_type, exc, tb);
+        self.close(py)
+    }
+
+    fn __repr__(&self, py: Python<'_>) -> String {
+        match self.with(py, |r| Ok(r.position())) {
+            Ok(position) => format!("RemoteReader(topic={:?}, position={position})", self.topic),
+            Err(_) => format!("RemoteReader(topic={:?}, closed)", self.topic),
+        }
     }
 }
 

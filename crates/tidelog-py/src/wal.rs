@@ -149,7 +149,7 @@ pub fn range<'py>(py: Python<'py>, offsets: std::ops::Range<u64>) -> PyResult<Bo
     PyRange::new(py, start, end)
 }
 
-fn start_position(start: &Bound<'_, PyAny>) -> PyResult<StartPosition> {
+pub(crate) fn start_position(start: &Bound<'_, PyAny>) -> PyResult<StartPosition> {
     if let Ok(name) = start.extract::<&str>() {
         return match name {
             "committed" => Ok(StartPosition::Committed),
@@ -781,6 +781,11 @@ impl PyTopicInfo {
     #[getter]
     fn first_offset(&self) -> u64 {
         self.info.first_offset
+    }
+    /// First offset still on disk (`first_offset` without a tier).
+    #[getter]
+    fn local_first_offset(&self) -> u64 {
+        self.info.local_first_offset
     }
     #[getter]
     fn next_offset(&self) -> u64 {

@@ -69,15 +69,14 @@ mod uring;
 mod wal;
 
 pub use config::{
-    Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, Retention, RingBackend,
-    STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS, TierConfig, validate_name,
+    CommitMode, Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, ReaderOptions,
+    Retention, RingBackend, SPIN_MAX, STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS,
+    StartPosition, TierConfig, Visibility, validate_name,
 };
 pub use error::{Error, Result};
 pub use file::FileState;
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
-pub use reader::{
-    CommitMode, Reader, ReaderOptions, Record, RecordRef, SPIN_MAX, StartPosition, Visibility,
-};
+pub use reader::{Reader, Record, RecordRef};
 pub use record::Append;
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
@@ -85,7 +84,10 @@ pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
 pub use tier::TierStatus;
 #[cfg(feature = "tier")]
-pub use tier::{RemoteLog, RemoteRecord, RemoteTopicInfo};
+pub use tier::{
+    READAHEAD_OBJECTS, REFRESH_INTERVAL, RemoteLog, RemoteReader, RemoteRecord, RemoteRecordRef,
+    RemoteTopicInfo,
+};
 #[cfg(feature = "tier")]
 pub use wal::TierFlush;
 pub use wal::{DiskUsage, LOCK_FILE, Leader, RingStats, TopicInfo, Wal, Writer, commit_staged};

@@ -4,110 +4,15 @@ use std::ops::Range;
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::config::{CommitMode, ReaderOptions, SPIN_MAX, StartPosition, Visibility};
 use crate::cursor::CursorFile;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::format::FrameView;
 use crate::reclaim::Reclaimer;
 use crate::status::Status;
+use crate::tier::{LoadedObject, RemoteReader, Tier};
 use crate::topic::Topic;
-
-/// Where a new reader starts.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum StartPosition {
-    /// The group's committed offset; the earliest stored offset when it never committed
-    /// or has no group.
-    #[default]
-    Committed,
-    /// The first stored offset.
-    Earliest,
-    /// The next offset to be appended: only new records.
-    Latest,
-    /// This offset (between the first stored offset and the next offset, inclusive).
-    Offset(u64),
-}
-
-/// When a grouped reader persists its position.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum CommitMode {
-    /// Only [`Reader::commit`] and [`Reader::commit_offset`] persist.
-    #[default]
-    Explicit,
-    /// At-least-once: every N records, the next read first commits what was returned
-    /// before it (a crash replays at most N records).
-    AutoEvery(u64),
-    /// Commit each record's successor before returning it: at-most-once (a crash after the
-    /// read loses that record for this group, never repeats it). One fdatasync per read.
-    Strict,
-}
-
-/// Which records a reader returns.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Visibility {
-    /// Every record whose append returned (in any process): the lowest latency. A record
-    /// the writer's machine loses in a crash (power loss) before it was durable may have
-    /// been read.
-    #[default]
-    Published,
-    /// Only records that are durable on disk: what a crash of any kind keeps. They arrive
-    /// after the sync that covers them (`fsync="always"`: at once; `interval`: within
-    /// `sync_interval_ms`; `never`: at `flush()` or close).
-    Durable,
-}
-
-/// Options for [`crate::Wal::reader_with`].
-#[derive(Debug, Clone, Default)]
-pub struct ReaderOptions {
-    /// The consumer group whose cursor is used and committed; `None` for an anonymous reader.
-    pub group: Option<String>,
-    /// Where to start.
-    pub start: StartPosition,
-    /// When to commit (grouped readers only).
-    pub commit: CommitMode,
-    /// Skip checksum verification on reads (default: verify every record).
-    pub skip_checksums: bool,
-    /// Published records (the default) or only durable ones.
-    pub visibility: Visibility,
-    /// How long a wait for records (`Wal::wait_for_records`) first watches for them on a
-    /// CPU before it sleeps: a record appended meanwhile, in any process, is seen without a
-    /// wake-up (whose cost the kernel sets: 5-15 us on the machines we measured). Zero (the
-    /// default) sleeps at once; at most [`SPIN_MAX`]. The wait burns its CPU meanwhile.
-    pub spin: Duration,
-}
-
-/// The longest [`ReaderOptions::spin`].
-pub const SPIN_MAX: Duration = Duration::from_millis(10);
-
-impl ReaderOptions {
-    /// Options for a reader of `group`.
-    pub fn group(group: impl Into<String>) -> Self {
-        ReaderOptions {
-            group: Some(group.into()),
-            ..Self::default()
-        }
-    }
-    /// Sets the start position.
-    pub fn start(mut self, start: StartPosition) -> Self {
-        self.start = start;
-        self
-    }
-    /// Sets the commit mode.
-    pub fn commit(mut self, commit: CommitMode) -> Self {
-        self.commit = commit;
-        self
-    }
-    /// Sets which records the reader returns.
-    pub fn visibility(mut self, visibility: Visibility) -> Self {
-        self.visibility = visibility;
-        self
-    }
-    /// Sets how long a wait watches for records before it sleeps (see
-    /// [`ReaderOptions::spin`]).
-    pub fn spin(mut self, spin: Duration) -> Self {
-        self.spin = spin;
-        self
-    }
-}
 
 /// A record borrowed from the mapping: valid until the reader moves on.
 #[derive(Debug, Clone, Copy)]
@@ -118,26 +23,53 @@ pub struct RecordRef<'a> {
     pub timestamp_us: u64,
     /// The key, if the record has one.
     pub key: Option<&'a [u8]>,
-    /// The value, borrowed from the mapped file.
+    /// The value, borrowed from the mapped file (or an object read from the tier).
     pub value: &'a [u8],
-    block: &'a Arc<Extent>,
+    holder: HolderRef<'a>,
     key_range: Option<(usize, usize)>,
     value_range: (usize, usize),
 }
 
+/// What a record's bytes live in: a mapped extent, or an extent object read from the
+/// tier's bucket (offsets below the first one kept on disk).
+#[derive(Debug, Clone)]
+enum Holder {
+    Extent(Arc<Extent>),
+    Object(Arc<LoadedObject>),
+}
+
+impl Holder {
+    fn bytes(&self, range: Range<usize>) -> &[u8] {
+        match self {
+            Holder::Extent(block) => block.bytes(range.start, range.len()),
+            Holder::Object(object) => object.bytes(range),
+        }
+    }
+}
+
+/// A borrowed [`Holder`].
+#[derive(Debug, Clone, Copy)]
+enum HolderRef<'a> {
+    Extent(&'a Arc<Extent>),
+    Object(&'a Arc<LoadedObject>),
+}
+
 impl<'a> RecordRef<'a> {
     /// The data file holding the record and the byte position of its value in that file
-    /// (for inspection tools).
-    pub fn location(&self) -> (&'a std::path::Path, u64) {
-        (
-            &self.block.file.path,
-            self.block.abs(self.value_range.0 as u64) as u64,
-        )
+    /// (for inspection tools); `None` for a record read from the tier's bucket.
+    pub fn location(&self) -> Option<(&'a std::path::Path, u64)> {
+        match self.holder {
+            HolderRef::Extent(block) => Some((
+                &block.file.path,
+                block.abs(self.value_range.0 as u64) as u64,
+            )),
+            HolderRef::Object(_) => None,
+        }
     }
 
-    /// The record `view` decoded in `block`, with its key and value already borrowed.
+    /// The record `view` decoded in `holder`, with its key and value already borrowed.
     fn from_view(
-        block: &'a Arc<Extent>,
+        holder: HolderRef<'a>,
         view: &FrameView,
         key: Option<&'a [u8]>,
         value: &'a [u8],
@@ -147,7 +79,7 @@ impl<'a> RecordRef<'a> {
             timestamp_us: view.timestamp_us,
             key,
             value,
-            block,
+            holder,
             key_range: view.key.as_ref().map(|r| (r.start, r.end)),
             value_range: (view.value.start, view.value.end),
         }
@@ -155,8 +87,12 @@ impl<'a> RecordRef<'a> {
 
     /// An owned handle to the same bytes (no copy: it keeps the mapping alive).
     pub fn to_record(&self) -> Record {
+        let holder = match self.holder {
+            HolderRef::Extent(block) => Holder::Extent(Arc::clone(block)),
+            HolderRef::Object(object) => Holder::Object(Arc::clone(object)),
+        };
         Record {
-            block: Arc::clone(self.block),
+            holder,
             offset: self.offset,
             timestamp_us: self.timestamp_us,
             key: self.key_range.map(|(a, b)| a..b),
@@ -168,7 +104,7 @@ impl<'a> RecordRef<'a> {
 /// An owned, zero-copy record: holds its file's mapping alive for as long as it lives.
 #[derive(Debug, Clone)]
 pub struct Record {
-    block: Arc<Extent>,
+    holder: Holder,
     offset: u64,
     timestamp_us: u64,
     key: Option<Range<usize>>,
@@ -176,13 +112,13 @@ pub struct Record {
 }
 
 impl Record {
-    pub(crate) fn new(block: Arc<Extent>, view: &FrameView) -> Record {
+    fn new(holder: Holder, view: &FrameView) -> Record {
         Record {
             offset: view.offset,
             timestamp_us: view.timestamp_us,
             key: view.key.clone(),
             value: view.value.clone(),
-            block,
+            holder,
         }
     }
     /// The record's offset in its topic.
@@ -195,13 +131,11 @@ impl Record {
     }
     /// The key, if the record has one.
     pub fn key(&self) -> Option<&[u8]> {
-        self.key
-            .as_ref()
-            .map(|r| self.block.bytes(r.start, r.len()))
+        self.key.clone().map(|r| self.holder.bytes(r))
     }
-    /// The value, borrowed from the mapped file.
+    /// The value, borrowed from the mapped file (or an object read from the tier).
     pub fn value(&self) -> &[u8] {
-        self.block.bytes(self.value.start, self.value.len())
+        self.holder.bytes(self.value.clone())
     }
 }
 
@@ -212,6 +146,8 @@ pub(crate) struct ReaderHandle {
     pub status: Arc<Status>,
     /// Runs after a commit: the slowest group may have moved.
     pub reclaim: Arc<Reclaimer>,
+    /// The handle's tier: offsets below the first kept on disk are read from its bucket.
+    pub tier: Option<Arc<Tier>>,
 }
 
 /// Reads one topic in offset order, from the mapping, with no copy.
@@ -231,6 +167,9 @@ pub struct Reader {
     next_offset: u64,
     /// Records returned since the last commit (auto-commit mode).
     uncommitted: u64,
+    /// Reads the tier's bucket while `next_offset` is below the first offset on disk
+    /// (`block` and `pos` are unused meanwhile).
+    below: Option<RemoteReader>,
 }
 
 impl Reader {
@@ -270,8 +209,9 @@ impl Reader {
             pos: 0,
             next_offset: 0,
             uncommitted: 0,
+            below: None,
         };
-        let first = reader.topic.first_offset();
+        let first = reader.first_offset();
         let start = match options.start {
             StartPosition::Committed => reader
                 .cursor
@@ -322,6 +262,33 @@ impl Reader {
         visible_next(&self.topic, self.visibility)
     }
 
+    /// The first offset this reader may read: on disk, or in the tier's bucket.
+    fn first_offset(&self) -> u64 {
+        first_readable(&self.topic, self.handle.tier.as_deref())
+    }
+
+    /// True when the record at `next_offset` is read from the tier's bucket: below the
+    /// first offset on disk, and held there. Makes (or drops) the reader of the bucket.
+    fn use_below(&mut self) -> Result<bool> {
+        if self.next_offset >= self.topic.first_offset() {
+            self.below = None;
+            return Ok(false);
+        }
+        if self
+            .below
+            .as_ref()
+            .is_some_and(|b| b.position() == self.next_offset)
+        {
+            return Ok(true);
+        }
+        let Some(tier) = &self.handle.tier else {
+            return Ok(false);
+        };
+        self.below = RemoteReader::below(tier, &self.topic.name, self.next_offset)?;
+        self.block = None;
+        Ok(self.below.is_some())
+    }
+
     /// The topic this reader reads (for the facade's waits).
     pub(crate) fn topic_handle(&self) -> &Arc<Topic> {
         &self.topic
@@ -330,7 +297,7 @@ impl Reader {
     /// Moves to `offset`, which must lie between the first stored offset and the next offset.
     pub fn seek(&mut self, offset: u64) -> Result<()> {
         self.handle.status.check_open()?;
-        let first = self.topic.first_offset();
+        let first = self.first_offset();
         let next = self.topic.next_offset();
         if offset < first || offset > next {
             return Err(Error::OffsetOutOfRange {
@@ -343,6 +310,7 @@ impl Reader {
         self.next_offset = offset;
         self.block = None;
         self.pos = 0;
+        self.below = None;
         Ok(())
     }
 
@@ -350,6 +318,20 @@ impl Reader {
     /// when there is none); returns the new position.
     pub fn seek_time(&mut self, timestamp_us: u64) -> Result<u64> {
         self.handle.status.check_open()?;
+        // The bucket's records come first, when there are any below the disk's.
+        let local_first = self.topic.first_offset();
+        let first = self.first_offset();
+        if first < local_first
+            && let Some(tier) = &self.handle.tier
+            && let Some(mut below) = RemoteReader::below(tier, &self.topic.name, first)?
+            && below.seek_time(timestamp_us)? < local_first
+        {
+            self.next_offset = below.position();
+            self.below = Some(below);
+            self.block = None;
+            return Ok(self.next_offset);
+        }
+        self.below = None;
         match self.topic.seek_time(timestamp_us)? {
             Some((block, pos, offset)) => {
                 self.block = Some(block);
@@ -425,6 +407,13 @@ impl Reader {
     /// Positions on the next published record without consuming it or committing; returns its
     /// frame (checksum verified when `verify`), `None` at the end.
     fn peek(&mut self, verify: bool) -> Result<Option<FrameView>> {
+        if self.use_below()? {
+            let Some(below) = self.below.as_mut() else {
+                return Ok(None);
+            };
+            // What the bucket holds is durable: every visibility may read it.
+            return below.peek(verify);
+        }
         loop {
             if self.topic.is_gone() {
                 return Err(Error::UnknownTopic {
@@ -485,7 +474,10 @@ impl Reader {
         if self.mode == CommitMode::Strict {
             self.commit_offset(self.next_offset + 1)?;
         }
-        self.pos = view.next_position as u64;
+        match self.below.as_mut() {
+            Some(below) => below.advance(&view),
+            None => self.pos = view.next_position as u64,
+        }
         self.next_offset += 1;
         self.uncommitted += 1;
         Ok(Some(view))
@@ -509,11 +501,22 @@ impl Reader {
 
     /// The record `view` describes in the current extent, borrowed from the mapping.
     fn borrow_current(&self, view: &FrameView) -> Result<RecordRef<'_>> {
+        if let Some(below) = &self.below {
+            let Some(object) = below.current_object() else {
+                return Err(Error::Closed);
+            };
+            return Ok(RecordRef::from_view(
+                HolderRef::Object(object),
+                view,
+                view.key.clone().map(|r| object.bytes(r)),
+                object.bytes(view.value.clone()),
+            ));
+        }
         let Some(block) = self.block.as_ref() else {
             return Err(Error::Closed);
         };
         Ok(RecordRef::from_view(
-            block,
+            HolderRef::Extent(block),
             view,
             view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
             block.bytes(view.value.start, view.value.len()),
@@ -525,10 +528,15 @@ impl Reader {
         let Some(view) = self.step()? else {
             return Ok(None);
         };
-        let Some(block) = self.block.as_ref() else {
+        let holder = match (&self.below, &self.block) {
+            (Some(below), _) => below.current_object().cloned().map(Holder::Object),
+            (None, Some(block)) => Some(Holder::Extent(Arc::clone(block))),
+            (None, None) => None,
+        };
+        let Some(holder) = holder else {
             return Err(Error::Closed);
         };
-        Ok(Some(Record::new(Arc::clone(block), &view)))
+        Ok(Some(Record::new(holder, &view)))
     }
 
     /// Calls `visit` with up to `max_records` records in offset order, borrowed from the
@@ -541,9 +549,11 @@ impl Reader {
         mut visit: impl FnMut(&RecordRef<'_>) -> bool,
     ) -> Result<usize> {
         let mut consumed = 0;
-        if self.mode != CommitMode::Explicit {
-            // Commit modes act per record: keep their exact points.
-            while consumed < max_records {
+        self.handle.status.check_open()?;
+        while consumed < max_records {
+            if self.mode != CommitMode::Explicit || self.use_below()? {
+                // Commit modes act per record: keep their exact points. Records from the
+                // bucket go one by one too, up to the first offset on disk.
                 let Some(record) = self.peek_record()? else {
                     break;
                 };
@@ -552,11 +562,8 @@ impl Reader {
                 }
                 self.step()?;
                 consumed += 1;
+                continue;
             }
-            return Ok(consumed);
-        }
-        self.handle.status.check_open()?;
-        while consumed < max_records {
             // Positions on the next record (rolling to the next extent, checking deletion).
             if self.peek(false)?.is_none() {
                 break;
@@ -576,7 +583,7 @@ impl Reader {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
                 let record = RecordRef::from_view(
-                    &block,
+                    HolderRef::Extent(&block),
                     &view,
                     view.key.clone().map(|r| frames.bytes(r)),
                     frames.bytes(view.value.clone()),
@@ -637,10 +644,25 @@ pub(crate) fn visible_next(topic: &Topic, visibility: Visibility) -> u64 {
     }
 }
 
+/// The first offset of `topic` a reader may read: on disk, or in the bucket of `tier`.
+pub(crate) fn first_readable(topic: &Topic, tier: Option<&Tier>) -> u64 {
+    let local = topic.first_offset();
+    tier.and_then(|tier| RemoteReader::first_below(tier, &topic.name))
+        .map_or(local, |remote| remote.min(local))
+}
+
 /// Reads the single record at `offset` of `topic`.
-pub(crate) fn read_at(topic: &Topic, offset: u64) -> Result<Record> {
+pub(crate) fn read_at(topic: &Topic, tier: Option<&Arc<Tier>>, offset: u64) -> Result<Record> {
     let first = topic.first_offset();
     let next = topic.next_offset();
+    if offset < first
+        && let Some(tier) = tier
+        && let Some(mut below) = RemoteReader::below(tier, &topic.name, offset)?
+        && let Some(view) = below.peek(true)?
+        && let Some(object) = below.current_object()
+    {
+        return Ok(Record::new(Holder::Object(Arc::clone(object)), &view));
+    }
     if offset < first || offset >= next {
         return Err(Error::OffsetOutOfRange {
             topic: topic.name.clone(),
@@ -662,5 +684,5 @@ pub(crate) fn read_at(topic: &Topic, offset: u64) -> Result<Record> {
         .frame_at(pos, offset, true)
         .map_err(|e| block.corruption(&topic.name, offset, pos, e))?;
     debug_assert!(view.next_position as u64 <= block.published().1);
-    Ok(Record::new(block, &view))
+    Ok(Record::new(Holder::Extent(block), &view))
 }

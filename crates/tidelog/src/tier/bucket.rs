@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
+use bytes::Bytes;
 use futures::TryStreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -52,6 +53,38 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
     let rt = Arc::new(rt);
     *slot = Some((pid, Arc::clone(&rt)));
     Ok(rt)
+}
+
+/// A read of one object under way on the process's runtime ([`Bucket::spawn_get`]).
+#[derive(Debug)]
+pub(crate) struct Fetch {
+    key: String,
+    /// The process whose runtime runs `task`.
+    pid: u32,
+    /// `None` once waited for.
+    task: Option<tokio::task::JoinHandle<object_store::Result<Bytes>>>,
+}
+
+impl Fetch {
+    /// The key it reads.
+    pub fn key(&self) -> &str {
+        &self.key
+    }
+}
+
+impl Drop for Fetch {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        if self.pid == std::process::id() {
+            // Not waited for: its bytes are not wanted, so neither is the request.
+            task.abort();
+        } else {
+            // The parent's runtime: its threads (and maybe a lock they held) are not here.
+            std::mem::forget(task);
+        }
+    }
 }
 
 /// A bucket and the prefix under it.
@@ -254,13 +287,51 @@ impl Bucket {
 
     /// The bytes at `key`, `None` when there is no object.
     pub fn get(&self, key: &str) -> Result<Option<Vec<u8>>> {
+        Ok(self.get_bytes(key)?.map(|b| b.to_vec()))
+    }
+
+    /// Starts reading the object at `key` on the process's runtime: [`Bucket::wait`] takes
+    /// its bytes. Dropping the [`Fetch`] cancels it.
+    pub fn spawn_get(&self, key: &str) -> Result<Fetch> {
+        let store = Arc::clone(&self.store);
+        let path = self.path(key);
+        let task = runtime()?.spawn(async move { store.get(&path).await?.bytes().await });
+        Ok(Fetch {
+            key: key.to_owned(),
+            pid: std::process::id(),
+            task: Some(task),
+        })
+    }
+
+    /// The bytes `fetch` read, `None` when there is no object. A fetch started before a
+    /// fork is read again: the parent's runtime does not run here.
+    pub fn wait(&self, mut fetch: Fetch) -> Result<Option<Bytes>> {
+        let task = match fetch.task.as_mut() {
+            Some(task) if fetch.pid == std::process::id() => task,
+            _ => return self.get_bytes(&fetch.key),
+        };
+        let joined = self.block_on(task)?;
+        let got = joined.map_err(|e| Error::Tier {
+            op: "get",
+            key: fetch.key.clone(),
+            message: format!("the request's task ended: {e}"),
+        })?;
+        self.got(&fetch.key, got)
+    }
+
+    /// The bytes at `key`, `None` when there is no object, without a copy.
+    pub fn get_bytes(&self, key: &str) -> Result<Option<Bytes>> {
         let path = self.path(key);
         let got = self.block_on(async {
             let result = self.store.get(&path).await?;
             result.bytes().await
         })?;
+        self.got(key, got)
+    }
+
+    fn got(&self, key: &str, got: object_store::Result<Bytes>) -> Result<Option<Bytes>> {
         match got {
-            Ok(bytes) => Ok(Some(bytes.to_vec())),
+            Ok(bytes) => Ok(Some(bytes)),
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(self.error("get", key, &e)),
         }

@@ -9,14 +9,24 @@ mod bucket;
 #[cfg(feature = "tier")]
 pub(crate) mod manifest;
 #[cfg(feature = "tier")]
+mod object;
+#[cfg(feature = "tier")]
 mod producer;
 #[cfg(feature = "tier")]
+mod reader;
+#[cfg(feature = "tier")]
 mod remote;
+#[cfg(feature = "tier")]
+mod source;
 #[cfg(feature = "tier")]
 mod state;
 
 #[cfg(feature = "tier")]
-pub use remote::{RemoteLog, RemoteRecord, RemoteTopicInfo};
+pub use reader::{
+    READAHEAD_OBJECTS, REFRESH_INTERVAL, RemoteReader, RemoteRecord, RemoteRecordRef,
+};
+#[cfg(feature = "tier")]
+pub use remote::{RemoteLog, RemoteTopicInfo};
 #[cfg(feature = "tier")]
 pub(crate) use state::{Pending, Tier};
 
@@ -79,6 +89,55 @@ pub struct TierStatus {
     /// True once another producer (or a newer claim) took the prefix: nothing more is
     /// uploaded by this handle, and local extents stay until it is reopened.
     pub fenced: bool,
+}
+
+#[cfg(feature = "tier")]
+pub(crate) use object::LoadedObject;
+
+/// An extent object read from a bucket, in a build without the `tier` feature: none is.
+#[cfg(not(feature = "tier"))]
+#[derive(Debug)]
+pub(crate) enum LoadedObject {}
+
+#[cfg(not(feature = "tier"))]
+impl LoadedObject {
+    pub fn bytes(&self, _range: std::ops::Range<usize>) -> &[u8] {
+        match *self {}
+    }
+}
+
+/// A reader of a tier's bucket, in a build without the `tier` feature: none is made.
+#[cfg(not(feature = "tier"))]
+#[derive(Debug)]
+pub(crate) enum RemoteReader {}
+
+#[cfg(not(feature = "tier"))]
+impl RemoteReader {
+    pub fn below(
+        tier: &std::sync::Arc<Tier>,
+        _topic: &str,
+        _offset: u64,
+    ) -> crate::Result<Option<RemoteReader>> {
+        match **tier {}
+    }
+    pub fn first_below(tier: &Tier, _topic: &str) -> Option<u64> {
+        match *tier {}
+    }
+    pub fn position(&self) -> u64 {
+        match *self {}
+    }
+    pub fn seek_time(&mut self, _timestamp_us: u64) -> crate::Result<u64> {
+        match *self {}
+    }
+    pub fn peek(&mut self, _verify: bool) -> crate::Result<Option<crate::format::FrameView>> {
+        match *self {}
+    }
+    pub fn advance(&mut self, _view: &crate::format::FrameView) {
+        match *self {}
+    }
+    pub fn current_object(&self) -> Option<&std::sync::Arc<LoadedObject>> {
+        match *self {}
+    }
 }
 
 /// A handle's tier, in a build without the `tier` feature: it has no value.

@@ -11,6 +11,7 @@ use std::time::Duration;
 use super::TierStatus;
 use super::bucket::Bucket;
 use super::manifest::{self, DELTA_FORMAT, Delta, Entry, ExtentObject, Manifest};
+use super::object::ObjectCache;
 use super::producer;
 use crate::config::TierConfig;
 use crate::error::{Error, Result};
@@ -64,6 +65,7 @@ pub(crate) struct Tier {
     replaces: Mutex<Option<String>>,
     view: Mutex<View>,
     changed: Condvar,
+    cache: ObjectCache,
     uploading: AtomicBool,
     stop: AtomicBool,
     /// Set by this handle's first claim: `takeover` applies to that one only.
@@ -118,6 +120,7 @@ impl Tier {
                 ..View::default()
             }),
             changed: Condvar::new(),
+            cache: ObjectCache::default(),
             uploading: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             claimed_once: AtomicBool::new(false),
@@ -126,6 +129,22 @@ impl Tier {
 
     fn view(&self) -> MutexGuard<'_, View> {
         self.view.lock().recover()
+    }
+
+    /// The bucket this handle uploads to.
+    pub fn bucket(&self) -> &Bucket {
+        &self.bucket
+    }
+
+    /// Objects read back for this handle's readers.
+    pub fn cache(&self) -> &ObjectCache {
+        &self.cache
+    }
+
+    /// Runs `f` on the manifest as this handle knows it (under its lock: `f` makes no
+    /// request).
+    pub fn with_manifest<R>(&self, f: impl FnOnce(&Manifest) -> R) -> R {
+        f(&self.view().manifest)
     }
 
     /// The bucket's key of the object of the extent of `topic` from `first_offset`, uploaded

@@ -9,9 +9,10 @@ use std::time::{Duration, Instant};
 
 use super::state::State;
 use crate::alloc::SHARED_LOCK_WAIT;
+use crate::config::Visibility;
 use crate::error::Result;
 use crate::poison::Recover;
-use crate::reader::{Reader, Visibility, visible_next};
+use crate::reader::{Reader, visible_next};
 use crate::recovery::{self, Known, Published, Scope};
 use crate::shared::{NO_EXTENT, Snapshot, TopicGuard, TopicSlot, WAIT_SLICE, Watch};
 use crate::topic::Topic;

@@ -8,8 +8,11 @@ use std::path::PathBuf;
 pub struct TopicInfo {
     /// The topic name.
     pub name: String,
-    /// First offset still stored.
+    /// First offset still stored: on disk, or in the tier's bucket (whose records the
+    /// handle's readers read too).
     pub first_offset: u64,
+    /// First offset still on disk (`first_offset` without a tier).
+    pub local_first_offset: u64,
     /// Offset the next append gets (after the last published record).
     pub next_offset: u64,
     /// Offset after the last record known to be durable (what a

@@ -41,13 +41,14 @@ pub use info::{DiskUsage, Leader, RingStats, TopicInfo};
 pub use lock::LOCK_FILE;
 pub use writer::Writer;
 
+use crate::config::ReaderOptions;
 use crate::config::{Config, validate_name};
 use crate::cursor::CursorTable;
 use crate::error::{Error, Result};
 use crate::file::FileState;
 use crate::io::{self, StdStorage, Storage};
 use crate::poison::{PanicGuard, Recover};
-use crate::reader::{self, Reader, ReaderHandle, ReaderOptions, Record};
+use crate::reader::{self, Reader, ReaderHandle, Record};
 use crate::record::Append;
 use crate::recovery::RecoveryReport;
 use crate::stage;
@@ -268,6 +269,7 @@ impl Wal {
         let handle = ReaderHandle {
             status: Arc::clone(&state.status),
             reclaim: Arc::clone(&state.reclaim),
+            tier: state.tier.clone(),
         };
         Reader::new(handle, t, cursor, &options)
     }
@@ -279,7 +281,7 @@ impl Wal {
         if offset >= topic.next_offset() {
             self.follow_others(&topic)?;
         }
-        reader::read_at(&topic, offset)
+        reader::read_at(&topic, self.state.tier.as_ref(), offset)
     }
 
     /// True when other processes append to what this handle reads: a read-only handle, or
@@ -347,7 +349,8 @@ impl Wal {
         }
         Ok(TopicInfo {
             name: t.name.clone(),
-            first_offset: t.first_offset(),
+            first_offset: reader::first_readable(&t, state.tier.as_deref()),
+            local_first_offset: t.first_offset(),
             next_offset: t.next_offset(),
             durable_offset: t.durable_next().min(t.next_offset()),
             bytes: t.bytes(),

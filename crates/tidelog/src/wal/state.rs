@@ -63,10 +63,6 @@ pub(crate) struct State {
     /// The shared state file: the writer's reports, a reader's slots and waits.
     pub follow: SharedLink,
     /// Object storage behind the directory (`Config::tier`; writable handles only).
-    #[cfg_attr(
-        not(feature = "tier"),
-        expect(dead_code, reason = "no tier without the feature")
-    )]
     pub tier: Option<Arc<crate::tier::Tier>>,
 }
 

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use tidelog::{Config, Durability, Error, Retention, TierConfig, Wal};
+use tidelog::{Config, Durability, Error, Retention, StartPosition, TierConfig, Wal};
 
 use crate::common::{geometry, tempdir};
 
@@ -270,7 +270,7 @@ fn extents_the_bucket_lacks_are_kept_and_uploads_are_retried() {
     );
     // Retention would drop most extents; none goes before the bucket holds it.
     std::thread::sleep(Duration::from_millis(300));
-    assert_eq!(wal.topic_info("r").unwrap().first_offset, 0);
+    assert_eq!(wal.topic_info("r").unwrap().local_first_offset, 0);
     assert_eq!(wal.read("r", 0).unwrap().value(), value("r", 0));
 
     std::fs::remove_file(&blocker).unwrap();
@@ -278,9 +278,9 @@ fn extents_the_bucket_lacks_are_kept_and_uploads_are_retried() {
     check_bucket(bucket.path(), "r", 400);
     let status = wal.tier_status().unwrap().unwrap();
     assert_eq!(status.last_error, None);
-    // Now retention goes ahead.
+    // Now retention goes ahead on disk.
     let start = Instant::now();
-    while wal.topic_info("r").unwrap().first_offset == 0 {
+    while wal.topic_info("r").unwrap().local_first_offset == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "retention never ran"
@@ -614,7 +614,7 @@ fn local_retention_trims_the_disk_and_the_bucket_keeps_everything() {
     append(&wal, "l", 0, 400);
     wal.tier_flush(WAIT).unwrap();
     let start = Instant::now();
-    while wal.topic_info("l").unwrap().first_offset == 0 {
+    while wal.topic_info("l").unwrap().local_first_offset == 0 {
         assert!(
             start.elapsed() < Duration::from_secs(30),
             "local retention never ran"
@@ -625,6 +625,66 @@ fn local_retention_trims_the_disk_and_the_bucket_keeps_everything() {
     check_bucket(bucket.path(), "l", 400);
     let remote = tidelog::RemoteLog::open(&tier).unwrap();
     assert_eq!(remote.read("l", 0).unwrap().value, value("l", 0));
+
+    // The handle's own reads of offsets no longer on disk go to the bucket: the same
+    // records, through the same calls, then on from the disk.
+    let info = wal.topic_info("l").unwrap();
+    assert_eq!(info.first_offset, 0);
+    let local_first = info.local_first_offset;
+    assert_eq!(wal.read("l", 0).unwrap().value(), &value("l", 0)[..]);
+    let mut reader = wal
+        .reader_with("l", tidelog::ReaderOptions::default())
+        .unwrap();
+    assert_eq!(reader.position(), 0);
+    for offset in 0..400 {
+        let r = reader.next().unwrap().unwrap();
+        assert_eq!((r.offset, r.value), (offset, &value("l", offset)[..]));
+        assert_eq!(r.location().is_none(), offset < local_first, "{offset}");
+    }
+    assert!(reader.next().unwrap().is_none());
+    // A bulk scan crosses from the bucket to the disk.
+    reader.seek(local_first - 3).unwrap();
+    let mut seen = Vec::new();
+    let n = reader
+        .scan(10, |r| {
+            seen.push((r.offset, r.value.to_vec()));
+            true
+        })
+        .unwrap();
+    assert_eq!(n, 10);
+    assert_eq!(
+        seen,
+        (local_first - 3..local_first + 7)
+            .map(|o| (o, value("l", o)))
+            .collect::<Vec<_>>()
+    );
+    // A group's commits below the disk's first offset hold.
+    let mut grouped = wal
+        .reader_with(
+            "l",
+            tidelog::ReaderOptions::group("g").start(StartPosition::Earliest),
+        )
+        .unwrap();
+    let batch = grouped.next_batch(5, u64::MAX).unwrap();
+    assert_eq!(
+        batch.iter().map(|r| r.offset()).collect::<Vec<_>>(),
+        [0, 1, 2, 3, 4]
+    );
+    assert_eq!(batch[4].value(), &value("l", 4)[..]);
+    grouped.commit().unwrap();
+    drop(grouped);
+    let resumed = wal.reader("l", "g").unwrap();
+    assert_eq!(resumed.position(), 5);
+    // Seek by time reaches the bucket's records too (appends carry their clock).
+    let mut timed = wal
+        .reader_with("l", tidelog::ReaderOptions::default())
+        .unwrap();
+    assert_eq!(timed.seek_time(0).unwrap(), 0);
+    assert!(timed.seek(local_first - 1).is_ok());
+    assert_eq!(
+        timed.next_record().unwrap().unwrap().offset(),
+        local_first - 1
+    );
     wal.close().unwrap();
 
     // The local copy keeps no more than the log: a local limit above the retention's, or
@@ -706,4 +766,128 @@ fn a_file_bucket_directory_need_not_exist_yet() {
     // A reader of a bucket nobody wrote yet sees no topic.
     let empty = tidelog::RemoteLog::open(&TierConfig::new(file_url(&bucket.path().join("none"))));
     assert_eq!(empty.unwrap().topics(), Vec::<String>::new());
+}
+
+#[test]
+fn a_remote_reader_seeks_by_offset_and_time_and_reads_ahead_across_objects() {
+    use tidelog::{Append, ReaderOptions, RemoteLog, StartPosition};
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    let w = wal.writer("t").unwrap();
+    // Timestamps 10 apart, so each record has its own.
+    for i in 0..1_000u64 {
+        let v = value("t", i);
+        let record = Append {
+            key: (i % 3 == 0).then_some(&b"k"[..]),
+            value: &v,
+            timestamp_us: Some(1_000_000 + 10 * i),
+        };
+        assert_eq!(w.append_record(record).unwrap(), i);
+    }
+    wal.tier_flush(WAIT).unwrap();
+    let remote = RemoteLog::open(&tier).unwrap();
+    let info = remote.topic_info("t").unwrap();
+    assert!(info.objects > 2 * tidelog::READAHEAD_OBJECTS, "{info:?}");
+    let next = info.next_offset;
+
+    // Every record, in order, through objects fetched ahead: the same as the local reader.
+    let mut local = wal.reader_with("t", ReaderOptions::default()).unwrap();
+    let mut reader = remote.reader_with("t", &ReaderOptions::default()).unwrap();
+    for offset in 0..next {
+        let r = reader.next().unwrap().unwrap();
+        let l = local.next_record().unwrap().unwrap();
+        assert_eq!(r.offset, offset);
+        assert_eq!(
+            (r.offset, r.timestamp_us, r.key.as_deref(), &r.value[..]),
+            (l.offset(), l.timestamp_us(), l.key(), l.value())
+        );
+    }
+    assert_eq!(reader.next().unwrap(), None);
+    assert_eq!(reader.lag().unwrap(), 0);
+
+    // Seeks, back and forward, land on the record asked for.
+    for offset in [next - 1, 3, 500, 499, 0, 777] {
+        reader.seek(offset).unwrap();
+        assert_eq!(reader.next().unwrap().unwrap().value, value("t", offset));
+        assert_eq!(reader.position(), offset + 1);
+    }
+    assert!(matches!(
+        reader.seek(next + 1),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(reader.seek_time(1_000_000 + 10 * 321 - 5).unwrap(), 321);
+    assert_eq!(reader.next().unwrap().unwrap().offset, 321);
+    assert_eq!(reader.seek_time(0).unwrap(), 0);
+    assert_eq!(reader.seek_time(u64::MAX).unwrap(), next);
+    assert_eq!(reader.next().unwrap(), None);
+
+    // A batch stops at its byte budget, but always holds one record.
+    reader.seek(10).unwrap();
+    let batch = reader.next_batch(100, 2_000).unwrap();
+    assert_eq!(batch.iter().map(|r| r.offset).collect::<Vec<_>>(), [10, 11]);
+    assert_eq!(reader.next_batch(5, 1).unwrap().len(), 1);
+
+    // Starts, and what a bucket cannot give a reader yet.
+    let at = |start| remote.reader_with("t", &ReaderOptions::default().start(start));
+    assert_eq!(at(StartPosition::Latest).unwrap().position(), next);
+    assert_eq!(at(StartPosition::Committed).unwrap().position(), 0);
+    assert!(matches!(
+        at(StartPosition::Offset(next + 5)),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    assert!(matches!(
+        remote.reader_with("t", &ReaderOptions::group("g")),
+        Err(Error::InvalidArgument { name: "group", .. })
+    ));
+    assert!(matches!(
+        remote.reader_with("nope", &ReaderOptions::default()),
+        Err(Error::UnknownTopic { .. })
+    ));
+
+    // A waiting reader sees a later upload once the manifest is read again.
+    let mut tail = at(StartPosition::Latest).unwrap();
+    let until = Instant::now() + Duration::from_millis(50);
+    assert!(!tail.wait_for_records(until).unwrap());
+    assert!(Instant::now() >= until);
+    append(&wal, "t", 1_000, 10);
+    wal.tier_flush(WAIT).unwrap();
+    assert!(
+        tail.wait_for_records(Instant::now() + Duration::from_secs(10))
+            .unwrap()
+    );
+    assert_eq!(tail.next().unwrap().unwrap().offset, next);
+    wal.close().unwrap();
+
+    // Damage in an object read ahead is reported at that object's records, not before.
+    let t = topic_id(bucket.path(), "t");
+    let objects: Vec<Added> = adds(bucket.path())
+        .into_iter()
+        .filter(|a| a.topic == t)
+        .collect();
+    let damaged = &objects[3];
+    let path = bucket.path().join(&damaged.key);
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[4096 + 100] ^= 0x01;
+    std::fs::write(&path, &bytes).unwrap();
+    let fresh = RemoteLog::open(&tier).unwrap();
+    let mut reader = fresh.reader_with("t", &ReaderOptions::default()).unwrap();
+    let mut read = 0;
+    let err = loop {
+        match reader.next() {
+            Ok(Some(r)) => {
+                assert_eq!(r.offset, read);
+                read += 1;
+            }
+            Ok(None) => panic!("the damage was never reported"),
+            Err(e) => break e,
+        }
+    };
+    assert!(matches!(err, Error::TierCorruption { .. }), "{err}");
+    assert!(read >= objects[2].first + objects[2].records - 1, "{read}");
+    assert!(read < damaged.first + damaged.records, "{read}");
+    // The reader stays put: the same error again, never a skipped record.
+    assert!(matches!(reader.next(), Err(Error::TierCorruption { .. })));
+    assert_eq!(reader.position(), read);
 }
