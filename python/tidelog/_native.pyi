@@ -497,6 +497,8 @@ def open(
     tier_takeover: bool = False,
     local_retention_ms: int | None = None,
     local_retention_bytes: int | None = None,
+    tier_delete_delay_ms: int | None = 60000,
+    tail_upload_ms: int | None = None,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -524,9 +526,17 @@ def open(
     `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ...); `AWS_*`
     environment variables fill those not given, and an unknown key is refused. Opening a
     directory on a prefix another directory holds raises `FencedError` unless
-    `tier_takeover=True`. `local_retention_ms` / `local_retention_bytes` (Kafka's names)
-    limit the local copy, each at most the retention's; a limit not given is the
-    retention's. A read-only handle has no tier.
+    `tier_takeover=True`. `retention_ms` / `retention_bytes` (and `topic_retention`) govern
+    the bucket: the uploading handle drops the oldest objects from the manifest, and deletes
+    them `tier_delete_delay_ms` later (default a minute, so readers of an older manifest
+    still find them; objects a crash left unnamed go the same way).
+    `local_retention_ms` / `local_retention_bytes` (Kafka's names) limit the local copy,
+    each at most the retention's; a limit not given is the retention's. Readers, `read` and
+    `read_arrow` of the handle read offsets no longer on disk from the bucket
+    (`TopicInfo.first_offset` counts them; `local_first_offset` is the disk's).
+    `tail_upload_ms`: at most this long after an append its record is in the bucket (open
+    extents are ended and uploaded; a short time makes many small objects). A read-only
+    handle has no tier.
     """
 
 @final

@@ -451,3 +451,49 @@ def test_a_remote_reader_on_s3_reads_every_record(
         values += batch.column("value").to_pylist()
     assert values == [value("s", i) for i in range(500)]
     assert reader.seek_time(0) == 0
+
+
+def test_retention_governs_the_bucket(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    with open_tiered(
+        tmp_path / "log", bucket, retention_bytes=131072, tier_delete_delay_ms=0
+    ) as wal:
+        for i in range(800):
+            wal.append("r", value("r", i))
+        wal.tier_flush(timeout=60)
+        deadline = time.monotonic() + 30
+        while tidelog.open_remote(bucket.as_uri()).topic_info("r")["first_offset"] == 0:
+            assert time.monotonic() < deadline, "the bucket was never trimmed"
+            time.sleep(0.05)
+        remote = tidelog.open_remote(bucket.as_uri())
+        first = remote.topic_info("r")["first_offset"]
+        assert remote.read("r", first).value == value("r", first)
+        with pytest.raises(tidelog.OffsetOutOfRangeError):
+            remote.read("r", first - 1)
+        # Deleted once the manifest no longer names them: only named objects stay.
+        named = {add["key"] for add in objects(bucket, "r") if add["first_offset"] >= first}
+        while {str(p.relative_to(bucket)) for p in (bucket / "topics").rglob("*.extent")} != named:
+            assert time.monotonic() < deadline, "the dropped objects were never deleted"
+            time.sleep(0.05)
+
+
+def test_tail_upload_ms_bounds_the_bucket_lag(tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    with open_tiered(tmp_path / "log", bucket, tail_upload_ms=100) as wal:
+        wal.append("t", b"one")
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                reader = tidelog.open_remote(bucket.as_uri()).reader("t")
+                break
+            except tidelog.UnknownTopicError:
+                assert time.monotonic() < deadline, "never uploaded"
+                time.sleep(0.05)
+        assert reader.next(timeout=20).value == b"one"
+        wal.append("t", b"two")
+        got = reader.next(timeout=20)
+        assert got is not None and got.value == b"two"
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(tmp_path / "other", tail_upload_ms=100)
+    with pytest.raises(tidelog.InvalidArgumentError):
+        open_tiered(tmp_path / "zero", bucket, tail_upload_ms=0)

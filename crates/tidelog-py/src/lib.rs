@@ -58,6 +58,8 @@ use crate::options::OpenOptions;
     tier_takeover = false,
     local_retention_ms = None,
     local_retention_bytes = None,
+    tier_delete_delay_ms = None,
+    tail_upload_ms = None,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -66,7 +68,8 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     group_bytes_max=None, backend='mmap', device=None, capacity=None, direct_io='auto', \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
     staged_adopt_bytes=None, exclusive=False, tier=None, storage_options=None, \
-    tier_takeover=False, local_retention_ms=None, local_retention_bytes=None)")]
+    tier_takeover=False, local_retention_ms=None, local_retention_bytes=None, \
+    tier_delete_delay_ms=60000, tail_upload_ms=None)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -101,10 +104,21 @@ fn open(
     tier_takeover: bool,
     local_retention_ms: Option<u64>,
     local_retention_bytes: Option<u64>,
+    tier_delete_delay_ms: Option<u64>,
+    tail_upload_ms: Option<u64>,
 ) -> PyResult<wal::PyWal> {
     let local = (local_retention_ms.is_some() || local_retention_bytes.is_some())
         .then(|| options::retention(local_retention_ms, local_retention_bytes));
-    let tier = options::tier(tier, storage_options, tier_takeover, local)?;
+    let tier = options::tier(
+        tier,
+        storage_options,
+        options::TierOptions {
+            takeover: tier_takeover,
+            local_retention: local,
+            delete_delay_ms: tier_delete_delay_ms,
+            tail_upload_ms,
+        },
+    )?;
     let staged_adopt_bytes_min =
         options::staged_adopt_bytes_min(py, staged_adopt_bytes_min, staged_adopt_bytes)?;
     let config = OpenOptions {

@@ -300,30 +300,56 @@ impl OpenOptions {
     }
 }
 
+/// The tier settings of `tidelog.open` besides the URL and the store's options.
+#[derive(Debug, Default)]
+pub struct TierOptions {
+    pub takeover: bool,
+    pub local_retention: Option<Retention>,
+    pub delete_delay_ms: Option<u64>,
+    pub tail_upload_ms: Option<u64>,
+}
+
 /// The tier of `tidelog.open`: its URL, the store's options (strings, or booleans and
-/// integers written as strings) and `tier_takeover`. Options or a takeover without a URL
-/// are refused.
+/// integers written as strings) and the other tier settings. Any of those without a URL is
+/// refused.
 pub fn tier(
     url: Option<String>,
     options: Option<HashMap<String, Bound<'_, PyAny>>>,
-    takeover: bool,
-    local_retention: Option<Retention>,
+    settings: TierOptions,
 ) -> PyResult<Option<tidelog::TierConfig>> {
     let Some(url) = url else {
-        if options.is_some() || takeover || local_retention.is_some() {
+        let TierOptions {
+            takeover,
+            local_retention,
+            delete_delay_ms,
+            tail_upload_ms,
+        } = settings;
+        if options.is_some()
+            || takeover
+            || local_retention.is_some()
+            || delete_delay_ms.is_some()
+            || tail_upload_ms.is_some()
+        {
             return Err(to_py(tidelog::Error::InvalidArgument {
                 name: "tier",
-                reason: "storage_options, tier_takeover and local_retention_* need a tier URL"
+                reason: "storage_options, tier_takeover, local_retention_*, tier_delete_delay_ms \
+                         and tail_upload_ms need a tier URL"
                     .to_owned(),
             }));
         }
         return Ok(None);
     };
-    let config = tier_config(url, options, takeover)?;
-    Ok(Some(match local_retention {
-        Some(local) => config.local_retention(local),
-        None => config,
-    }))
+    let mut config = tier_config(url, options, settings.takeover)?;
+    if let Some(local) = settings.local_retention {
+        config = config.local_retention(local);
+    }
+    if let Some(delay_ms) = settings.delete_delay_ms {
+        config = config.delete_delay_ms(delay_ms);
+    }
+    if let Some(after_ms) = settings.tail_upload_ms {
+        config = config.tail_upload_ms(after_ms);
+    }
+    Ok(Some(config))
 }
 
 /// A tier configuration: the URL, the store's options (strings, or booleans and integers

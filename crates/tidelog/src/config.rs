@@ -136,9 +136,22 @@ pub struct TierConfig {
     /// `local.retention.ms` and `local.retention.bytes`), for every topic; a limit it does
     /// not set (or `None`, the default) is the retention's (`Config::retention`,
     /// `topic_retention`). Each limit at most the retention's. Either way an extent leaves
-    /// the disk only once the bucket holds it; nothing is deleted from the bucket yet.
+    /// the disk only once the bucket holds it (or the bucket's retention dropped it).
     pub local_retention: Option<Retention>,
+    /// How long an object retention dropped from the manifest (or one a crash left
+    /// unnamed) stays in the bucket before it is deleted, so readers of an older manifest
+    /// version still find it (Kafka's `file.delete.delay.ms`). `None`:
+    /// [`TIER_DELETE_DELAY_DEFAULT_MS`].
+    pub delete_delay_ms: Option<u64>,
+    /// At most this long after an append its record is in the bucket: the upload thread
+    /// ends each topic's open extent once it has held records that long, and uploads it
+    /// (`None`, the default: extents are uploaded as they fill). Each such end starts a new
+    /// extent, so a short time makes many small objects.
+    pub tail_upload_ms: Option<u64>,
 }
+
+/// [`TierConfig::delete_delay_ms`] when not set: one minute, as Kafka's.
+pub const TIER_DELETE_DELAY_DEFAULT_MS: u64 = 60_000;
 
 impl TierConfig {
     /// A tier at `url` with no options.
@@ -166,6 +179,25 @@ impl TierConfig {
         self.local_retention = Some(retention);
         self
     }
+
+    /// Sets [`TierConfig::delete_delay_ms`].
+    pub fn delete_delay_ms(mut self, delay_ms: u64) -> TierConfig {
+        self.delete_delay_ms = Some(delay_ms);
+        self
+    }
+
+    /// Sets [`TierConfig::tail_upload_ms`].
+    pub fn tail_upload_ms(mut self, after_ms: u64) -> TierConfig {
+        self.tail_upload_ms = Some(after_ms);
+        self
+    }
+
+    /// [`TierConfig::delete_delay_ms`], or its default.
+    pub fn delete_delay(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(
+            self.delete_delay_ms.unwrap_or(TIER_DELETE_DELAY_DEFAULT_MS),
+        )
+    }
 }
 
 impl std::fmt::Debug for TierConfig {
@@ -176,6 +208,8 @@ impl std::fmt::Debug for TierConfig {
             .field("options", &self.options.keys().collect::<Vec<_>>())
             .field("takeover", &self.takeover)
             .field("local_retention", &self.local_retention)
+            .field("delete_delay_ms", &self.delete_delay_ms)
+            .field("tail_upload_ms", &self.tail_upload_ms)
             .finish()
     }
 }
@@ -594,6 +628,12 @@ impl Config {
         };
         if tier.url.is_empty() {
             return Err(Error::invalid("tier", "the URL is empty"));
+        }
+        if tier.tail_upload_ms == Some(0) {
+            return Err(Error::invalid(
+                "tail_upload_ms",
+                "must be positive (each end of an open extent makes an object)",
+            ));
         }
         if let Some(local) = tier.local_retention {
             local.validate()?;

@@ -71,7 +71,7 @@ mod wal;
 pub use config::{
     CommitMode, Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, ReaderOptions,
     Retention, RingBackend, SPIN_MAX, STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS,
-    StartPosition, TierConfig, Visibility, validate_name,
+    StartPosition, TIER_DELETE_DELAY_DEFAULT_MS, TierConfig, Visibility, validate_name,
 };
 pub use error::{Error, Result};
 pub use file::FileState;

@@ -337,6 +337,39 @@ impl Bucket {
         }
     }
 
+    /// The keys (under the prefix) of every object under `dir`, at any depth, sorted.
+    pub fn list_all(&self, dir: &str) -> Result<Vec<String>> {
+        let prefix = self.path(dir);
+        let root_depth = self.root.parts().count();
+        let metas: Vec<_> = self.run(
+            "list",
+            dir,
+            self.store.list(Some(&prefix)).try_collect::<Vec<_>>(),
+        )?;
+        let mut keys: Vec<String> = metas
+            .into_iter()
+            .map(|m| {
+                m.location
+                    .parts()
+                    .skip(root_depth)
+                    .map(|p| p.as_ref().to_owned())
+                    .collect::<Vec<_>>()
+                    .join("/")
+            })
+            .collect();
+        keys.sort();
+        Ok(keys)
+    }
+
+    /// Deletes the object at `key` (nothing there is not an error).
+    pub fn delete(&self, key: &str) -> Result<()> {
+        let path = self.path(key);
+        match self.block_on(self.store.delete(&path))? {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.error("delete", key, &e)),
+        }
+    }
+
     /// The names of the objects right under `dir` whose names sort after `after`, sorted.
     pub fn list_after(&self, dir: &str, after: Option<&str>) -> Result<Vec<String>> {
         let prefix = self.path(dir);

@@ -8,14 +8,20 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::bucket::Bucket;
+use crate::config::Retention;
 use crate::error::{Error, Result};
+use crate::format;
 
 /// Where the deltas live under the prefix.
 pub const MANIFEST_DIR: &str = "_tidelog/manifest";
 /// First line of a delta object: magic, CRC-32 and length of the JSON body that follows.
 pub const DELTA_MAGIC: &str = "TLDELTA1";
-/// The JSON body's `format` field: bumped whenever an entry changes meaning.
-pub const DELTA_FORMAT: u32 = 1;
+/// The JSON body's `format` field: bumped whenever an entry changes meaning or one is
+/// added. Format 2 added `trim`; a delta without one is still written as format 1, so
+/// builds that read only format 1 read it.
+pub const DELTA_FORMAT: u32 = 2;
+/// The format of a delta without `trim` entries (and of checkpoints).
+pub const DELTA_FORMAT_FIRST: u32 = 1;
 /// Width of the zero-padded decimal numbers in object names (they sort as numbers).
 pub const NUMBER_DIGITS: usize = 20;
 /// Most bytes one delta object may hold: a bigger one is damage, not a delta.
@@ -76,6 +82,26 @@ pub enum Entry {
     Topic { id: u32, name: String },
     /// An extent object joins its topic, right after the topic's last object.
     Add(ExtentObject),
+    /// Retention drops the topic's objects before `first_offset`, which must be where one
+    /// of its objects starts (never past its last object). Their bytes are deleted later.
+    Trim { topic: u32, first_offset: u64 },
+}
+
+/// The format a delta of `entries` is written in: the first that has every entry's kind.
+pub fn format_for(entries: &[Entry]) -> u32 {
+    if entries.iter().any(|e| matches!(e, Entry::Trim { .. })) {
+        DELTA_FORMAT
+    } else {
+        DELTA_FORMAT_FIRST
+    }
+}
+
+/// What [`Manifest::apply`] undoes when a delta breaks a rule part way.
+#[derive(Debug)]
+enum Undo {
+    Topic(u32),
+    Object(u32, u64),
+    Trimmed(u32, Vec<ExtentObject>),
 }
 
 /// One delta: the changes one commit made.
@@ -103,6 +129,37 @@ pub struct RemoteTopic {
 }
 
 impl RemoteTopic {
+    /// Where `retention` trims this topic at `now_us`: the first offset of the first object
+    /// it keeps, if it drops any. The same rules as on disk: an object goes when its newest
+    /// record is older than the age limit, or while the topic's records would still total
+    /// the byte limit without it; objects go oldest first, and the last always stays (the
+    /// topic's end is where the next object goes).
+    pub fn trim_point(&self, retention: Retention, now_us: u64) -> Option<u64> {
+        let record_bytes =
+            |o: &ExtentObject| o.footer_position.saturating_sub(format::BLOCK_HEADER_BYTES);
+        let mut remaining: u64 = self.objects.values().map(record_bytes).sum();
+        let candidates = self.objects.len().saturating_sub(1);
+        let mut kept = None;
+        for (i, object) in self.objects.values().enumerate() {
+            let by_age = retention.max_age_ms.is_some_and(|age_ms| {
+                object
+                    .max_timestamp_us
+                    .saturating_add(age_ms.saturating_mul(1000))
+                    < now_us
+            });
+            let bytes = record_bytes(object);
+            let by_bytes = retention
+                .max_bytes
+                .is_some_and(|max| remaining.saturating_sub(bytes) >= max);
+            if i >= candidates || !(by_age || by_bytes) {
+                kept = Some((i, object.first_offset));
+                break;
+            }
+            remaining = remaining.saturating_sub(bytes);
+        }
+        kept.filter(|(i, _)| *i > 0).map(|(_, first)| first)
+    }
+
     /// The offset after its last object's records, if it has one.
     pub fn next_offset(&self) -> Option<u64> {
         self.objects
@@ -138,26 +195,15 @@ impl Manifest {
         // Applied in place (a manifest holds every object: no copy per delta); a delta that
         // breaks a rule part way is undone, so nothing of it stays.
         let before = (self.epoch, self.producer.clone());
-        let mut added = Vec::new();
-        match self.apply_entries(delta, &mut added) {
+        let mut undo = Vec::new();
+        match self.apply_entries(delta, &mut undo) {
             Ok(()) => {
                 self.version = delta.version;
                 Ok(())
             }
             Err(reason) => {
-                for (topic, first_offset) in added.into_iter().rev() {
-                    match first_offset {
-                        Some(first) => {
-                            if let Some(t) = self.topics.get_mut(&topic) {
-                                t.objects.remove(&first);
-                            }
-                        }
-                        None => {
-                            if let Some(t) = self.topics.remove(&topic) {
-                                self.ids.remove(&t.name);
-                            }
-                        }
-                    }
+                for step in undo.into_iter().rev() {
+                    self.undo(step);
                 }
                 (self.epoch, self.producer) = before;
                 Err(corrupt(key, reason))
@@ -165,12 +211,33 @@ impl Manifest {
         }
     }
 
-    /// Applies `delta`'s entries to this manifest, noting in `added` each topic (`None`)
-    /// and object (its first offset) it added; the reason of the first that breaks a rule.
+    fn undo(&mut self, step: Undo) {
+        match step {
+            Undo::Object(topic, first) => {
+                if let Some(t) = self.topics.get_mut(&topic) {
+                    t.objects.remove(&first);
+                }
+            }
+            Undo::Topic(topic) => {
+                if let Some(t) = self.topics.remove(&topic) {
+                    self.ids.remove(&t.name);
+                }
+            }
+            Undo::Trimmed(topic, objects) => {
+                if let Some(t) = self.topics.get_mut(&topic) {
+                    t.objects
+                        .extend(objects.into_iter().map(|o| (o.first_offset, o)));
+                }
+            }
+        }
+    }
+
+    /// Applies `delta`'s entries to this manifest, noting in `undo` how to take each back;
+    /// the reason of the first that breaks a rule.
     fn apply_entries(
         &mut self,
         delta: &Delta,
-        added: &mut Vec<(u32, Option<u64>)>,
+        undo: &mut Vec<Undo>,
     ) -> std::result::Result<(), String> {
         for entry in &delta.entries {
             match entry {
@@ -194,7 +261,7 @@ impl Manifest {
                         },
                     );
                     self.ids.insert(name.clone(), *id);
-                    added.push((*id, None));
+                    undo.push(Undo::Topic(*id));
                 }
                 Entry::Add(object) => {
                     self.check_writer(delta)?;
@@ -213,7 +280,31 @@ impl Manifest {
                         ));
                     }
                     topic.objects.insert(object.first_offset, object.clone());
-                    added.push((object.topic, Some(object.first_offset)));
+                    undo.push(Undo::Object(object.topic, object.first_offset));
+                }
+                Entry::Trim {
+                    topic: id,
+                    first_offset,
+                } => {
+                    self.check_writer(delta)?;
+                    if delta.format < DELTA_FORMAT {
+                        return Err(format!("a trim in a delta of format {}", delta.format));
+                    }
+                    let Some(topic) = self.topics.get_mut(id) else {
+                        return Err(format!("a trim of unknown topic {id}"));
+                    };
+                    let first = topic.objects.keys().next().copied();
+                    if first.is_none_or(|f| f >= *first_offset)
+                        || !topic.objects.contains_key(first_offset)
+                    {
+                        return Err(format!(
+                            "a trim of topic {id} to offset {first_offset}, where none of its \
+                             objects after the first starts"
+                        ));
+                    }
+                    let kept = topic.objects.split_off(first_offset);
+                    let dropped = std::mem::replace(&mut topic.objects, kept);
+                    undo.push(Undo::Trimmed(*id, dropped.into_values().collect()));
                 }
             }
         }
@@ -345,7 +436,7 @@ struct CheckpointTopic {
 /// A checkpoint's bytes: `TLCHKPT1 <crc32> <length>\n<JSON body>`.
 pub fn encode_checkpoint(manifest: &Manifest) -> Vec<u8> {
     let body = Checkpoint {
-        format: DELTA_FORMAT,
+        format: DELTA_FORMAT_FIRST,
         version: manifest.version,
         epoch: manifest.epoch,
         producer: manifest.producer.clone(),
@@ -370,7 +461,7 @@ pub fn decode_checkpoint(bytes: &[u8], key: &str) -> Result<Manifest> {
     let body = unframe(bytes, CHECKPOINT_MAGIC, CHECKPOINT_BYTES_MAX, key)?;
     let c: Checkpoint =
         serde_json::from_slice(body).map_err(|e| corrupt(key, format!("bad JSON: {e}")))?;
-    if c.format != DELTA_FORMAT {
+    if c.format != DELTA_FORMAT_FIRST {
         return Err(corrupt(key, format!("checkpoint format {}", c.format)));
     }
     let mut m = Manifest {
@@ -490,7 +581,7 @@ pub fn decode_delta(bytes: &[u8], key: &str) -> Result<Delta> {
     let body = unframe(bytes, DELTA_MAGIC, DELTA_BYTES_MAX, key)?;
     let delta: Delta =
         serde_json::from_slice(body).map_err(|e| corrupt(key, format!("bad JSON: {e}")))?;
-    if delta.format != DELTA_FORMAT {
+    if !(DELTA_FORMAT_FIRST..=DELTA_FORMAT).contains(&delta.format) {
         return Err(corrupt(
             key,
             format!(
@@ -611,6 +702,114 @@ mod tests {
         ] {
             assert_eq!(decode_hint(bad), None);
         }
+    }
+
+    fn trim(version: u64, topic: u32, first_offset: u64) -> Delta {
+        Delta {
+            format: format_for(&[Entry::Trim {
+                topic,
+                first_offset,
+            }]),
+            ..delta(
+                version,
+                1,
+                vec![Entry::Trim {
+                    topic,
+                    first_offset,
+                }],
+            )
+        }
+    }
+
+    /// A manifest with topic 3 holding objects from 0, 10 and 20 (10 records each).
+    fn three_objects() -> Manifest {
+        let mut m = Manifest::default();
+        let claim = Entry::Claim {
+            epoch: 1,
+            producer: "p".into(),
+        };
+        let topic = Entry::Topic {
+            id: 3,
+            name: "t".into(),
+        };
+        let adds = [0, 10, 20].map(|first| Entry::Add(object(3, first, 10)));
+        m.apply(&delta(1, 1, vec![claim, topic]), "k")
+            .expect("claim");
+        m.apply(&delta(2, 1, adds.to_vec()), "k").expect("adds");
+        m
+    }
+
+    #[test]
+    fn trims_drop_a_prefix_of_objects_and_keep_the_last() {
+        let mut m = three_objects();
+        assert_eq!(format_for(&trim(3, 3, 10).entries), DELTA_FORMAT);
+        assert_eq!(
+            format_for(&[Entry::Add(object(3, 30, 1))]),
+            DELTA_FORMAT_FIRST
+        );
+        // Not at an object's start, at the first object, or of an unknown topic.
+        for bad in [
+            trim(3, 3, 15),
+            trim(3, 3, 0),
+            trim(3, 4, 10),
+            trim(3, 3, 30),
+        ] {
+            let before = m.clone();
+            assert!(m.apply(&bad, "k").is_err(), "{bad:?}");
+            assert_eq!(m, before);
+        }
+        // A trim in a delta of the first format is refused.
+        let old = Delta {
+            format: DELTA_FORMAT_FIRST,
+            ..trim(3, 3, 10)
+        };
+        assert!(m.apply(&old, "k").is_err());
+        m.apply(&trim(3, 3, 20), "k").expect("trim");
+        let t = m.topic("t").expect("topic").1;
+        assert_eq!(t.objects.keys().copied().collect::<Vec<_>>(), [20]);
+        assert_eq!(t.next_offset(), Some(30));
+        // A delta that trims, then breaks a rule, leaves nothing of the trim.
+        let mut m = three_objects();
+        let before = m.clone();
+        let mixed = Delta {
+            format: DELTA_FORMAT,
+            ..delta(
+                3,
+                1,
+                vec![
+                    Entry::Trim {
+                        topic: 3,
+                        first_offset: 10,
+                    },
+                    Entry::Add(object(3, 99, 1)),
+                ],
+            )
+        };
+        assert!(m.apply(&mixed, "k").is_err());
+        assert_eq!(m, before);
+        // The trims survive a checkpoint.
+        m.apply(&trim(3, 3, 10), "k").expect("trim");
+        let again = decode_checkpoint(&encode_checkpoint(&m), "c").expect("checkpoint");
+        assert_eq!(again, m);
+    }
+
+    #[test]
+    fn trim_points_follow_the_disk_rules() {
+        let m = three_objects();
+        let t = m.topic("t").expect("topic").1;
+        let records = |o: &ExtentObject| o.footer_position - crate::format::BLOCK_HEADER_BYTES;
+        let each = records(&object(3, 0, 10));
+        let bytes = |max| Retention::default().max_bytes(max);
+        // While the rest would still hold the limit, oldest first; never the last.
+        assert_eq!(t.trim_point(bytes(3 * each), 0), None);
+        assert_eq!(t.trim_point(bytes(2 * each), 0), Some(10));
+        assert_eq!(t.trim_point(bytes(each), 0), Some(20));
+        assert_eq!(t.trim_point(bytes(0), 0), Some(20));
+        // By age: every object's newest record is at 7 us.
+        let age = Retention::default().max_age_ms(1);
+        assert_eq!(t.trim_point(age, 1_007), None);
+        assert_eq!(t.trim_point(age, 1_008), Some(20));
+        assert_eq!(t.trim_point(Retention::default(), u64::MAX), None);
     }
 
     proptest! {

@@ -8,7 +8,6 @@ use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 
-use super::bucket::Bucket;
 use super::manifest::ExtentObject;
 use crate::error::{Error, Result};
 use crate::format::{self, BlockIdentity, FrameView, IndexEntry};
@@ -166,20 +165,6 @@ impl ObjectCache {
             kept.push(Arc::clone(&loaded));
         }
         Ok(loaded)
-    }
-
-    /// The object, kept or read from `bucket` now.
-    pub fn load(
-        &self,
-        bucket: &Bucket,
-        object: &ExtentObject,
-        topic: &str,
-    ) -> Result<Arc<LoadedObject>> {
-        if let Some(hit) = self.cached(&object.key) {
-            return Ok(hit);
-        }
-        let bytes = bucket.get_bytes(&object.key)?;
-        self.loaded(object, topic, bytes)
     }
 }
 

@@ -406,15 +406,51 @@ impl RemoteReader {
 
     /// The object, from a read started ahead, the kept ones, or the bucket now.
     fn load(&mut self, object: &ExtentObject) -> Result<Arc<LoadedObject>> {
-        if let Some(i) = self.ahead.iter().position(|f| f.key() == object.key) {
-            // Those before it were for objects a seek passed over.
-            self.ahead.drain(..i);
-            if let Some(fetch) = self.ahead.pop_front() {
-                let bytes = self.source.bucket().wait(fetch)?;
-                return self.source.cache().loaded(object, &self.topic, bytes);
+        let ahead = self.ahead.iter().position(|f| f.key() == object.key);
+        let bytes = match ahead {
+            Some(i) => {
+                // Those before it were for objects a seek passed over.
+                self.ahead.drain(..i);
+                match self.ahead.pop_front() {
+                    Some(fetch) => self.source.bucket().wait(fetch)?,
+                    None => self.source.bucket().get_bytes(&object.key)?,
+                }
             }
+            None => {
+                if let Some(hit) = self.source.cache().cached(&object.key) {
+                    return Ok(hit);
+                }
+                self.source.bucket().get_bytes(&object.key)?
+            }
+        };
+        if bytes.is_none() {
+            self.check_still_named(object)?;
         }
-        self.source.load(object, &self.topic)
+        self.source.cache().loaded(object, &self.topic, bytes)
+    }
+
+    /// An object the bucket no longer has: if a newer manifest no longer names it either,
+    /// retention dropped it (its delete waited `delete_delay_ms`), and its offsets are out of
+    /// range, not damaged.
+    fn check_still_named(&self, object: &ExtentObject) -> Result<()> {
+        self.source.refresh()?;
+        let (named, (first, next)) = self.source.with_manifest(|m| {
+            let t = known(m, &self.topic)?;
+            let named = t
+                .objects
+                .get(&object.first_offset)
+                .is_some_and(|o| o.key == object.key);
+            Ok::<_, Error>((named, bounds(t)))
+        })?;
+        if named {
+            return Ok(());
+        }
+        Err(Error::OffsetOutOfRange {
+            topic: self.topic.clone(),
+            offset: self.next_offset.max(object.first_offset),
+            first,
+            next,
+        })
     }
 
     /// Keeps reads of `following` (the objects after the current one, up to

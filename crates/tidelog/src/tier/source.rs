@@ -4,8 +4,8 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use super::bucket::Bucket;
-use super::manifest::{ExtentObject, Manifest, RemoteTopic};
-use super::object::{LoadedObject, ObjectCache};
+use super::manifest::{Manifest, RemoteTopic};
+use super::object::ObjectCache;
 use super::state::Tier;
 use crate::error::{Error, Result};
 use crate::poison::Recover;
@@ -83,11 +83,6 @@ impl Source {
             Source::Remote(shared) => shared.refresh(),
             Source::Tier(tier) => tier.refresh(),
         }
-    }
-
-    /// The object, kept or read now.
-    pub fn load(&self, object: &ExtentObject, topic: &str) -> Result<Arc<LoadedObject>> {
-        self.cache().load(self.bucket(), object, topic)
     }
 }
 

@@ -2,15 +2,15 @@
 //! the upload counters `tier_status` reports. The upload thread (`wal::tier`) changes it;
 //! reclaim asks it which extents the bucket holds.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use super::TierStatus;
 use super::bucket::Bucket;
-use super::manifest::{self, DELTA_FORMAT, Delta, Entry, ExtentObject, Manifest};
+use super::manifest::{self, Delta, Entry, ExtentObject, Manifest};
 use super::object::ObjectCache;
 use super::producer;
 use crate::config::TierConfig;
@@ -24,6 +24,19 @@ const CLAIM_TRIES: u32 = 8;
 /// Longest an open waits for each request reading the manifest: a bucket that does not
 /// answer leaves the check to the first upload, and the open goes on.
 const OPEN_REQUEST_LIMIT: Duration = Duration::from_secs(5);
+
+/// Where extent objects live under the prefix, and how their names end.
+pub const OBJECTS_DIR: &str = "topics";
+pub const OBJECT_SUFFIX: &str = ".extent";
+
+/// The keys of every object `manifest` names.
+fn named_objects(manifest: &Manifest) -> BTreeSet<String> {
+    manifest
+        .topics
+        .values()
+        .flat_map(|t| t.objects.values().map(|o| o.key.clone()))
+        .collect()
+}
 
 /// Sealed extents an upload pass found not in the manifest yet.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -66,6 +79,9 @@ pub(crate) struct Tier {
     view: Mutex<View>,
     changed: Condvar,
     cache: ObjectCache,
+    /// Objects under the prefix the manifest does not name, and since when this handle saw
+    /// them so (the sweep deletes them after the delay).
+    unnamed: Mutex<BTreeMap<String, Instant>>,
     uploading: AtomicBool,
     stop: AtomicBool,
     /// Set by this handle's first claim: `takeover` applies to that one only.
@@ -121,6 +137,7 @@ impl Tier {
             }),
             changed: Condvar::new(),
             cache: ObjectCache::default(),
+            unnamed: Mutex::new(BTreeMap::new()),
             uploading: AtomicBool::new(false),
             stop: AtomicBool::new(false),
             claimed_once: AtomicBool::new(false),
@@ -151,18 +168,75 @@ impl Tier {
     /// in `epoch` (a fenced producer's uploads never replace a live object).
     pub fn object_key(topic: u32, first_offset: u64, epoch: u64) -> String {
         format!(
-            "topics/{topic}/{first_offset:0w$}-{epoch:0w$}.extent",
+            "{OBJECTS_DIR}/{topic}/{first_offset:0w$}-{epoch:0w$}{OBJECT_SUFFIX}",
             w = manifest::NUMBER_DIGITS
         )
+    }
+
+    /// Deletes the extent objects under the prefix that the manifest has not named for
+    /// `delay` or longer (dropped by retention, or put by a pass that crashed before its
+    /// commit), as this handle has seen them: a sweep after a restart waits `delay` again.
+    /// Before it deletes, it reads the manifest again: a handle that lost the prefix deletes
+    /// nothing. Returns how many objects it deleted.
+    pub fn sweep(&self, delay: Duration) -> Result<usize> {
+        let listed: BTreeSet<String> = self
+            .bucket
+            .list_all(OBJECTS_DIR)?
+            .into_iter()
+            .filter(|k| k.ends_with(OBJECT_SUFFIX))
+            .collect();
+        let now = Instant::now();
+        let named = self.with_manifest(named_objects);
+        let due: Vec<String> = {
+            let mut unnamed = self.unnamed.lock().recover();
+            unnamed.retain(|k, _| listed.contains(k) && !named.contains(k));
+            listed
+                .iter()
+                .filter(|k| !named.contains(*k))
+                .filter(|k| {
+                    let since = *unnamed.entry((*k).clone()).or_insert(now);
+                    now.duration_since(since) >= delay
+                })
+                .cloned()
+                .collect()
+        };
+        if due.is_empty() {
+            return Ok(0);
+        }
+        self.refresh()?;
+        self.check_fenced()?;
+        let (named, holder) = self.with_manifest(|m| (named_objects(m), m.producer.clone()));
+        if holder.as_deref() != Some(self.producer.as_str()) {
+            return Ok(0);
+        }
+        let mut deleted = 0;
+        for key in due.iter().filter(|k| !named.contains(*k)) {
+            crate::process::crash_point("tier-delete");
+            self.bucket.delete(key)?;
+            self.unnamed.lock().recover().remove(key);
+            deleted += 1;
+        }
+        Ok(deleted)
     }
 
     /// Whether the manifest (as this handle knows it) holds `extent` of topic `name`: an
     /// object from its first offset with its salt (another directory's extent there is not
     /// this one).
+    /// An extent wholly below the topic's first object counts as held too: the bucket's
+    /// retention dropped those offsets, so neither an upload nor the disk keeps them.
     pub fn holds(&self, name: &str, extent: &Extent) -> bool {
-        self.view()
-            .manifest
-            .holds(name, extent.first_offset, extent.salt)
+        let view = self.view();
+        let manifest = &view.manifest;
+        if manifest.holds(name, extent.first_offset, extent.salt) {
+            return true;
+        }
+        let first = manifest
+            .topic(name)
+            .and_then(|(_, t)| t.objects.keys().next().copied());
+        match (first, extent.final_state()) {
+            (Some(first), Some((count, _))) => extent.first_offset.saturating_add(count) <= first,
+            _ => false,
+        }
     }
 
     /// Where the objects of topic `name` end in the manifest, if it has any.
@@ -264,7 +338,7 @@ impl Tier {
     /// The delta after `version` of this handle, in `epoch`.
     fn delta(&self, version: u64, epoch: u64, entries: Vec<Entry>) -> Delta {
         Delta {
-            format: DELTA_FORMAT,
+            format: manifest::format_for(&entries),
             version: version + 1,
             epoch,
             producer: self.producer.clone(),

@@ -27,6 +27,10 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Longest a `tier_flush` waits between two looks at the manifest.
 const FLUSH_LOOK: Duration = Duration::from_millis(20);
+/// How often the uploading handle sweeps the bucket for objects the manifest no longer
+/// names: half the delete delay, within these bounds (each sweep lists every object).
+const SWEEP_EVERY_MIN: Duration = Duration::from_millis(100);
+const SWEEP_EVERY_MAX: Duration = Duration::from_secs(60);
 /// Longest the upload pass waits for a topic's append lock (a stopped appender holds it):
 /// the topic waits for the next pass.
 const TOPIC_LOCK_WAIT: Duration = Duration::from_millis(200);
@@ -39,15 +43,36 @@ pub(super) fn upload_loop(state: &State) {
         return;
     };
     let tick = Duration::from_millis(state.config.sync_interval_ms);
+    let settings = state.config.tier.clone().unwrap_or_default();
+    let delete_delay = settings.delete_delay();
+    let sweep_every = (delete_delay / 2).clamp(SWEEP_EVERY_MIN, SWEEP_EVERY_MAX);
+    let tail_after = settings.tail_upload_ms.map(Duration::from_millis);
+    let mut tails = Tails::default();
+    let mut swept: Option<Instant> = None;
     let mut retry: Option<Duration> = None;
     let mut refreshed = Instant::now();
     loop {
-        tier.wait_for_work(retry.unwrap_or(tick));
+        let wait = match tail_after {
+            Some(after) => tick.min(after),
+            None => tick,
+        };
+        tier.wait_for_work(retry.unwrap_or(wait));
         if tier.stopping() || state.sync.check().is_err() {
             return;
         }
         let result = if tier.is_uploading() {
-            upload_pass(state, &tier)
+            let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
+            let result = housekeeping(
+                state,
+                &tier,
+                tail_after,
+                &mut tails,
+                sweep_due.then_some(delete_delay),
+            );
+            if sweep_due && result.is_ok() {
+                swept = Some(Instant::now());
+            }
+            result
         } else if tier.take_refresh_wanted() || refreshed.elapsed() >= REFRESH_EVERY {
             refreshed = Instant::now();
             tier.refresh()
@@ -62,6 +87,93 @@ pub(super) fn upload_loop(state: &State) {
             }
         };
     }
+}
+
+/// One round of the uploading handle: ends open extents held long enough
+/// (`tail_upload_ms`), uploads, trims the manifest by retention and, when `sweep` gives the
+/// delay, deletes the objects it no longer names.
+fn housekeeping(
+    state: &State,
+    tier: &Tier,
+    tail_after: Option<Duration>,
+    tails: &mut Tails,
+    sweep: Option<Duration>,
+) -> Result<()> {
+    if let Some(after) = tail_after {
+        end_old_tails(state, after, tails)?;
+    }
+    upload_pass(state, tier)?;
+    if let Some(epoch) = tier.claimed() {
+        trim_pass(state, tier, epoch)?;
+    }
+    if let Some(delay) = sweep {
+        tier.sweep(delay)?;
+    }
+    Ok(())
+}
+
+/// Per topic, the open extent (by first offset) first seen holding records, and when.
+type Tails = BTreeMap<String, (u64, Instant)>;
+
+/// Ends each topic's open extent that has held records for `after` or longer, and flushes,
+/// so the pass that follows seals and uploads it.
+fn end_old_tails(state: &State, after: Duration, tails: &mut Tails) -> Result<()> {
+    let now = Instant::now();
+    let mut ended = false;
+    let mut live = BTreeMap::new();
+    for topic in state.topics.every()? {
+        let open = topic.with_chain(|chain| {
+            chain
+                .last()
+                .filter(|b| b.final_state().is_none() && b.published().0 > 0)
+                .map(|b| b.first_offset)
+        });
+        let Some(first) = open else {
+            continue;
+        };
+        let since = match tails.get(&topic.name) {
+            Some(&(seen, since)) if seen == first => since,
+            _ => now,
+        };
+        if now.duration_since(since) >= after {
+            end_tail_below(state, &topic, topic.next_offset())?;
+            ended = true;
+            continue;
+        }
+        live.insert(topic.name.clone(), (first, since));
+    }
+    *tails = live;
+    if ended {
+        state.flusher.flush()?;
+    }
+    Ok(())
+}
+
+/// Trims each topic of the manifest by its retention (the directory's, `retention_ms` /
+/// `retention_bytes` and per topic): one delta for all of them.
+fn trim_pass(state: &State, tier: &Tier, epoch: u64) -> Result<()> {
+    let now_us = crate::clock::now_us();
+    let entries: Vec<Entry> = tier.with_manifest(|m| {
+        m.topics
+            .iter()
+            .filter_map(|(id, t)| {
+                let retention = state.config.retention_for(&t.name);
+                if retention.is_unlimited() {
+                    return None;
+                }
+                t.trim_point(retention, now_us)
+                    .map(|first_offset| Entry::Trim {
+                        topic: *id,
+                        first_offset,
+                    })
+            })
+            .collect()
+    });
+    if !entries.is_empty() {
+        crate::process::crash_point("tier-trim");
+        tier.commit(epoch, entries)?;
+    }
+    Ok(())
 }
 
 /// One pass: claims the prefix if this handle has not, then puts the sealed extents the

@@ -891,3 +891,186 @@ fn a_remote_reader_seeks_by_offset_and_time_and_reads_ahead_across_objects() {
     assert!(matches!(reader.next(), Err(Error::TierCorruption { .. })));
     assert_eq!(reader.position(), read);
 }
+
+/// Waits up to 30 s for `done`.
+fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !done() {
+        assert!(start.elapsed() < Duration::from_secs(30), "{what}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The extent objects under `bucket`, by key.
+fn object_files(bucket: &Path) -> Vec<String> {
+    fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
+        for entry in std::fs::read_dir(dir).into_iter().flatten() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                walk(&path, root, out);
+            } else {
+                let key = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push(key);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&bucket.join("topics"), bucket, &mut out);
+    out.sort();
+    out
+}
+
+#[test]
+fn retention_trims_the_bucket_and_the_sweep_deletes_what_the_manifest_drops() {
+    use tidelog::RemoteLog;
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path())).delete_delay_ms(0);
+    // An object a crashed pass put and never committed, and a file that is not an object.
+    let stray = bucket.path().join("topics/9");
+    std::fs::create_dir_all(&stray).unwrap();
+    std::fs::write(
+        stray.join("00000000000000000000-00000000000000000001.extent"),
+        b"x",
+    )
+    .unwrap();
+    std::fs::write(stray.join("notes.txt"), b"kept").unwrap();
+    let cfg = config(tier.clone()).retention(Retention::default().max_bytes(128 * 1024));
+    let wal = Wal::open_with(dir.path(), cfg).unwrap();
+    append(&wal, "r", 0, 100);
+    wal.tier_flush(WAIT).unwrap();
+    // A reader of the bucket as it is now, before retention trims it.
+    let early = RemoteLog::open(&tier).unwrap();
+    assert_eq!(early.topic_info("r").unwrap().first_offset, 0);
+    append(&wal, "r", 100, 900);
+    wal.tier_flush(WAIT).unwrap();
+
+    eventually("the bucket was never trimmed", || {
+        RemoteLog::open(&tier)
+            .unwrap()
+            .topic_info("r")
+            .unwrap()
+            .first_offset
+            > 0
+    });
+    let remote = RemoteLog::open(&tier).unwrap();
+    let info = remote.topic_info("r").unwrap();
+    assert_eq!(info.next_offset, 1_000);
+    // About the limit is kept: each object holds about 64 KiB of records.
+    assert!(info.bytes <= 128 * 1024 + 3 * 64 * 1024, "{info:?}");
+    assert!(matches!(
+        remote.read("r", info.first_offset - 1),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(
+        remote.read("r", info.first_offset).unwrap().value,
+        value("r", info.first_offset)
+    );
+    // Every object the manifest no longer names goes, the stray one too; the rest stay.
+    let named: Vec<String> = {
+        let r = topic_id(bucket.path(), "r");
+        let mut keys: Vec<String> = adds(bucket.path())
+            .into_iter()
+            .filter(|a| a.topic == r && a.first >= info.first_offset)
+            .map(|a| a.key)
+            .collect();
+        keys.push("topics/9/notes.txt".into());
+        keys.sort();
+        keys
+    };
+    eventually("the sweep never deleted the dropped objects", || {
+        object_files(bucket.path()) == named
+    });
+    // The handle's own view: the disk holds no more than the bucket does.
+    eventually("the disk kept what the bucket dropped", || {
+        wal.topic_info("r").unwrap().local_first_offset >= info.first_offset
+    });
+    assert_eq!(wal.topic_info("r").unwrap().first_offset, info.first_offset);
+    // A reader of the old manifest finds its objects gone: out of range, not damage.
+    assert!(matches!(
+        early.read("r", 0),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    wal.close().unwrap();
+}
+
+#[test]
+fn dropped_objects_stay_for_the_delete_delay() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    assert_eq!(
+        tier.delete_delay(),
+        Duration::from_millis(tidelog::TIER_DELETE_DELAY_DEFAULT_MS)
+    );
+    let cfg = config(tier.clone()).retention(Retention::default().max_bytes(64 * 1024));
+    let wal = Wal::open_with(dir.path(), cfg).unwrap();
+    append(&wal, "d", 0, 600);
+    wal.tier_flush(WAIT).unwrap();
+    eventually("the bucket was never trimmed", || {
+        tidelog::RemoteLog::open(&tier)
+            .unwrap()
+            .topic_info("d")
+            .unwrap()
+            .first_offset
+            > 0
+    });
+    // Dropped from the manifest, but a minute from deletion: a reader of an older manifest
+    // still finds every object.
+    std::thread::sleep(Duration::from_millis(300));
+    let d = topic_id(bucket.path(), "d");
+    let uploaded = adds(bucket.path())
+        .into_iter()
+        .filter(|a| a.topic == d)
+        .count();
+    assert_eq!(object_files(bucket.path()).len(), uploaded);
+    wal.close().unwrap();
+}
+
+#[test]
+fn tail_upload_ms_puts_an_open_extent_in_the_bucket() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path())).tail_upload_ms(100);
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    // Far less than an extent: without tail_upload_ms it would wait for more records.
+    append(&wal, "tail", 0, 3);
+    let remote = tidelog::RemoteLog::open(&tier).unwrap();
+    let mut reader = remote
+        .reader_with("tail", &tidelog::ReaderOptions::default())
+        .unwrap_or_else(|_| {
+            eventually("the topic never reached the bucket", || {
+                remote.refresh().unwrap();
+                remote.topic_info("tail").is_ok()
+            });
+            remote
+                .reader_with("tail", &tidelog::ReaderOptions::default())
+                .unwrap()
+        });
+    assert!(
+        reader
+            .wait_for_records(Instant::now() + Duration::from_secs(20))
+            .unwrap()
+    );
+    let got = reader.next_batch(10, u64::MAX).unwrap();
+    assert_eq!(got.len(), 3);
+    append(&wal, "tail", 3, 2);
+    assert!(
+        reader
+            .wait_for_records(Instant::now() + Duration::from_secs(20))
+            .unwrap()
+    );
+    assert_eq!(reader.next().unwrap().unwrap().value, value("tail", 3));
+    assert!(matches!(
+        Wal::open_with(
+            tempdir().path(),
+            config(TierConfig::new(file_url(bucket.path())).tail_upload_ms(0))
+        ),
+        Err(Error::InvalidArgument { .. })
+    ));
+    wal.close().unwrap();
+}
