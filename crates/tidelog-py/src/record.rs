@@ -80,8 +80,9 @@ impl PyRecord {
         // SAFETY: the value lies in a mapping that `tidelog::Record` keeps alive and that no
         // one writes again (records are immutable once published, data files are never
         // truncated or reused while mapped), or in its extent's image (a read-only handle's
-        // copy of records repaired from a commit copy, never changed once set); the view
-        // owns a reference to `slf`, which owns the `tidelog::Record`.
+        // copy of records repaired from a commit copy, never changed once set), or in an
+        // object read from the tier's bucket, whose immutable bytes the record owns; the
+        // view owns a reference to `slf`, which owns the `tidelog::Record`.
         unsafe { export_readonly(view, flags, data, len, slf.into_any()) }
     }
 }
