@@ -10,8 +10,9 @@
 from __future__ import annotations
 
 import os
+import re
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from tidelog import exceptions
@@ -31,6 +32,11 @@ from tidelog._native import (
     Wal,
     Writer,
     __version__,
+    bucket_stage_abort,
+    bucket_stage_commit,
+    bucket_stage_sink_batch,
+    bucket_stage_upload,
+    bucket_stage_wait,
     open,
     open_remote,
     stage_abort,
@@ -109,6 +115,11 @@ __all__ = [
     "Wal",
     "Writer",
     "__version__",
+    "bucket_stage_abort",
+    "bucket_stage_commit",
+    "bucket_stage_sink_batch",
+    "bucket_stage_upload",
+    "bucket_stage_wait",
     "commit_staged",
     "exceptions",
     "open",
@@ -118,6 +129,13 @@ __all__ = [
     "stage_sink_batch",
     "stage_wait",
 ]
+
+
+def _is_url(path: str | bytes) -> bool:
+    """A bucket URL (`s3://...`, `file:///...`, `memory://...`), not a directory."""
+    text = path.decode() if isinstance(path, bytes) else path
+    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", text) is not None
+
 
 # How long a committer waits for the directory's holder before it tries to open it again.
 _COMMIT_WAIT_SLICE = 0.1
@@ -131,6 +149,7 @@ def commit_staged(
     sink: str | None = None,
     batch: int | None = None,
     timeout: float = 60.0,
+    storage_options: Mapping[str, str | bool | int] | None = None,
     **options: Any,
 ) -> None:
     """Commits the staged `parts` of `job` (written with `StagedWriter`) and returns once
@@ -142,8 +161,27 @@ def commit_staged(
     `stage_sink_batch` can recognise a replayed micro-batch. A part named twice or not
     staged is `InvalidArgumentError`; so is a job set aside at its publish as one that
     cannot be published (a damaged segment, a record over the directory's limits), with
-    the reason: `stage_abort` removes it. Committing a published job again does nothing."""
-    stage_commit(path, job, list(parts), sink=sink, batch=batch)
+    the reason: `stage_abort` removes it. Committing a published job again does nothing.
+
+    `path` may be a tier's bucket URL (with `storage_options`): the parts were put there
+    with `bucket_stage_upload`; the commit is written there, and the producer whose tier
+    the bucket is publishes the job into its directory. A replayed micro-batch (another
+    commit of the same `sink` and `batch` came first) has its own parts removed. Without a
+    producer, `TierTimeoutError` after `timeout` says what the bucket shows."""
+    parts = list(parts)
+    if _is_url(os.fspath(path)):
+        url = os.fspath(path)
+        kwargs: dict[str, Any] = {"storage_options": storage_options}
+        if not bucket_stage_commit(url, job, parts, sink=sink, batch=batch, **kwargs):
+            bucket_stage_abort(url, job, parts, **kwargs)
+            return
+        bucket_stage_wait(url, job, timeout, **kwargs)
+        return
+    if storage_options is not None:
+        raise exceptions.InvalidArgumentError(
+            "storage_options are for a bucket URL, not a directory", name="storage_options"
+        )
+    stage_commit(path, job, parts, sink=sink, batch=batch)
     deadline = time.monotonic() + timeout
     while True:
         wait = min(_COMMIT_WAIT_SLICE, max(0.0, deadline - time.monotonic()))

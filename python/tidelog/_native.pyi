@@ -686,3 +686,57 @@ def stage_abort(path: str | os.PathLike[str], job: str) -> None:
 
 def stage_sink_batch(path: str | os.PathLike[str], sink: str) -> int | None:
     """The last micro-batch id streaming sink `sink` published, or None."""
+
+# Staged jobs through a tier's bucket (writers that cannot reach the producer's directory).
+
+def bucket_stage_upload(
+    path: str | os.PathLike[str],
+    job: str,
+    part: str,
+    url: str,
+    *,
+    storage_options: Mapping[str, str | bool | int] | None = None,
+) -> None:
+    """Puts part `part` of `job`, staged and finished with `StagedWriter` in the directory
+    `path` (a task's own), into the bucket at `url`: its segments, then its manifest."""
+
+def bucket_stage_commit(
+    url: str,
+    job: str,
+    parts: list[str],
+    *,
+    sink: str | None = None,
+    batch: int | None = None,
+    storage_options: Mapping[str, str | bool | int] | None = None,
+) -> bool:
+    """Commits `job` in the bucket (put-if-absent): True when this commit is the job's,
+    False when another commit of the same `sink` and `batch` came first (a replay; remove
+    this one's parts with `bucket_stage_abort(url, job, parts)`). The producer whose tier
+    the bucket is publishes it. `commit_staged(url, ...)` does this and waits."""
+
+def bucket_stage_wait(
+    url: str,
+    job: str,
+    timeout: float = 60.0,
+    *,
+    storage_options: Mapping[str, str | bool | int] | None = None,
+) -> dict[str, tuple[int, int]]:
+    """Waits until the producer published committed `job`: the offsets it got per topic,
+    `(start, end)`. `TierTimeoutError` (its `waiting_for` says what the bucket shows of the
+    producer) after `timeout`; `InvalidArgumentError` with the reason for a job the
+    producer set aside."""
+
+def bucket_stage_abort(
+    url: str,
+    job: str,
+    parts: list[str] | None = None,
+    *,
+    storage_options: Mapping[str, str | bool | int] | None = None,
+) -> None:
+    """Removes uncommitted `job` from the bucket (a committed one is the producer's:
+    `InvalidArgumentError`), or with `parts` only those parts."""
+
+def bucket_stage_sink_batch(
+    url: str, sink: str, *, storage_options: Mapping[str, str | bool | int] | None = None
+) -> int | None:
+    """The last micro-batch of streaming sink `sink` the bucket's producer published."""

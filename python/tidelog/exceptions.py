@@ -234,13 +234,18 @@ class FencedError(TierError):
 
 
 class TierTimeoutError(TierError, TimeoutError):
-    """`tier_flush` ran out of time with `pending_records` records not yet in the bucket
-    (after `waited_ms`)."""
+    """A wait on the tier ran out of time after `waited_ms`: `tier_flush` with
+    `pending_records` records not yet in the bucket, or a commit of a staged job in a bucket
+    that its producer did not publish in time. `waiting_for` says what it waited for and
+    what the bucket says of it."""
 
-    def __init__(self, message: str, waited_ms: int = 0, pending_records: int = 0) -> None:
+    def __init__(
+        self, message: str, waited_ms: int = 0, pending_records: int = 0, waiting_for: str = ""
+    ) -> None:
         super().__init__(message)
         self.waited_ms = waited_ms
         self.pending_records = pending_records
+        self.waiting_for = waiting_for
 
 
 class InternalError(TidelogError):

@@ -31,7 +31,12 @@ the ``topic`` option (which overrides the column, as in Kafka's sink)::
 Each task stages its records (``tidelog.StagedWriter``, no lock) and the driver's commit
 publishes the parts of the tasks that succeeded, once: a batch job is exactly-once, and a
 streaming query's micro-batch is published at most once per id, so a replayed batch is
-dropped. Offsets are assigned at the commit.
+dropped. Offsets are assigned at the commit. With a bucket URL as the path
+(``save("s3://bucket/prefix")``, options ``storage.KEY``), each task stages on its own disk
+and puts its part in the bucket; the driver's commit is written there, and the producer
+whose tier the bucket is (``tidelog.open(dir, tier=URL)``) publishes the job into its
+directory, exactly once; the commit waits for that up to ``commitTimeoutMs`` (default a
+minute) and says why when no producer did.
 """
 
 from __future__ import annotations
@@ -40,6 +45,7 @@ import json
 import os
 import re
 import sys
+import tempfile
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -75,6 +81,7 @@ from pyspark.sql.types import (
 )
 
 import tidelog
+from tidelog import _is_url
 from tidelog.exceptions import InvalidArgumentError, UnknownTopicError
 
 __all__ = [
@@ -117,6 +124,8 @@ ARROW_SCHEMA = pa.schema(
 PARTITION_RECORDS_MIN = 100_000
 # Rows per Arrow batch a task yields (Spark's own Arrow batches default to 10000 rows).
 MAX_RECORDS_PER_BATCH_DEFAULT = 10_000
+# How long a write's commit waits for its job to be published (option commitTimeoutMs).
+COMMIT_TIMEOUT_MS_DEFAULT = 60_000
 # Kafka's conventions inside offset JSON.
 EARLIEST, LATEST = -2, -1
 
@@ -318,11 +327,6 @@ class _Options:
                 )
             offsets[topic] = offset
         return offsets
-
-
-def _is_url(path: str) -> bool:
-    """A bucket URL (`s3://...`, `file:///...`, `memory://...`), not a directory."""
-    return re.match(r"^[A-Za-z][A-Za-z0-9+.-]*://", path) is not None
 
 
 def _storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -599,6 +603,15 @@ class _WriteOptions:
     key: bool
     timestamp: bool
     open_options: dict[str, Any]
+    # Options of the bucket when `path` is a bucket URL (Spark options `storage.KEY`).
+    storage_options: dict[str, str]
+    # How long the driver's commit waits for the job's publish (option commitTimeoutMs).
+    commit_timeout_s: float
+
+    @property
+    def bucket(self) -> bool:
+        """Writes go through a tier's bucket, which its producer publishes from."""
+        return _is_url(self.path)
 
     @classmethod
     def parse(
@@ -610,12 +623,6 @@ class _WriteOptions:
                 "path",
                 "option path is required: the tidelog directory, as "
                 'df.write.format("tidelog").save(path) or .option("path", ...)',
-            )
-        if _is_url(path):
-            raise _invalid(
-                "path",
-                f"writes go to the producer's directory, not to a bucket URL ({path}): "
-                "writing through a bucket is not supported yet",
             )
         if overwrite:
             raise _invalid(
@@ -655,6 +662,9 @@ class _WriteOptions:
             key=key,
             timestamp=timestamp,
             open_options={o: str(options[o]) for o in _OPEN_OPTIONS if options.get(o)},
+            storage_options=_storage_options(options),
+            commit_timeout_s=_positive_int(options, "commitTimeoutMs", COMMIT_TIMEOUT_MS_DEFAULT)
+            / 1000,
         )
 
 
@@ -742,15 +752,48 @@ def _stage(
     sink: str | None = None,
 ) -> StagedPart:
     """Stages a task's rows as part `part` of `job`; a task without rows stages nothing."""
+    if options.bucket:
+        # The task stages on its own disk, then puts the part in the bucket.
+        with tempfile.TemporaryDirectory(prefix="tidelog-stage-") as local:
+            records = _stage_into(options, local, job, part, batches)
+            if records is not None:
+                tidelog.bucket_stage_upload(
+                    local, job, part, options.path, storage_options=options.storage_options
+                )
+    else:
+        records = _stage_into(options, options.path, job, part, batches)
+    if records is None:
+        return StagedPart(job, None, 0, sink)
+    return StagedPart(job, part, records, sink)
+
+
+def _stage_into(
+    options: _WriteOptions, path: str, job: str, part: str, batches: Iterable[pa.RecordBatch]
+) -> int | None:
+    """Stages the rows as part `part` of `job` in the directory `path`: its records, or
+    None (nothing staged) for no rows."""
     staged = None
     for batch in batches:
         for topic, chunk in _by_topic(options, batch):
             if staged is None:
-                staged = tidelog.StagedWriter(options.path, job, part)
+                staged = tidelog.StagedWriter(path, job, part)
             staged.append_arrow(topic, chunk)
-    if staged is None:
-        return StagedPart(job, None, 0, sink)
-    return StagedPart(job, part, staged.finish(), sink)
+    return None if staged is None else staged.finish()
+
+
+def _abort(options: _WriteOptions, job: str) -> None:
+    if options.bucket:
+        tidelog.bucket_stage_abort(options.path, job, storage_options=options.storage_options)
+    else:
+        tidelog.stage_abort(options.path, job)
+
+
+def _sink_batch(options: _WriteOptions, sink: str) -> int | None:
+    if options.bucket:
+        return tidelog.bucket_stage_sink_batch(
+            options.path, sink, storage_options=options.storage_options
+        )
+    return tidelog.stage_sink_batch(options.path, sink)
 
 
 def _publish(
@@ -763,7 +806,19 @@ def _publish(
     """Publishes the parts the messages name, in their order (Spark's partition order)."""
     parts = [m.part for m in messages if isinstance(m, StagedPart) and m.part is not None]
     if not parts:
-        tidelog.stage_abort(options.path, job)
+        _abort(options, job)
+        return
+    if options.bucket:
+        # The producer whose tier the bucket is publishes it; this waits for it.
+        tidelog.commit_staged(
+            options.path,
+            job,
+            parts,
+            sink=sink,
+            batch=batch,
+            timeout=options.commit_timeout_s,
+            storage_options=options.storage_options,
+        )
         return
     # Opens the directory to publish; if a process holds it for writing, that one
     # publishes, and this waits.
@@ -785,7 +840,8 @@ class TidelogBatchWriter(DataSourceArrowWriter):
     def __init__(self, options: _WriteOptions, job: str) -> None:
         self.options = options
         self.job = job
-        os.makedirs(options.path, exist_ok=True)
+        if not options.bucket:
+            os.makedirs(options.path, exist_ok=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         return _stage(self.options, self.job, _part_name(), iterator)
@@ -794,7 +850,7 @@ class TidelogBatchWriter(DataSourceArrowWriter):
         _publish(self.options, self.job, messages)
 
     def abort(self, messages: list[WriterCommitMessage | None]) -> None:
-        tidelog.stage_abort(self.options.path, self.job)
+        _abort(self.options, self.job)
 
 
 def _stream_job(sink: str, batch_id: int) -> str:
@@ -813,7 +869,8 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
         # Task attempt ids restart with the SparkContext: part names must not collide with
         # those of a replayed batch's earlier run.
         self.run = uuid.uuid4().hex[:12]
-        os.makedirs(options.path, exist_ok=True)
+        if not options.bucket:
+            os.makedirs(options.path, exist_ok=True)
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> StagedPart:
         ctx = TaskContext.get()
@@ -834,10 +891,16 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
             return
         sink, job = staged[0].sink, staged[0].job
         assert sink is not None and job == _stream_job(sink, batchId), (job, batchId)
-        last = tidelog.stage_sink_batch(self.options.path, sink)
+        last = _sink_batch(self.options, sink)
         if last is not None and last >= batchId:
             # A replay: Spark stopped after the publish but before recording its commit.
-            tidelog.stage_abort(self.options.path, job)
+            if self.options.bucket:
+                parts = [m.part for m in staged if m.part is not None]
+                tidelog.bucket_stage_abort(
+                    self.options.path, job, parts, storage_options=self.options.storage_options
+                )
+            else:
+                tidelog.stage_abort(self.options.path, job)
             return
         _publish(self.options, job, staged, sink=sink, batch=batchId)
 
@@ -846,7 +909,7 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
         if self.sink_id is not None:
             jobs.add(_stream_job(self.sink_id, batchId))
         for job in sorted(jobs):
-            tidelog.stage_abort(self.options.path, job)
+            _abort(self.options, job)
 
 
 def _share(backlog: dict[str, int], budget: int) -> dict[str, int]:

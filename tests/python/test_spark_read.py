@@ -428,7 +428,45 @@ def test_batch_and_stream_reads_from_a_bucket_alone(spark: SparkSession, tmp_pat
     query.awaitTermination(120)
     got = spark.sql("select offset from from_bucket").collect()
     assert sorted(r[0] for r in got) == list(range(7))
-    with pytest.raises(Exception, match="not supported yet"):
+
+
+@pytest.mark.mmap_only("the tier needs the data files alone")
+def test_batch_and_stream_writes_through_a_bucket(spark: SparkSession, tmp_path: Path) -> None:
+    bucket = tmp_path / "bucket"
+    url = bucket.as_uri()
+    with tidelog.open(tmp_path / "log", tier=url, block_size=65536) as wal:
+        wal.append("out", b"before")
+        # The tasks put their parts in the bucket; this process (the producer) publishes.
+        df = spark.createDataFrame(
+            [(f"v{i}".encode(), f"k{i}") for i in range(500)], "value binary, key string"
+        ).repartition(4)
+        df.write.format("tidelog").mode("append").option("topic", "out").save(url)
+        assert wal.topic_info("out").next_offset == 501
+        got = sorted(bytes(wal.read("out", o).value) for o in range(1, 501))
+        assert got == sorted(f"v{i}".encode() for i in range(500))
+        # A stream: each micro-batch once, through the bucket's sink record.
+        source = tmp_path / "source"
+        source.mkdir()
+        (source / "a.json").write_text(
+            "".join(json.dumps({"value": f"s{i}"}) + "\n" for i in range(30))
+        )
+        query = (
+            spark.readStream.schema("value string")
+            .json(str(source))
+            .writeStream.format("tidelog")
+            .option("topic", "stream")
+            .option("checkpointLocation", str(tmp_path / "checkpoint"))
+            .trigger(availableNow=True)
+            .start(url)
+        )
+        query.awaitTermination(120)
+        assert wal.topic_info("stream").next_offset == 30
+        assert tidelog.bucket_stage_sink_batch(url, f"spark-{query.id}") == 0
+        # Staged parts leave the bucket once published.
+        assert not list((bucket / "_tidelog" / "staging").rglob("*.seg"))
+    # No producer attached: the commit waits its timeout and says why.
+    lonely = (tmp_path / "lonely").as_uri()
+    with pytest.raises(Exception, match="no producer"):
         spark.createDataFrame([(b"v",)], "value binary").write.format("tidelog").mode(
             "append"
-        ).option("topic", "t").save(url)
+        ).option("topic", "t").option("commitTimeoutMs", "1500").save(lonely)

@@ -236,9 +236,11 @@ fn build(py: Python<'_>, err: &Error) -> PyResult<PyErr> {
         Error::TierTimeout {
             waited_ms,
             pending_records,
+            waiting_for,
         } => {
             attrs.set_item("waited_ms", waited_ms)?;
             attrs.set_item("pending_records", pending_records)?;
+            attrs.set_item("waiting_for", waiting_for)?;
             tier_timeout(py)?
         }
         // A variant added to the engine and not yet mapped here.

@@ -193,5 +193,10 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(stage::stage_wait, m)?)?;
     m.add_function(wrap_pyfunction!(stage::stage_abort, m)?)?;
     m.add_function(wrap_pyfunction!(stage::stage_sink_batch, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::bucket_stage_upload, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::bucket_stage_commit, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::bucket_stage_wait, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::bucket_stage_abort, m)?)?;
+    m.add_function(wrap_pyfunction!(stage::bucket_stage_sink_batch, m)?)?;
     Ok(())
 }

@@ -1,16 +1,17 @@
 //! `StagedWriter` and the staged-job functions: records written without the directory's
 //! lock (Spark tasks) and published exactly once by a commit (the Spark driver).
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Mutex;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::sync::MutexExt;
 
 use crate::arrow;
 use crate::call::{detached, sliced};
-use crate::options::{deadline, timeout_seconds};
+use crate::options::{self, deadline, timeout_seconds};
 use crate::wal::Parts;
 
 /// One part of a staged job, written by one task attempt.
@@ -170,4 +171,132 @@ pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyR
 #[pyfunction]
 pub fn stage_abort(py: Python<'_>, path: PathBuf, job: &str) -> PyResult<()> {
     detached(py, || tidelog::stage::abort(&path, job))
+}
+
+/// Puts part `part` of `job`, staged and finished in the directory `path`, into the bucket
+/// at `url`: segments first, its manifest last.
+#[pyfunction]
+#[pyo3(signature = (path, job, part, url, *, storage_options = None))]
+pub fn bucket_stage_upload(
+    py: Python<'_>,
+    path: PathBuf,
+    job: &str,
+    part: &str,
+    url: String,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+) -> PyResult<()> {
+    let config = options::tier_config(url, storage_options, false)?;
+    detached(py, || {
+        tidelog::tier_stage::upload_part(&config, &path, job, part)
+    })
+}
+
+/// Commits `job` in the bucket at `url`: True when this commit is the job's, False when
+/// another commit of the same sink micro-batch came first (a replay: its own parts are for
+/// `bucket_stage_abort(..., parts=...)`).
+#[pyfunction]
+#[pyo3(signature = (url, job, parts, *, sink = None, batch = None, storage_options = None))]
+pub fn bucket_stage_commit(
+    py: Python<'_>,
+    url: String,
+    job: &str,
+    parts: Vec<String>,
+    sink: Option<String>,
+    batch: Option<u64>,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+) -> PyResult<bool> {
+    let config = options::tier_config(url, storage_options, false)?;
+    let sink = match (sink, batch) {
+        (None, None) => None,
+        (Some(sink), Some(batch)) => Some((sink, batch)),
+        _ => {
+            return Err(crate::error::to_py(tidelog::Error::InvalidArgument {
+                name: "sink",
+                reason: "sink and batch go together".to_owned(),
+            }));
+        }
+    };
+    let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+    let done = detached(py, || {
+        let sink = sink.as_ref().map(|(s, b)| (s.as_str(), *b));
+        tidelog::tier_stage::commit(&config, job, &parts, sink)
+    })?;
+    Ok(done == tidelog::tier_stage::Commit::Recorded)
+}
+
+/// Waits up to `timeout` seconds until the producer has published committed `job` of the
+/// bucket at `url`: the offsets it got, `{topic: (start, end)}`. `TierTimeoutError` says
+/// what the bucket shows of its producer; `InvalidArgumentError` gives the reason of a job
+/// set aside.
+#[pyfunction]
+#[pyo3(signature = (url, job, timeout = 60.0, *, storage_options = None))]
+pub fn bucket_stage_wait(
+    py: Python<'_>,
+    url: String,
+    job: &str,
+    timeout: f64,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+) -> PyResult<HashMap<String, (u64, u64)>> {
+    let config = options::tier_config(url, storage_options, false)?;
+    let deadline = deadline(timeout_seconds(timeout)?);
+    let waited = |left: Duration| match tidelog::tier_stage::wait_published(&config, job, left) {
+        Ok(ranges) => Ok(Some(
+            ranges
+                .into_iter()
+                .map(|(topic, r)| (topic, (r.start, r.end)))
+                .collect(),
+        )),
+        Err(tidelog::Error::TierTimeout { .. }) => Ok(None),
+        Err(e) => Err(e),
+    };
+    let done = sliced(py, deadline, |slice_end| {
+        waited(slice_end.saturating_duration_since(Instant::now()))
+    })?;
+    match done {
+        Some(ranges) => Ok(ranges),
+        // Once more with no time left: its error says what the bucket shows.
+        None => detached(py, || {
+            tidelog::tier_stage::wait_published(&config, job, Duration::ZERO).map(|ranges| {
+                ranges
+                    .into_iter()
+                    .map(|(topic, r)| (topic, (r.start, r.end)))
+                    .collect()
+            })
+        }),
+    }
+}
+
+/// Discards uncommitted `job` from the bucket at `url` (or, with `parts`, only those parts:
+/// a replayed micro-batch's own).
+#[pyfunction]
+#[pyo3(signature = (url, job, parts = None, *, storage_options = None))]
+pub fn bucket_stage_abort(
+    py: Python<'_>,
+    url: String,
+    job: &str,
+    parts: Option<Vec<String>>,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+) -> PyResult<()> {
+    let config = options::tier_config(url, storage_options, false)?;
+    detached(py, || match &parts {
+        None => tidelog::tier_stage::abort(&config, job),
+        Some(parts) => {
+            let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
+            tidelog::tier_stage::abort_parts(&config, job, &parts)
+        }
+    })
+}
+
+/// The last micro-batch of streaming sink `sink` the producer of the bucket at `url`
+/// published, if any.
+#[pyfunction]
+#[pyo3(signature = (url, sink, *, storage_options = None))]
+pub fn bucket_stage_sink_batch(
+    py: Python<'_>,
+    url: String,
+    sink: &str,
+    storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
+) -> PyResult<Option<u64>> {
+    let config = options::tier_config(url, storage_options, false)?;
+    detached(py, || tidelog::tier_stage::sink_batch(&config, sink))
 }

@@ -183,12 +183,17 @@ pub enum Error {
         /// The producer id of the directory that holds it.
         producer: String,
     },
-    /// [`crate::Wal::tier_flush`] ran out of time before the bucket held every record.
+    /// A wait on the tier ran out of time: [`crate::Wal::tier_flush`] before the bucket
+    /// held every record, or a commit of a staged job in the bucket before its producer
+    /// published it.
     TierTimeout {
         /// How long it waited.
         waited_ms: u64,
-        /// Records appended before the call that the manifest does not hold yet.
+        /// Records appended before the call that the manifest does not hold yet (0 for a
+        /// staged job's commit).
         pending_records: u64,
+        /// What it was waiting for, and what the bucket says of it.
+        waiting_for: String,
     },
     /// A data file was written by a newer or unknown format version.
     UnsupportedVersion {
@@ -356,11 +361,11 @@ impl fmt::Display for Error {
             ),
             Error::TierTimeout {
                 waited_ms,
-                pending_records,
+                waiting_for,
+                ..
             } => write!(
                 f,
-                "tier flush timed out after {waited_ms} ms with {pending_records} records not \
-                 yet in the bucket"
+                "timed out after {waited_ms} ms waiting for {waiting_for}"
             ),
             Error::UnsupportedVersion {
                 path,

@@ -84,6 +84,8 @@ pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
 pub use tier::TierStatus;
 #[cfg(feature = "tier")]
+pub use tier::staging as tier_stage;
+#[cfg(feature = "tier")]
 pub use tier::{
     READAHEAD_OBJECTS, REFRESH_INTERVAL, RemoteLog, RemoteReader, RemoteRecord, RemoteRecordRef,
     RemoteTopicInfo,

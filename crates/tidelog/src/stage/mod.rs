@@ -78,12 +78,24 @@ fn read_sealed(
     let Some(text) = io::read_text_optional(storage, path, what)? else {
         return Ok(None);
     };
+    unseal(&text, header, legacy)
+        .map(Some)
+        .map_err(|reason| corrupt(path, reason))
+}
+
+/// What follows `header` in `text`, its checksum line checked and dropped (or what follows
+/// `legacy`, as it is); why not, when it fails.
+fn unseal(
+    text: &str,
+    header: &str,
+    legacy: Option<&str>,
+) -> std::result::Result<String, &'static str> {
     if let Some(body) = legacy.and_then(|l| text.strip_prefix(l)) {
-        return Ok(Some(body.to_owned()));
+        return Ok(body.to_owned());
     }
     let body = text
         .strip_prefix(header)
-        .ok_or_else(|| corrupt(path, "not the tidelog file it should be (bad header line)"))?;
+        .ok_or("not the tidelog file it should be (bad header line)")?;
     let cut = body
         .strip_suffix('\n')
         .map_or(0, |b| b.rfind('\n').map_or(0, |i| i + 1));
@@ -92,11 +104,103 @@ fn read_sealed(
         .strip_prefix(CRC_LINE)
         .and_then(|l| l.strip_suffix('\n'))
         .and_then(|hex| u32::from_str_radix(hex, 16).ok())
-        .ok_or_else(|| corrupt(path, "the file is cut short or damaged (no checksum line)"))?;
+        .ok_or("the file is cut short or damaged (no checksum line)")?;
     if crc != crc32fast::hash(&text.as_bytes()[..header.len() + cut]) {
-        return Err(corrupt(path, "checksum mismatch"));
+        return Err("checksum mismatch");
     }
-    Ok(Some(payload.to_owned()))
+    Ok(payload.to_owned())
+}
+
+/// The text of a staged-job record kept elsewhere (a tier's bucket) as `bytes`, checked as
+/// the file would be; `None` when it fails.
+fn unseal_bytes(bytes: &[u8], header: &str) -> Option<String> {
+    unseal(std::str::from_utf8(bytes).ok()?, header, None).ok()
+}
+
+/// A commit of `job` as the `COMMIT` file holds it: its text (what commits are compared by)
+/// and its bytes.
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+pub(crate) fn commit_record(
+    job: &str,
+    parts: &[&str],
+    sink: Option<(&str, u64)>,
+) -> Result<(String, Vec<u8>)> {
+    let text = commit_text(job, parts, sink)?;
+    let bytes = seal(format!("{COMMIT_HEADER}{text}")).into_bytes();
+    Ok((text, bytes))
+}
+
+/// A commit's bytes read back; `None` when they fail their checks.
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+pub(crate) fn parse_commit(bytes: &[u8]) -> Option<Manifest> {
+    parse_commit_body(&unseal_bytes(bytes, COMMIT_HEADER)?).ok()
+}
+
+/// A published job's record (its commit's text and the offsets it got) as bytes, and read
+/// back.
+pub(crate) fn published_record(commit: &str, ranges: &[(String, Range<u64>)]) -> Vec<u8> {
+    seal(published_text(commit, ranges)).into_bytes()
+}
+
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+#[allow(clippy::type_complexity)]
+pub(crate) fn parse_published(bytes: &[u8]) -> Option<(String, Vec<(String, Range<u64>)>)> {
+    parse_published_body(&unseal_bytes(bytes, PUBLISHED_HEADER)?).ok()
+}
+
+/// Why a job was set aside, as bytes, and read back.
+pub(crate) fn failed_record(reason: &str) -> Vec<u8> {
+    seal(format!("{FAILED_HEADER}{}\n", reason.replace('\n', " "))).into_bytes()
+}
+
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+pub(crate) fn parse_failed(bytes: &[u8]) -> Option<String> {
+    unseal_bytes(bytes, FAILED_HEADER).map(|r| r.trim_end().to_owned())
+}
+
+/// A sink's last published micro-batch, as bytes, and read back.
+pub(crate) fn sink_record(batch: u64) -> Vec<u8> {
+    seal(format!("{SINK_HEADER}{batch}\n")).into_bytes()
+}
+
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+pub(crate) fn parse_sink(bytes: &[u8]) -> Option<u64> {
+    unseal_bytes(bytes, SINK_HEADER)?
+        .strip_suffix('\n')
+        .and_then(|b| b.parse().ok())
+}
+
+/// What a commit of `job` with `parts` would find in `dir` now: `None` when it is new
+/// there, else as [`write_commit`] would answer (a job set aside is its error).
+#[cfg_attr(
+    not(feature = "tier"),
+    expect(dead_code, reason = "for staged jobs in a tier's bucket")
+)]
+pub(crate) fn commit_status(
+    storage: &dyn Storage,
+    dir: &Path,
+    job: &str,
+    parts: &[&str],
+    sink: Option<(&str, u64)>,
+) -> Result<Option<Committed>> {
+    let job_dir = job_dir(dir, job)?;
+    let text = commit_text(job, parts, sink)?;
+    committed_before(storage, dir, &job_dir, job, &text, sink)
 }
 
 /// The directory of `job` in the data directory `dir`.
@@ -425,12 +529,11 @@ pub(crate) fn write_sink_batch(
     storage
         .create_dir_all(&sinks)
         .map_err(|e| Error::io("create sinks directory", &sinks, e))?;
-    let text = seal(format!("{SINK_HEADER}{batch}\n"));
     crate::io::replace_file(
         storage,
         &sinks,
         &sinks.join(sink),
-        text.as_bytes(),
+        &sink_record(batch),
         "write sink ledger",
     )
 }
@@ -631,12 +734,11 @@ pub(crate) fn read_failed(storage: &dyn Storage, job_dir: &Path) -> Result<Optio
 /// Sets committed job `job_dir` aside: it cannot be published, for `reason`. Its files stay
 /// (nothing of it is published, nothing deleted) until it is aborted; publishes pass it by.
 pub(crate) fn set_aside(storage: &dyn Storage, job_dir: &Path, reason: &str) -> Result<()> {
-    let reason = reason.replace('\n', " ");
     crate::io::replace_file(
         storage,
         job_dir,
         &job_dir.join(FAILED_FILE),
-        seal(format!("{FAILED_HEADER}{reason}\n")).as_bytes(),
+        &failed_record(reason),
         "set a staged job aside",
     )
 }
@@ -654,6 +756,17 @@ pub(crate) fn write_published(
     storage
         .create_dir_all(&published)
         .map_err(|e| Error::io("create published jobs directory", &published, e))?;
+    crate::io::replace_file(
+        storage,
+        &published,
+        &published.join(job),
+        &published_record(commit, ranges),
+        "write published job record",
+    )
+}
+
+/// A published record's text before its checksum line.
+fn published_text(commit: &str, ranges: &[(String, Range<u64>)]) -> String {
     let mut text = String::from(PUBLISHED_HEADER);
     for (topic, range) in ranges {
         text.push_str(&format!(
@@ -662,13 +775,7 @@ pub(crate) fn write_published(
         ));
     }
     text.push_str(commit);
-    crate::io::replace_file(
-        storage,
-        &published,
-        &published.join(job),
-        seal(text).as_bytes(),
-        "write published job record",
-    )
+    text
 }
 
 /// The commit text and offsets of published job `job`, if it is recorded.
@@ -689,22 +796,32 @@ fn read_published(
     else {
         return Ok(None);
     };
-    let bad = || corrupt(&path, "not a tidelog published job record");
-    let mut body = text.as_str();
+    parse_published_body(&text)
+        .map(Some)
+        .map_err(|reason| corrupt(&path, reason))
+}
+
+/// A published record's commit text and ranges, from the text after its header.
+#[allow(clippy::type_complexity)]
+fn parse_published_body(
+    text: &str,
+) -> std::result::Result<(String, Vec<(String, Range<u64>)>), &'static str> {
+    let bad = "not a tidelog published job record";
+    let mut body = text;
     let mut ranges = Vec::new();
     while let Some(rest) = body.strip_prefix(RANGE_LINE) {
-        let (line, next) = rest.split_once('\n').ok_or_else(bad)?;
+        let (line, next) = rest.split_once('\n').ok_or(bad)?;
         let f: Vec<&str> = line.split(' ').collect();
         let [topic, start, end] = f[..] else {
-            return Err(bad());
+            return Err(bad);
         };
         let (Ok(start), Ok(end)) = (start.parse(), end.parse()) else {
-            return Err(bad());
+            return Err(bad);
         };
         ranges.push((topic.to_owned(), start..end));
         body = next;
     }
-    Ok(Some((body.to_owned(), ranges)))
+    Ok((body.to_owned(), ranges))
 }
 
 /// Waits up to `wait` until committed job `job` of `dir` is published (its directory gone),
@@ -752,23 +869,33 @@ pub(crate) fn read_commit(storage: &dyn Storage, job_dir: &Path) -> Result<Optio
     else {
         return Ok(None);
     };
-    let body = text.as_str();
+    parse_commit_body(&text)
+        .map(Some)
+        .map_err(|reason| corrupt(&path, reason))
+}
+
+/// A commit's parts and sink, from the text after its header.
+fn parse_commit_body(text: &str) -> std::result::Result<Manifest, &'static str> {
     let mut sink = None;
     let mut parts = Vec::new();
-    for line in body.lines() {
+    for line in text.lines() {
         if let Some(rest) = line.strip_prefix(SINK_LINE) {
             let (name, batch) = rest
                 .rsplit_once(' ')
                 .and_then(|(n, b)| Some((n, b.parse::<u64>().ok()?)))
                 .filter(|(n, _)| validate_name(n).is_ok())
-                .ok_or_else(|| corrupt(&path, "a sink line is not `@sink name batch`"))?;
+                .ok_or("a sink line is not `@sink name batch`")?;
             sink = Some((name.to_owned(), batch));
             continue;
         }
-        validate_name(line).map_err(|_| corrupt(&path, "a part name is not valid"))?;
+        validate_name(line).map_err(|_| "a part name is not valid")?;
         parts.push(line.to_owned());
     }
-    Ok(Some(Manifest { parts, sink, text }))
+    Ok(Manifest {
+        parts,
+        sink,
+        text: text.to_owned(),
+    })
 }
 
 /// Each topic's first offset for the job, as recorded before its records were appended.

@@ -9,13 +9,14 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutPayload};
 
 use crate::config::TierConfig;
 use crate::error::{Error, Result};
+use crate::io::Storage;
 use crate::poison::Recover;
 
 /// Worker threads of the process's tier runtime: requests are I/O bound.
@@ -24,6 +25,10 @@ const RUNTIME_THREADS: usize = 2;
 /// retries take: the upload thread retries whole passes itself, with its own back-off.
 const STORE_RETRIES: usize = 3;
 const STORE_RETRY_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// Parts of a multipart put ([`Bucket::put_file`]), and how many go at once.
+pub const PART_BYTES: usize = 16 << 20;
+const PARTS_IN_FLIGHT: usize = 4;
 
 /// The process's runtime and the pid it was made in.
 static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
@@ -267,6 +272,115 @@ impl Bucket {
         let path = self.path(key);
         self.run("put", key, self.store.put(&path, PutPayload::from(bytes)))
             .map(drop)
+    }
+
+    /// Writes the file at `path` (read through `storage`) to `key`: in one put when it is
+    /// small, else as a multipart upload of [`PART_BYTES`] parts, a few in flight, so a big
+    /// file is never held in memory whole.
+    pub fn put_file(&self, storage: &dyn Storage, path: &std::path::Path, key: &str) -> Result<()> {
+        let file = storage
+            .open(path, false)
+            .map_err(|e| Error::io("open file to upload", path, e))?;
+        let len = storage
+            .file_metadata(&file, path)
+            .map_err(|e| Error::io("stat file to upload", path, e))?
+            .len();
+        let read = |at: u64, n: usize| -> Result<Vec<u8>> {
+            let mut buf = vec![0u8; n];
+            let mut done = 0;
+            while done < n {
+                let got = storage
+                    .read_at(&file, path, &mut buf[done..], at + done as u64)
+                    .map_err(|e| Error::io("read file to upload", path, e))?;
+                if got == 0 {
+                    return Err(Error::io(
+                        "read file to upload",
+                        path,
+                        std::io::Error::from(std::io::ErrorKind::UnexpectedEof),
+                    ));
+                }
+                done += got;
+            }
+            Ok(buf)
+        };
+        if len <= PART_BYTES as u64 {
+            let bytes = read(0, usize::try_from(len).unwrap_or(usize::MAX))?;
+            return self.put(key, bytes);
+        }
+        let target = self.path(key);
+        let upload = self.run(
+            "start multipart put",
+            key,
+            self.store.put_multipart(&target),
+        )?;
+        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        let mut at = 0u64;
+        while at < len {
+            let n = usize::try_from((len - at).min(PART_BYTES as u64)).unwrap_or(PART_BYTES);
+            let chunk = match read(at, n) {
+                Ok(chunk) => chunk,
+                Err(e) => {
+                    let _ = self.block_on(writer.abort());
+                    return Err(e);
+                }
+            };
+            self.run(
+                "multipart put",
+                key,
+                writer.wait_for_capacity(PARTS_IN_FLIGHT),
+            )?;
+            writer.put(Bytes::from(chunk));
+            at += n as u64;
+        }
+        self.run("finish multipart put", key, writer.finish())
+            .map(drop)
+    }
+
+    /// Writes the object at `key` to a new file at `path` (through `storage`), streamed,
+    /// synced; false (and no file) when there is no object.
+    pub fn get_file(
+        &self,
+        storage: &dyn Storage,
+        key: &str,
+        path: &std::path::Path,
+    ) -> Result<bool> {
+        let source = self.path(key);
+        let file = storage
+            .create_new(path)
+            .map_err(|e| Error::io("create downloaded file", path, e))?;
+        let copied = self.block_on(async {
+            let mut stream = match self.store.get(&source).await {
+                Ok(got) => got.into_stream(),
+                Err(object_store::Error::NotFound { .. }) => return Ok(Ok(false)),
+                Err(e) => return Ok(Err(e)),
+            };
+            let mut at = 0u64;
+            while let Some(chunk) = stream.next().await {
+                let chunk = match chunk {
+                    Ok(chunk) => chunk,
+                    Err(e) => return Ok(Err(e)),
+                };
+                storage
+                    .write_at(&file, path, &chunk, at)
+                    .map_err(|e| Error::io("write downloaded file", path, e))?;
+                at += chunk.len() as u64;
+            }
+            Ok::<_, Error>(Ok(true))
+        })??;
+        match copied {
+            Ok(true) => storage
+                .sync_file(&file, path)
+                .map_err(|e| Error::io("sync downloaded file", path, e))
+                .map(|()| true),
+            Ok(false) => {
+                drop(file);
+                storage
+                    .remove_file(path)
+                    .map_err(|e| Error::io("remove empty download", path, e))?;
+                Ok(false)
+            }
+            Err(e) => Err(self.error("get", key, &e)),
+        }
     }
 
     /// Writes `bytes` at `key` only if nothing is there: false when something was.

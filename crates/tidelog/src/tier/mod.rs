@@ -19,6 +19,8 @@ mod remote;
 #[cfg(feature = "tier")]
 mod source;
 #[cfg(feature = "tier")]
+pub mod staging;
+#[cfg(feature = "tier")]
 mod state;
 
 #[cfg(feature = "tier")]

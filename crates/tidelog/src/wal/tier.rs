@@ -12,7 +12,9 @@ use super::writer;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::io::Storage;
+use crate::stage::{self, Committed};
 use crate::tier::manifest::{Entry, ExtentObject};
+use crate::tier::staging;
 use crate::tier::{Pending, Tier, TierStatus};
 use crate::topic::Topic;
 
@@ -27,6 +29,8 @@ const RETRY_MAX: Duration = Duration::from_secs(30);
 const REFRESH_EVERY: Duration = Duration::from_secs(5);
 /// Longest a `tier_flush` waits between two looks at the manifest.
 const FLUSH_LOOK: Duration = Duration::from_millis(20);
+/// How often the uploading handle looks for staged jobs committed in the bucket (one LIST).
+const STAGING_LOOK_EVERY: Duration = Duration::from_secs(1);
 /// How often the uploading handle sweeps the bucket for objects the manifest no longer
 /// names: half the delete delay, within these bounds (each sweep lists every object).
 const SWEEP_EVERY_MIN: Duration = Duration::from_millis(100);
@@ -49,6 +53,7 @@ pub(super) fn upload_loop(state: &State) {
     let tail_after = settings.tail_upload_ms.map(Duration::from_millis);
     let mut tails = Tails::default();
     let mut swept: Option<Instant> = None;
+    let mut ingested: Option<Instant> = None;
     let mut retry: Option<Duration> = None;
     let mut refreshed = Instant::now();
     loop {
@@ -62,15 +67,20 @@ pub(super) fn upload_loop(state: &State) {
         }
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
-            let result = housekeeping(
-                state,
-                &tier,
+            let ingest_due = ingested.is_none_or(|t| t.elapsed() >= STAGING_LOOK_EVERY);
+            let rounds = Rounds {
                 tail_after,
-                &mut tails,
-                sweep_due.then_some(delete_delay),
-            );
-            if sweep_due && result.is_ok() {
-                swept = Some(Instant::now());
+                sweep: sweep_due.then_some(delete_delay),
+                ingest: ingest_due,
+            };
+            let result = housekeeping(state, &tier, &rounds, &mut tails);
+            if result.is_ok() {
+                if sweep_due {
+                    swept = Some(Instant::now());
+                }
+                if ingest_due {
+                    ingested = Some(Instant::now());
+                }
             }
             result
         } else if tier.take_refresh_wanted() || refreshed.elapsed() >= REFRESH_EVERY {
@@ -92,22 +102,79 @@ pub(super) fn upload_loop(state: &State) {
 /// One round of the uploading handle: ends open extents held long enough
 /// (`tail_upload_ms`), uploads, trims the manifest by retention and, when `sweep` gives the
 /// delay, deletes the objects it no longer names.
-fn housekeeping(
-    state: &State,
-    tier: &Tier,
-    tail_after: Option<Duration>,
-    tails: &mut Tails,
-    sweep: Option<Duration>,
-) -> Result<()> {
-    if let Some(after) = tail_after {
+fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<()> {
+    if let Some(after) = rounds.tail_after {
         end_old_tails(state, after, tails)?;
     }
     upload_pass(state, tier)?;
     if let Some(epoch) = tier.claimed() {
         trim_pass(state, tier, epoch)?;
     }
-    if let Some(delay) = sweep {
+    if let Some(delay) = rounds.sweep {
         tier.sweep(delay)?;
+    }
+    if rounds.ingest {
+        ingest_pass(state, tier)?;
+    }
+    Ok(())
+}
+
+/// What one round of [`housekeeping`] does besides uploading and trimming.
+#[derive(Debug)]
+struct Rounds {
+    /// `tail_upload_ms`.
+    tail_after: Option<Duration>,
+    /// Sweep, with this delete delay.
+    sweep: Option<Duration>,
+    /// Look for staged jobs committed in the bucket.
+    ingest: bool,
+}
+
+/// Brings the staged jobs committed in the bucket into the directory, committing each there
+/// (the directory's housekeeping publishes it, exactly once), and answers in the bucket
+/// those published (`PUBLISHED`, the sink's micro-batch) or that cannot be (`FAILED`).
+fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
+    let bucket = tier.bucket();
+    let storage = state.storage.as_ref();
+    for job in staging::committed_jobs(bucket)? {
+        let parts: Vec<&str> = job.parts.iter().map(String::as_str).collect();
+        let sink = job.sink.as_ref().map(|(s, b)| (s.as_str(), *b));
+        let status = stage::commit_status(storage, &state.dir, &job.job, &parts, sink);
+        let refused = match status {
+            Ok(Some(Committed::Published(ranges))) => {
+                staging::answer_published(bucket, &job, &ranges)?;
+                continue;
+            }
+            // Committed here: the directory's housekeeping publishes it.
+            Ok(Some(Committed::Recorded)) => continue,
+            Ok(None) => {
+                crate::process::crash_point("tier-ingest");
+                staging::download_parts(bucket, storage, &state.dir, &job)?;
+                match stage::write_commit(
+                    storage,
+                    &state.dir,
+                    &job.job,
+                    &parts,
+                    sink,
+                    Some(state.limits),
+                ) {
+                    Ok(_) => continue,
+                    Err(e) => e,
+                }
+            }
+            Err(e) => e,
+        };
+        match refused {
+            // The job itself is at fault (a part missing or damaged, over the limits, set
+            // aside here): it never publishes, and its committer learns why.
+            Error::InvalidArgument { .. }
+            | Error::LimitExceeded { .. }
+            | Error::Corruption { .. }
+            | Error::UnsupportedVersion { .. } => {
+                staging::set_aside(bucket, &job.job, &refused.to_string())?;
+            }
+            other => return Err(other),
+        }
     }
     Ok(())
 }
@@ -447,6 +514,9 @@ impl TierFlush {
         Error::TierTimeout {
             waited_ms: u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX),
             pending_records: pending,
+            waiting_for: format!(
+                "{pending} records of the tier flush to reach the bucket's manifest"
+            ),
         }
     }
 }

@@ -1074,3 +1074,138 @@ fn tail_upload_ms_puts_an_open_extent_in_the_bucket() {
     ));
     wal.close().unwrap();
 }
+
+/// Stages part `part` of `job` in a directory of its own (a task's) with `n` records of
+/// topic `topic` from `from`, and puts it in the bucket.
+fn stage_in_bucket(tier: &TierConfig, job: &str, part: &str, topic: &str, from: u64, n: u64) {
+    let task = tempdir();
+    let mut writer = tidelog::StagedWriter::create(task.path(), job, part).unwrap();
+    let values: Vec<Vec<u8>> = (from..from + n).map(|i| value(topic, i)).collect();
+    let records: Vec<tidelog::Append<'_>> = values
+        .iter()
+        .map(|v| tidelog::Append {
+            key: None,
+            value: v,
+            timestamp_us: None,
+        })
+        .collect();
+    writer.append(topic, &records).unwrap();
+    writer.finish().unwrap();
+    tidelog::tier_stage::upload_part(tier, task.path(), job, part).unwrap();
+}
+
+#[test]
+fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
+    use tidelog::tier_stage::{self, Commit};
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "s", 0, 5);
+
+    // Tasks stage two parts; the driver commits them; the producer publishes them in order.
+    stage_in_bucket(&tier, "job1", "p0", "s", 5, 40);
+    stage_in_bucket(&tier, "job1", "p1", "s", 45, 30);
+    assert!(matches!(
+        tier_stage::commit(&tier, "job1", &["p0", "nope"], None),
+        Err(Error::InvalidArgument { name: "parts", .. })
+    ));
+    assert_eq!(
+        tier_stage::commit(&tier, "job1", &["p0", "p1"], None).unwrap(),
+        Commit::Recorded
+    );
+    let ranges = tier_stage::wait_published(&tier, "job1", Duration::from_secs(30)).unwrap();
+    assert_eq!(ranges, vec![("s".to_owned(), 5..75)]);
+    for offset in 0..75 {
+        assert_eq!(
+            wal.read("s", offset).unwrap().value(),
+            &value("s", offset)[..]
+        );
+    }
+    // The parts are gone from the bucket; a retried commit is answered, not redone.
+    let staged: Vec<String> = std::fs::read_dir(bucket.path().join("_tidelog/staging/job1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    let mut staged = staged;
+    staged.sort();
+    assert_eq!(staged, ["COMMIT", "PUBLISHED"]);
+    assert_eq!(
+        tier_stage::commit(&tier, "job1", &["p0", "p1"], None).unwrap(),
+        Commit::Recorded
+    );
+    assert_eq!(
+        tier_stage::wait_published(&tier, "job1", Duration::from_secs(30)).unwrap(),
+        ranges
+    );
+    assert_eq!(wal.topic_info("s").unwrap().next_offset, 75);
+    assert!(matches!(
+        tier_stage::commit(&tier, "job1", &["p1"], None),
+        Err(Error::InvalidArgument { .. })
+    ));
+
+    // A streaming sink's micro-batch: published once; a replay with other parts is told.
+    stage_in_bucket(&tier, "sink-b0", "a", "s", 75, 10);
+    assert_eq!(
+        tier_stage::commit(&tier, "sink-b0", &["a"], Some(("sink", 0))).unwrap(),
+        Commit::Recorded
+    );
+    tier_stage::wait_published(&tier, "sink-b0", Duration::from_secs(30)).unwrap();
+    assert_eq!(tier_stage::sink_batch(&tier, "sink").unwrap(), Some(0));
+    stage_in_bucket(&tier, "sink-b0", "b", "s", 75, 10);
+    assert_eq!(
+        tier_stage::commit(&tier, "sink-b0", &["b"], Some(("sink", 0))).unwrap(),
+        Commit::Replayed
+    );
+    tier_stage::abort_parts(&tier, "sink-b0", &["b"]).unwrap();
+    assert_eq!(wal.topic_info("s").unwrap().next_offset, 85);
+
+    // A job whose part fails its checks is set aside, and its committer told why.
+    stage_in_bucket(&tier, "bad", "p", "s", 0, 10);
+    let seg = std::fs::read_dir(bucket.path().join("_tidelog/staging/bad"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[4096 + 4096 + 60] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    tier_stage::commit(&tier, "bad", &["p"], None).unwrap();
+    let err = tier_stage::wait_published(&tier, "bad", Duration::from_secs(30)).unwrap_err();
+    assert!(
+        matches!(err, Error::InvalidArgument { name: "job", .. }),
+        "{err}"
+    );
+    assert_eq!(wal.topic_info("s").unwrap().next_offset, 85);
+
+    // An uncommitted job aborts; a committed one is the producer's.
+    stage_in_bucket(&tier, "dropped", "p", "s", 0, 3);
+    tier_stage::abort(&tier, "dropped").unwrap();
+    assert!(
+        !bucket.path().join("_tidelog/staging/dropped").exists()
+            || std::fs::read_dir(bucket.path().join("_tidelog/staging/dropped"))
+                .unwrap()
+                .next()
+                .is_none()
+    );
+    assert!(matches!(
+        tier_stage::abort(&tier, "job1"),
+        Err(Error::InvalidArgument { .. })
+    ));
+    wal.close().unwrap();
+
+    // With no producer attached, the commit's wait ends and says why.
+    let lonely = tempdir();
+    let alone = TierConfig::new(file_url(lonely.path()));
+    stage_in_bucket(&alone, "j", "p", "s", 0, 3);
+    tier_stage::commit(&alone, "j", &["p"], None).unwrap();
+    match tier_stage::wait_published(&alone, "j", Duration::from_millis(300)) {
+        Err(Error::TierTimeout { waiting_for, .. }) => {
+            assert!(waiting_for.contains("no producer"), "{waiting_for}");
+        }
+        other => panic!("expected TierTimeout, got {other:?}"),
+    }
+}
