@@ -454,6 +454,7 @@ impl State {
         if recorded.is_none() || moved {
             stage::write_ingest(self.storage.as_ref(), job_dir, &starts)
                 .map_err(|e| self.poisoning(e))?;
+            crate::process::crash_point("publish-ledger");
         }
         Ok(starts)
     }
@@ -516,6 +517,7 @@ impl State {
                 ranges,
             )?,
         }
+        crate::process::crash_point("publish-recorded");
         self.remove_job(job_dir)
     }
 

@@ -102,21 +102,28 @@ pub(super) fn upload_loop(state: &State) {
 /// One round of the uploading handle: ends open extents held long enough
 /// (`tail_upload_ms`), uploads, trims the manifest by retention and, when `sweep` gives the
 /// delay, deletes the objects it no longer names.
+/// Each step runs whatever another's outcome (a topic that cannot be uploaded must not
+/// hold staged jobs back); the first error is the round's.
 fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<()> {
-    if let Some(after) = rounds.tail_after {
-        end_old_tails(state, after, tails)?;
-    }
-    upload_pass(state, tier)?;
-    if let Some(epoch) = tier.claimed() {
-        trim_pass(state, tier, epoch)?;
-    }
-    if let Some(delay) = rounds.sweep {
-        tier.sweep(delay)?;
-    }
-    if rounds.ingest {
-        ingest_pass(state, tier)?;
-    }
-    Ok(())
+    let tailed = match rounds.tail_after {
+        Some(after) => end_old_tails(state, after, tails),
+        None => Ok(()),
+    };
+    let uploaded = upload_pass(state, tier);
+    let trimmed = match tier.claimed() {
+        Some(epoch) => trim_pass(state, tier, epoch),
+        None => Ok(()),
+    };
+    let swept = match rounds.sweep {
+        Some(delay) => tier.sweep(delay).map(drop),
+        None => Ok(()),
+    };
+    let ingested = if rounds.ingest {
+        ingest_pass(state, tier)
+    } else {
+        Ok(())
+    };
+    tailed.and(uploaded).and(trimmed).and(swept).and(ingested)
 }
 
 /// What one round of [`housekeeping`] does besides uploading and trimming.
@@ -142,6 +149,7 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
         let status = stage::commit_status(storage, &state.dir, &job.job, &parts, sink);
         let refused = match status {
             Ok(Some(Committed::Published(ranges))) => {
+                crate::process::crash_point("tier-answer");
                 staging::answer_published(bucket, &job, &ranges)?;
                 continue;
             }

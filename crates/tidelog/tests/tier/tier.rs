@@ -413,6 +413,18 @@ fn child_process_entry() {
         return;
     };
     let (n, url) = mode.split_once(' ').unwrap();
+    if n == "publish" {
+        // A producer that publishes the jobs committed in its bucket, until killed (or
+        // until the job named in the bucket is answered).
+        let wal = Wal::open_with(&dir, config(TierConfig::new(url).takeover(true))).unwrap();
+        let _ = tidelog::tier_stage::wait_published(
+            &TierConfig::new(url),
+            "killed",
+            Duration::from_secs(60),
+        );
+        wal.close().unwrap();
+        return;
+    }
     let cfg = config(TierConfig::new(url)).durability(Durability::Always);
     let wal = Wal::open_with(&dir, cfg).unwrap();
     let from = wal.writer("k").unwrap().next_offset();
@@ -446,8 +458,10 @@ fn a_producer_killed_while_uploading_loses_nothing_and_leaves_the_bucket_whole()
         }
         // The child appended (uploads run beside its appends, so it may die part way);
         // every record is whole, and a flush puts them all in the bucket, whole and in
-        // order, whatever the killed upload left there.
-        let wal = Wal::open_with(dir.path(), config(TierConfig::new(url.clone()))).unwrap();
+        // order, whatever the killed upload left there; the objects a killed pass put and
+        // never committed (under its epoch's names) are swept.
+        let tier = TierConfig::new(url.clone()).delete_delay_ms(0);
+        let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
         let next = wal.topic_info("k").unwrap().next_offset;
         assert!(next > last_next, "{point}: no record appended ({next})");
         last_next = next;
@@ -456,12 +470,61 @@ fn a_producer_killed_while_uploading_loses_nothing_and_leaves_the_bucket_whole()
         }
         wal.tier_flush(WAIT).unwrap();
         check_bucket(bucket.path(), "k", next);
+        let mut named: Vec<String> = adds(bucket.path()).into_iter().map(|a| a.key).collect();
+        named.sort();
+        eventually("an orphan was never swept", || {
+            object_files(bucket.path()) == named
+        });
         wal.close().unwrap();
     }
     assert!(
         killed >= 3,
         "only {killed} children reached their crash point"
     );
+}
+
+#[test]
+fn a_producer_killed_while_publishing_a_bucket_job_publishes_it_once_after() {
+    use tidelog::tier_stage;
+    for point in [
+        "kill:tier-ingest:1",
+        "kill:publish-ledger:1",
+        "kill:publish-recorded:1",
+        "kill:tier-answer:1",
+    ] {
+        let dir = tempdir();
+        let bucket = tempdir();
+        let url = file_url(bucket.path());
+        let tier = TierConfig::new(url.clone());
+        // The job, staged and committed in the bucket before any producer runs.
+        let job = "killed";
+        stage_in_bucket(&tier, job, "p0", "j", 0, 30);
+        stage_in_bucket(&tier, job, "p1", "j", 30, 20);
+        tier_stage::commit(&tier, job, &["p0", "p1"], None).unwrap();
+        let out =
+            crate::common::child_command(module_path!(), dir.path(), &format!("publish {url}"))
+                .env("TIDELOG_CRASH_AT", point)
+                .output()
+                .unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert_eq!(out.status.signal(), Some(9), "{point}: {out:?}");
+        // The next producer finishes what the killed one began: every record once.
+        let wal = Wal::open_with(
+            dir.path(),
+            config(TierConfig::new(url.clone()).takeover(true)),
+        )
+        .unwrap();
+        let ranges = tier_stage::wait_published(&tier, job, Duration::from_secs(60)).unwrap();
+        assert_eq!(ranges, vec![("j".to_owned(), 0..50)], "{point}");
+        assert_eq!(wal.topic_info("j").unwrap().next_offset, 50, "{point}");
+        for offset in 0..50 {
+            assert_eq!(
+                wal.read("j", offset).unwrap().value(),
+                &value("j", offset)[..]
+            );
+        }
+        wal.close().unwrap();
+    }
 }
 
 #[test]
