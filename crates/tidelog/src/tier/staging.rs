@@ -19,6 +19,9 @@ use crate::stage::{self, PART_SUFFIX, PartManifest};
 
 /// Where staged jobs live under the prefix, one directory per job.
 pub const STAGING_PREFIX: &str = "_tidelog/staging";
+/// Jobs committed and not yet answered, one empty object per job: what the producer lists
+/// (the staging directory holds every job's parts and answers).
+pub const PENDING_PREFIX: &str = "_tidelog/pending";
 /// Where the streaming sinks' last published micro-batches live, one object per sink.
 pub const SINKS_PREFIX: &str = "_tidelog/sinks";
 /// A job's commit (the parts, in order; the sink's micro-batch), as the `COMMIT` file.
@@ -37,6 +40,10 @@ pub(crate) fn job_key(job: &str, name: &str) -> String {
 
 fn sink_key(sink: &str) -> String {
     format!("{SINKS_PREFIX}/{sink}")
+}
+
+fn pending_key(job: &str) -> String {
+    format!("{PENDING_PREFIX}/{job}")
 }
 
 /// Puts part `part` of `job`, which a `StagedWriter` finished in the directory `dir`, into
@@ -89,7 +96,7 @@ pub fn commit(
     let key = job_key(job, COMMIT_OBJECT);
     // A commit there already is judged first: once published, the parts are gone.
     if let Some(existing) = bucket.get_bytes(&key)? {
-        return judge(&key, &existing, &text, sink, job);
+        return judge(&bucket, &key, &existing, &text, sink, job);
     }
     for part in parts {
         let name = format!("{part}{PART_SUFFIX}");
@@ -101,14 +108,16 @@ pub fn commit(
         }
     }
     if bucket.put_new(&key, bytes)? {
+        bucket.put(&pending_key(job), Vec::new())?;
         return Ok(Commit::Recorded);
     }
     let existing = bucket.get_bytes(&key)?.unwrap_or_default();
-    judge(&key, &existing, &text, sink, job)
+    judge(&bucket, &key, &existing, &text, sink, job)
 }
 
 /// What a commit with `text` finds when the job's commit `existing` is there already.
 fn judge(
+    bucket: &Bucket,
     key: &str,
     existing: &[u8],
     text: &str,
@@ -120,6 +129,12 @@ fn judge(
         reason: "a staged job's commit fails its checks".into(),
     })?;
     if existing.text == text {
+        // The first committer may have died before it said the job waits.
+        let answered = bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))?.is_some()
+            || bucket.get_bytes(&job_key(job, FAILED_OBJECT))?.is_some();
+        if !answered {
+            bucket.put(&pending_key(job), Vec::new())?;
+        }
         return Ok(Commit::Recorded);
     }
     match (&existing.sink, sink) {
@@ -279,33 +294,28 @@ pub(crate) struct BucketJob {
     pub sink: Option<(String, u64)>,
 }
 
-/// The jobs committed in the bucket with neither `PUBLISHED` nor `FAILED` beside them. A
-/// commit that fails its checks is set aside with the reason.
+/// The jobs committed in the bucket and not answered yet (those named under
+/// [`PENDING_PREFIX`]; one answered meanwhile loses its name there). A commit that fails its
+/// checks is set aside with the reason.
 pub(crate) fn committed_jobs(bucket: &Bucket) -> Result<Vec<BucketJob>> {
-    let keys = bucket.list_all(STAGING_PREFIX)?;
-    let prefix = format!("{STAGING_PREFIX}/");
-    let mut jobs: std::collections::BTreeMap<&str, (bool, bool)> = Default::default();
-    for key in &keys {
-        let Some((job, name)) = key.strip_prefix(&prefix).and_then(|k| k.split_once('/')) else {
+    let mut out = Vec::new();
+    let prefix = format!("{PENDING_PREFIX}/");
+    for key in bucket.list_all(PENDING_PREFIX)? {
+        let Some(job) = key.strip_prefix(&prefix) else {
             continue;
         };
-        let entry = jobs.entry(job).or_default();
-        match name {
-            COMMIT_OBJECT => entry.0 = true,
-            PUBLISHED_OBJECT | FAILED_OBJECT => entry.1 = true,
-            _ => {}
-        }
-    }
-    let mut out = Vec::new();
-    for (job, _) in jobs
-        .into_iter()
-        .filter(|(_, (c, answered))| *c && !answered)
-    {
-        if validate_name(job).is_err() {
+        if validate_name(job).is_err() || job.contains('/') {
             continue;
         }
-        let key = job_key(job, COMMIT_OBJECT);
-        let Some(bytes) = bucket.get_bytes(&key)? else {
+        let answered = bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))?.is_some()
+            || bucket.get_bytes(&job_key(job, FAILED_OBJECT))?.is_some();
+        if answered {
+            bucket.delete(&key)?;
+            continue;
+        }
+        let Some(bytes) = bucket.get_bytes(&job_key(job, COMMIT_OBJECT))? else {
+            // Named as waiting but never committed: nothing to publish.
+            bucket.delete(&key)?;
             continue;
         };
         match stage::parse_commit(&bytes) {
@@ -414,10 +424,12 @@ pub(crate) fn answer_published(
         &job_key(&job.job, PUBLISHED_OBJECT),
         stage::published_record(&text, ranges),
     )?;
-    delete_parts(bucket, &job.job, &parts)
+    delete_parts(bucket, &job.job, &parts)?;
+    bucket.delete(&pending_key(&job.job))
 }
 
 /// Records in the bucket that `job` cannot be published, and why.
 pub(crate) fn set_aside(bucket: &Bucket, job: &str, reason: &str) -> Result<()> {
-    bucket.put(&job_key(job, FAILED_OBJECT), stage::failed_record(reason))
+    bucket.put(&job_key(job, FAILED_OBJECT), stage::failed_record(reason))?;
+    bucket.delete(&pending_key(job))
 }
