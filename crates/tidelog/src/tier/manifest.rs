@@ -341,8 +341,10 @@ impl Manifest {
     }
 
     /// Reads the deltas after this manifest's version from `bucket` and applies them; a
-    /// manifest that has read nothing yet starts from the newest checkpoint (and, should
-    /// the hint or the checkpoint not check, from delta 1: the deltas are the record).
+    /// manifest that has read nothing yet starts from the newest checkpoint that checks.
+    /// Deltas a checkpoint covers may have been pruned ([`prune`]): a manifest behind them
+    /// starts again from the newest checkpoint (the same manifest at that version). A gap
+    /// no checkpoint covers is damage.
     pub fn refresh(&mut self, bucket: &Bucket) -> Result<()> {
         if self.version == 0
             && let Some(start) = newest_checkpoint(bucket)?
@@ -359,14 +361,25 @@ impl Manifest {
                 continue;
             }
             let key = delta_key(version);
-            if version != self.version + 1 {
-                return Err(corrupt(
-                    &key,
-                    format!("delta {} is missing", self.version + 1),
-                ));
-            }
-            let Some(bytes) = bucket.get(&key)? else {
-                return Err(corrupt(&key, "listed but gone".into()));
+            let bytes = match bucket.get(&key)? {
+                Some(bytes) if version == self.version + 1 => bytes,
+                // Pruned under a checkpoint, between the listing and now or before it.
+                got => {
+                    if !self.catch_up(bucket, version)? {
+                        let reason = match got {
+                            None => "listed but gone".to_owned(),
+                            Some(_) => format!("delta {} is missing", self.version + 1),
+                        };
+                        return Err(corrupt(&key, reason));
+                    }
+                    if version <= self.version {
+                        continue;
+                    }
+                    match bucket.get(&key)? {
+                        Some(bytes) => bytes,
+                        None => return Err(corrupt(&key, "listed but gone".into())),
+                    }
+                }
             };
             let delta = decode_delta(&bytes, &key)?;
             if delta.version != version {
@@ -376,16 +389,38 @@ impl Manifest {
         }
         Ok(())
     }
+
+    /// Moves to the newest checkpoint when it is at least `version - 1` and past this
+    /// manifest (the deltas up to it were pruned): true when it did.
+    fn catch_up(&mut self, bucket: &Bucket, version: u64) -> Result<bool> {
+        match newest_checkpoint(bucket)? {
+            Some(start) if start.version > self.version && start.version + 1 >= version => {
+                *self = start;
+                Ok(true)
+            }
+            _ => Ok(false),
+        }
+    }
 }
 
-/// The manifest as the newest checkpoint has it, if the hint names one that checks.
+/// The manifest as the newest checkpoint that checks has it: the one the hint names, else
+/// (a hint or checkpoint that does not check) the newest listed that does.
 fn newest_checkpoint(bucket: &Bucket) -> Result<Option<Manifest>> {
-    let Some(hint) = bucket.get(HINT_KEY)? else {
-        return Ok(None);
-    };
-    let Some(version) = decode_hint(&hint) else {
-        return Ok(None);
-    };
+    if let Some(version) = bucket.get(HINT_KEY)?.and_then(|hint| decode_hint(&hint))
+        && let Some(manifest) = checkpoint_at(bucket, version)?
+    {
+        return Ok(Some(manifest));
+    }
+    for version in checkpoint_versions(bucket)?.into_iter().rev() {
+        if let Some(manifest) = checkpoint_at(bucket, version)? {
+            return Ok(Some(manifest));
+        }
+    }
+    Ok(None)
+}
+
+/// The checkpoint of `version`, if it is there and checks.
+fn checkpoint_at(bucket: &Bucket, version: u64) -> Result<Option<Manifest>> {
     let key = checkpoint_key(version);
     let Some(bytes) = bucket.get(&key)? else {
         return Ok(None);
@@ -393,6 +428,49 @@ fn newest_checkpoint(bucket: &Bucket) -> Result<Option<Manifest>> {
     Ok(decode_checkpoint(&bytes, &key)
         .ok()
         .filter(|m| m.version == version))
+}
+
+/// The versions of the checkpoints under the prefix, in order.
+fn checkpoint_versions(bucket: &Bucket) -> Result<Vec<u64>> {
+    Ok(bucket
+        .list_after(CHECKPOINT_DIR, None)?
+        .iter()
+        .filter_map(|name| {
+            let digits = name.strip_suffix(".checkpoint")?;
+            (digits.len() == NUMBER_DIGITS && digits.bytes().all(|b| b.is_ascii_digit()))
+                .then(|| digits.parse().ok())
+                .flatten()
+        })
+        .collect())
+}
+
+/// Deletes what the two newest checkpoints make needless: the deltas up to the older one
+/// and the checkpoints before it. Two stay, so a damaged newest one still has the older
+/// and every delta after it behind it. Returns how many objects it deleted.
+pub fn prune(bucket: &Bucket) -> Result<usize> {
+    let versions = checkpoint_versions(bucket)?;
+    let Some(&keep) = versions.len().checked_sub(2).and_then(|i| versions.get(i)) else {
+        return Ok(0);
+    };
+    // Only once the older one checks: it is what a reader behind the newest falls back on.
+    if checkpoint_at(bucket, keep)?.is_none() {
+        return Ok(0);
+    }
+    let mut deleted = 0;
+    for version in versions.iter().filter(|v| **v < keep) {
+        bucket.delete(&checkpoint_key(*version))?;
+        deleted += 1;
+    }
+    for name in bucket.list_after(MANIFEST_DIR, None)? {
+        match parse_delta_name(&name) {
+            Some(version) if version <= keep => {
+                bucket.delete(&delta_key(version))?;
+                deleted += 1;
+            }
+            _ => {}
+        }
+    }
+    Ok(deleted)
 }
 
 /// Writes the checkpoint `bytes` (`encode_checkpoint` of the manifest at `version`) and then

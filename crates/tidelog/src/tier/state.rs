@@ -200,16 +200,19 @@ impl Tier {
                 .cloned()
                 .collect()
         };
+        // Deltas the two newest checkpoints cover go too (a reader behind them starts again
+        // from the newest checkpoint).
+        let pruned = manifest::prune(&self.bucket)?;
         if due.is_empty() {
-            return Ok(0);
+            return Ok(pruned);
         }
         self.refresh()?;
         self.check_fenced()?;
         let (named, holder) = self.with_manifest(|m| (named_objects(m), m.producer.clone()));
         if holder.as_deref() != Some(self.producer.as_str()) {
-            return Ok(0);
+            return Ok(pruned);
         }
-        let mut deleted = 0;
+        let mut deleted = pruned;
         for key in due.iter().filter(|k| !named.contains(*k)) {
             crate::process::crash_point("tier-delete");
             self.bucket.delete(key)?;

@@ -1272,3 +1272,53 @@ fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
         other => panic!("expected TierTimeout, got {other:?}"),
     }
 }
+
+#[test]
+fn deltas_two_checkpoints_cover_are_pruned_and_readers_behind_start_again_from_one() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path())).delete_delay_ms(0);
+    let cfg = config(tier.clone()).sync_interval_ms(5);
+    let wal = Wal::open_with(dir.path(), cfg).unwrap();
+    let manifest = bucket.path().join("_tidelog/manifest");
+    let count = |dir: &Path| std::fs::read_dir(dir).map_or(0, |d| d.count());
+    let mut next = 0;
+    append(&wal, "c", next, 1);
+    next += 1;
+    wal.tier_flush(WAIT).unwrap();
+    // A reader that read the manifest early, and stays behind.
+    let behind = tidelog::RemoteLog::open(&tier).unwrap();
+    let early = behind.version();
+    // One delta per flush: past two checkpoints (100 and 200).
+    while wal.tier_status().unwrap().unwrap().manifest_version < 205 {
+        append(&wal, "c", next, 1);
+        next += 1;
+        wal.tier_flush(WAIT).unwrap();
+    }
+    eventually(
+        "the deltas under the older checkpoint were never pruned",
+        || !manifest.join(format!("{:020}.delta", 100)).exists(),
+    );
+    assert!(manifest.join(format!("{:020}.delta", 101)).exists());
+    assert!(count(&manifest) < 110, "{} deltas left", count(&manifest));
+    let checkpoints = bucket.path().join("_tidelog/checkpoint");
+    assert!(checkpoints.join(format!("{:020}.checkpoint", 100)).exists());
+    assert!(checkpoints.join(format!("{:020}.checkpoint", 200)).exists());
+    // The reader behind starts again from the newest checkpoint, and reads every record.
+    behind.refresh().unwrap();
+    assert!(behind.version() > early.max(200));
+    assert_eq!(behind.topic_info("c").unwrap().next_offset, next);
+    assert_eq!(behind.read("c", 0).unwrap().value, value("c", 0));
+    // A fresh open reads the newest checkpoint and what follows it.
+    let fresh = tidelog::RemoteLog::open(&tier).unwrap();
+    assert_eq!(fresh.topic_info("c").unwrap().next_offset, next);
+    wal.close().unwrap();
+    // A damaged newest checkpoint: opens fall back on the older one and the deltas after it.
+    let newest = checkpoints.join(format!("{:020}.checkpoint", 200));
+    let mut bytes = std::fs::read(&newest).unwrap();
+    let last = bytes.len() - 1;
+    bytes[last] ^= 1;
+    std::fs::write(&newest, &bytes).unwrap();
+    let fallback = tidelog::RemoteLog::open(&tier).unwrap();
+    assert_eq!(fallback.topic_info("c").unwrap().next_offset, next);
+}
