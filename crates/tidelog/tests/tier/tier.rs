@@ -51,9 +51,11 @@ fn deltas(bucket: &Path) -> Vec<serde_json::Value> {
     if !dir.exists() {
         return Vec::new();
     }
+    // A put under way in a `file://` bucket writes `NAME#N` first: not an object yet.
     let mut names: Vec<String> = std::fs::read_dir(&dir)
         .unwrap()
         .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|name| !name.contains('#'))
         .collect();
     names.sort();
     let mut out = Vec::new();
@@ -977,7 +979,10 @@ fn object_files(bucket: &Path) -> Vec<String> {
                     .unwrap()
                     .to_string_lossy()
                     .into_owned();
-                out.push(key);
+                // `NAME#N`: a put under way in a `file://` bucket, not an object yet.
+                if !key.contains('#') {
+                    out.push(key);
+                }
             }
         }
     }
