@@ -14,6 +14,7 @@ __all__ = [
     "Record",
     "RecoveryReport",
     "RemoteLog",
+    "RemoteReader",
     "RemoteRecord",
     "RingAppendHandle",
     "RingRecoverIter",
@@ -24,6 +25,11 @@ __all__ = [
     "Wal",
     "Writer",
     "__version__",
+    "bucket_stage_abort",
+    "bucket_stage_commit",
+    "bucket_stage_sink_batch",
+    "bucket_stage_upload",
+    "bucket_stage_wait",
     "cli",
     "open",
     "open_remote",
@@ -523,8 +529,9 @@ def open(
     extents are uploaded as they are, and a manifest in the bucket says which objects hold
     which offsets; an extent leaves the local disk only once the bucket holds it.
     `storage_options` are the store's keys (`aws_endpoint`, `aws_region`,
-    `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ...); `AWS_*`
-    environment variables fill those not given, and an unknown key is refused. Opening a
+    `aws_access_key_id`, `aws_secret_access_key`, `aws_allow_http`, ...; `google_*` for
+    `gs://`, `azure_*` for `az://`); `AWS_*`, `GOOGLE_*` or `AZURE_*` environment variables
+    fill those not given, and an unknown key is refused. Opening a
     directory on a prefix another directory holds raises `FencedError` unless
     `tier_takeover=True`. `retention_ms` / `retention_bytes` (and `topic_retention`) govern
     the bucket: the uploading handle drops the oldest objects from the manifest, and deletes

@@ -377,3 +377,17 @@ pub fn tier_config(
     }
     Ok(config)
 }
+
+/// Longest `next_batch` in records.
+const BATCH_RECORDS_MAX: usize = 1 << 20;
+
+/// A reader's `next_batch` size: between 1 and [`BATCH_RECORDS_MAX`].
+pub fn batch_records(max_records: usize) -> PyResult<()> {
+    if max_records == 0 || max_records > BATCH_RECORDS_MAX {
+        return Err(to_py(tidelog::Error::InvalidArgument {
+            name: "max_records",
+            reason: format!("must be between 1 and {BATCH_RECORDS_MAX}, not {max_records}"),
+        }));
+    }
+    Ok(())
+}

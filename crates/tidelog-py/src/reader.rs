@@ -10,11 +10,8 @@ use tidelog::Wal;
 
 use crate::call::{attached, detached, lock, sliced};
 use crate::error::to_py;
-use crate::options::{deadline, timeout_seconds};
+use crate::options::{self, deadline, timeout_seconds};
 use crate::record::PyRecord;
-
-/// Longest `next_batch` in records.
-const BATCH_RECORDS_MAX: usize = 1 << 20;
 
 /// The engine reader behind a `Reader`, shared with its `Wal` so `Wal.close()` can release
 /// it (and the files it holds) while Python still references the `Reader`.
@@ -202,12 +199,7 @@ impl PyReader {
         max_records: usize,
         max_bytes: u64,
     ) -> PyResult<Vec<PyRecord>> {
-        if max_records == 0 || max_records > BATCH_RECORDS_MAX {
-            return Err(to_py(tidelog::Error::InvalidArgument {
-                name: "max_records",
-                reason: format!("must be between 1 and {BATCH_RECORDS_MAX}, not {max_records}"),
-            }));
-        }
+        options::batch_records(max_records)?;
         self.with(py, |reader| {
             let records = detached(py, || {
                 if self.wal.follows_others() {

@@ -14,9 +14,6 @@ use crate::error::to_py;
 use crate::options::{self, deadline, timeout_seconds};
 use crate::wal::start_position;
 
-/// Longest `next_batch` in records.
-const BATCH_RECORDS_MAX: usize = 1 << 20;
-
 /// Opens the bucket at `url` read-only, with no local directory. See the stubs.
 #[pyfunction]
 #[pyo3(signature = (url, *, storage_options = None))]
@@ -102,7 +99,10 @@ impl PyRemoteLog {
 
     /// A reader of `topic` from `start`; a group is refused (a bucket has no home for its
     /// cursor yet).
-    #[pyo3(signature = (topic, group = None, *, start = None, verify_checksums = true))]
+    #[pyo3(
+        signature = (topic, group = None, *, start = None, verify_checksums = true),
+        text_signature = "(self, topic, group=None, *, start='earliest', verify_checksums=True)"
+    )]
     fn reader(
         &self,
         py: Python<'_>,
@@ -230,12 +230,7 @@ impl PyRemoteReader {
         max_records: usize,
         max_bytes: u64,
     ) -> PyResult<Vec<PyRemoteRecord>> {
-        if max_records == 0 || max_records > BATCH_RECORDS_MAX {
-            return Err(to_py(tidelog::Error::InvalidArgument {
-                name: "max_records",
-                reason: format!("must be between 1 and {BATCH_RECORDS_MAX}, not {max_records}"),
-            }));
-        }
+        options::batch_records(max_records)?;
         self.with(py, |reader| {
             detached(py, || reader.next_batch(max_records, max_bytes)).map(records)
         })

@@ -516,8 +516,17 @@ fn options_for(
     let known = |key: &str| -> bool {
         match scheme {
             S::AmazonS3 => key.parse::<object_store::aws::AmazonS3ConfigKey>().is_ok(),
+            S::GoogleCloudStorage => key.parse::<object_store::gcp::GoogleConfigKey>().is_ok(),
+            S::MicrosoftAzure => key.parse::<object_store::azure::AzureConfigKey>().is_ok(),
             _ => false,
         }
+    };
+    // The environment's variables of the store's kind fill the options not given.
+    let env_prefix = match scheme {
+        S::AmazonS3 => Some("aws_"),
+        S::GoogleCloudStorage => Some("google_"),
+        S::MicrosoftAzure => Some("azure_"),
+        _ => None,
     };
     let mut options: BTreeMap<String, String> = BTreeMap::new();
     for (key, value) in &config.options {
@@ -530,10 +539,10 @@ fn options_for(
         }
         options.insert(key, value.clone());
     }
-    if matches!(scheme, S::AmazonS3) {
+    if let Some(prefix) = env_prefix {
         for (key, value) in std::env::vars() {
             let key = key.to_ascii_lowercase();
-            if key.starts_with("aws_") && known(&key) {
+            if key.starts_with(prefix) && known(&key) {
                 options.entry(key).or_insert(value);
             }
         }

@@ -326,6 +326,32 @@ fn bad_tier_settings_are_refused() {
     refused(TierConfig::new("s3://bucket/prefix").option("aws_no_such_option", "1"));
     refused(TierConfig::new(file_url(bucket.path())).option("aws_region", "eu-west-1"));
     refused(TierConfig::new("ftp://host/path"));
+    // Google's and Azure's stores are built in: their URLs parse, and their options are
+    // checked as S3's are (another store's key is refused).
+    refused(TierConfig::new("gs://bucket/prefix").option("aws_region", "eu-west-1"));
+    refused(TierConfig::new("az://container/prefix").option("google_bucket", "b"));
+    for (url, key, value) in [
+        ("gs://bucket/prefix", "google_service_account", "none.json"),
+        (
+            "az://container/prefix",
+            "azure_storage_account_name",
+            "acct",
+        ),
+    ] {
+        // Known keys pass the check. No such server answers here: the open goes on (the
+        // uploads would retry), or the store refuses its settings, and says so.
+        let other = tempdir();
+        match Wal::open_with(
+            other.path(),
+            config(TierConfig::new(url).option(key, value)),
+        ) {
+            Ok(wal) => wal.close().unwrap(),
+            Err(Error::InvalidArgument { reason, .. }) => {
+                assert!(!reason.contains("is not an option"), "{url}: {reason}");
+            }
+            Err(e) => panic!("{url}: {e}"),
+        }
+    }
     // A read-only handle uploads nothing: it has no tier.
     Wal::open_with(dir.path(), geometry(16, 64 * 1024))
         .unwrap()
