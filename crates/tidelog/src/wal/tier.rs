@@ -151,6 +151,7 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
             Ok(Some(Committed::Published(ranges))) => {
                 crate::process::crash_point("tier-answer");
                 staging::answer_published(bucket, &job, &ranges)?;
+                stage::forget_bucket_job(storage, &state.dir, &job.job)?;
                 continue;
             }
             // Committed here: the directory's housekeeping publishes it.
@@ -158,6 +159,8 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
             Ok(None) => {
                 crate::process::crash_point("tier-ingest");
                 staging::download_parts(bucket, storage, &state.dir, &job)?;
+                // Its published record must outlive a long stop before the answer.
+                stage::note_bucket_job(storage, &state.dir, &job.job)?;
                 match stage::write_commit(
                     storage,
                     &state.dir,

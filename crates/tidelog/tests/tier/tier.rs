@@ -536,12 +536,12 @@ fn a_producer_killed_while_publishing_a_bucket_job_publishes_it_once_after() {
                 .unwrap();
         use std::os::unix::process::ExitStatusExt;
         assert_eq!(out.status.signal(), Some(9), "{point}: {out:?}");
-        // The next producer finishes what the killed one began: every record once.
-        let wal = Wal::open_with(
-            dir.path(),
-            config(TierConfig::new(url.clone()).takeover(true)),
-        )
-        .unwrap();
+        // The next producer finishes what the killed one began: every record once, even
+        // with the published records' TTL long past (a job the bucket has not been told of
+        // keeps its record).
+        std::thread::sleep(Duration::from_millis(20));
+        let cfg = config(TierConfig::new(url.clone()).takeover(true)).staged_ttl_ms(Some(1));
+        let wal = Wal::open_with(dir.path(), cfg).unwrap();
         let ranges = tier_stage::wait_published(&tier, job, Duration::from_secs(60)).unwrap();
         assert_eq!(ranges, vec![("j".to_owned(), 0..50)], "{point}");
         assert_eq!(wal.topic_info("j").unwrap().next_offset, 50, "{point}");
@@ -551,6 +551,9 @@ fn a_producer_killed_while_publishing_a_bucket_job_publishes_it_once_after() {
                 &value("j", offset)[..]
             );
         }
+        eventually("the bucket job was never forgotten once answered", || {
+            !dir.path().join("staging/.bucket").join(job).exists()
+        });
         wal.close().unwrap();
     }
 }
