@@ -9,7 +9,7 @@ Options and rows follow Spark's Kafka source::
           .option("startingOffsets", "earliest")          # or "latest", or '{"orders": 42}'
           .option("endingOffsets", '{"orders": 100}')     # exclusive; batch reads only
           .load("data"))
-    # -> key BINARY, value BINARY, topic STRING, offset BIGINT, timestamp TIMESTAMP
+    # -> key, value, topic, partition, offset, timestamp, timestampType (as Kafka's source)
 
 Each Spark task opens the directory read-only in its own process (no lock, so a writer may
 hold it meanwhile) and yields Arrow record batches built in Rust: no Python object per record.
@@ -42,6 +42,7 @@ minute) and says why when no producer did.
 from __future__ import annotations
 
 import json
+import math
 import os
 import re
 import sys
@@ -73,6 +74,7 @@ from pyspark.sql.streaming.datasource import (
 from pyspark.sql.types import (
     BinaryType,
     DataType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -96,15 +98,21 @@ __all__ = [
 ]
 
 FORMAT = "tidelog"
-SCHEMA = "key BINARY, value BINARY, topic STRING, offset BIGINT, timestamp TIMESTAMP"
+# Kafka's source's columns: a topic is one partition (0); timestamps are create times (0).
+SCHEMA = (
+    "key BINARY, value BINARY, topic STRING, partition INT, offset BIGINT, timestamp TIMESTAMP, "
+    "timestampType INT"
+)
 # SCHEMA built by hand: parsing DDL needs a SparkContext, which Python workers lack.
 _STRUCT = StructType(
     [
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
         StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
     ]
 )
 # What Spark accepts for SCHEMA: the same names, order, types and nullability, exactly.
@@ -113,8 +121,10 @@ ARROW_SCHEMA = pa.schema(
         pa.field("key", pa.binary()),
         pa.field("value", pa.binary()),
         pa.field("topic", pa.string()),
+        pa.field("partition", pa.int32()),
         pa.field("offset", pa.int64()),
         pa.field("timestamp", pa.timestamp("us", tz="UTC")),
+        pa.field("timestampType", pa.int32()),
     ]
 )
 
@@ -190,40 +200,139 @@ def _positive_int(options: Mapping[str, str], option: str, default: int | None) 
 OffsetSpec = str | dict[str, int]
 
 
-def _offset_spec(options: Mapping[str, str], option: str, topics: list[str]) -> OffsetSpec | None:
-    """The option as "earliest", "latest" or {topic: offset} (EARLIEST/LATEST allowed)."""
+def _offset_spec(
+    options: Mapping[str, str], option: str, topics: list[str] | None
+) -> OffsetSpec | None:
+    """The option as "earliest", "latest" or {topic: offset} (EARLIEST/LATEST allowed), the
+    JSON flat (`{"t": 42}`) or in Kafka's shape (`{"t": {"0": 42}}`: a topic is partition
+    0). `topics`: the subscribed ones, when known before the query runs."""
     text = options.get(option.lower())
     if text is None:
         return None
     word = str(text).strip().lower()
     if word in ("earliest", "latest"):
         return word
-    try:
-        parsed = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise _invalid(
-            option,
-            f'option {option} must be "earliest", "latest" or JSON like {{"topic": 42}}, '
-            f"not {text!r} ({e})",
-        ) from None
-    if not isinstance(parsed, dict):
-        raise _invalid(
-            option, f'option {option} must be a JSON object like {{"topic": 42}}, not {text!r}'
-        )
-    for topic, offset in parsed.items():
-        if topic not in topics:
+    parsed = _json_object(option, text, '{"topic": 42} or {"topic": {"0": 42}}')
+    spec = {}
+    for topic, value in parsed.items():
+        if topics is not None and topic not in topics:
             raise _invalid(
                 option,
                 f"option {option} names topic {topic!r}, which is not subscribed "
                 f"(subscribe: {','.join(topics)})",
             )
+        offset = _partition_zero(option, topic, value)
         if type(offset) is not int or offset < EARLIEST:
             raise _invalid(
                 option,
                 f"option {option}: the offset of topic {topic!r} must be an integer >= 0 "
                 f"(or -2 for earliest, -1 for latest), not {offset!r}",
             )
+        spec[topic] = offset
+    return spec
+
+
+def _json_object(option: str, text: str, shape: str) -> dict[str, Any]:
+    try:
+        parsed = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise _invalid(
+            option, f"option {option} must be JSON like {shape}, not {text!r} ({e})"
+        ) from None
+    if not isinstance(parsed, dict):
+        raise _invalid(option, f"option {option} must be a JSON object like {shape}, not {text!r}")
     return parsed
+
+
+def _partition_zero(option: str, topic: str, value: Any) -> Any:
+    """The value of partition "0" in Kafka's per-partition shape, or `value` itself."""
+    if not isinstance(value, dict):
+        return value
+    if set(value) != {"0"}:
+        raise _invalid(
+            option,
+            f"option {option}: a tidelog topic is one partition, 0; topic {topic!r} names "
+            f"partitions {sorted(value)}",
+        )
+    return value["0"]
+
+
+def _timestamps(options: Mapping[str, str], option: str) -> dict[str, int] | None:
+    """`{topic: milliseconds}` from Kafka's `{"t": {"0": ms}}` (or flat) JSON."""
+    text = options.get(option.lower())
+    if text is None:
+        return None
+    out = {}
+    for topic, value in _json_object(option, text, '{"topic": {"0": 1700000000000}}').items():
+        ms = _partition_zero(option, topic, value)
+        if type(ms) is not int or ms < 0:
+            raise _invalid(
+                option, f"option {option}: topic {topic!r} needs a timestamp in ms >= 0, not {ms!r}"
+            )
+        out[topic] = ms
+    return out
+
+
+def _non_negative_int(options: Mapping[str, str], option: str) -> int | None:
+    text = options.get(option.lower())
+    if text is None:
+        return None
+    try:
+        value = int(str(text).strip())
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise _invalid(option, f"option {option} must be an integer >= 0, not {text!r}")
+    return value
+
+
+def _bool_option(options: Mapping[str, str], option: str, default: bool) -> bool:
+    text = options.get(option.lower())
+    if text is None:
+        return default
+    word = str(text).strip().lower()
+    if word not in ("true", "false"):
+        raise _invalid(option, f'option {option} must be "true" or "false", not {text!r}')
+    return word == "true"
+
+
+def _subscription(options: Mapping[str, str]) -> tuple[list[str] | None, str | None]:
+    """Kafka's three ways to name topics, exactly one given: `subscribe` (a list),
+    `subscribePattern` (a regular expression, matched whole), `assign` (JSON
+    `{"t": [0]}`)."""
+    given = [o for o in ("subscribe", "subscribePattern", "assign") if options.get(o.lower())]
+    if len(given) != 1:
+        raise _invalid(
+            "subscribe",
+            "name the topics to read with exactly one of the options subscribe "
+            '(.option("subscribe", "orders,payments")), subscribePattern or assign'
+            + (f" (got {', '.join(given)})" if given else ""),
+        )
+    if given == ["subscribePattern"]:
+        pattern = str(options["subscribepattern"])
+        try:
+            re.compile(pattern)
+        except re.error as e:
+            raise _invalid(
+                "subscribePattern", f"option subscribePattern {pattern!r} is not a pattern: {e}"
+            ) from None
+        return None, pattern
+    if given == ["assign"]:
+        assigned = _json_object("assign", str(options["assign"]), '{"topic": [0]}')
+        for topic, partitions in assigned.items():
+            if partitions != [0]:
+                raise _invalid(
+                    "assign",
+                    f"option assign: a tidelog topic is one partition, 0; topic {topic!r} "
+                    f"names {partitions!r}",
+                )
+        topics = list(assigned)
+    else:
+        topics = [t.strip() for t in str(options["subscribe"]).split(",") if t.strip()]
+    topics = list(dict.fromkeys(topics))
+    if not topics:
+        raise _invalid("subscribe", "no topic named: give at least one")
+    return topics, None
 
 
 @dataclass(frozen=True)
@@ -233,9 +342,22 @@ class _Options:
     path: str
     #: Options of the bucket when `path` is a bucket URL (Spark options `storage.KEY`).
     storage_options: dict[str, str]
-    topics: list[str]
+    #: The topics of `subscribe` or `assign`; None with `subscribePattern`.
+    topics: list[str] | None
+    #: `subscribePattern`: topics whose whole name matches, looked up at each plan.
+    pattern: str | None
     starting: OffsetSpec | None
     ending: OffsetSpec | None
+    #: Kafka's options by time, in milliseconds: one for every topic, or per topic.
+    starting_timestamp: int | None
+    ending_timestamp: int | None
+    starting_by_timestamp: dict[str, int] | None
+    ending_by_timestamp: dict[str, int] | None
+    #: No record at or after a starting timestamp: "error" (fail) or "latest".
+    by_timestamp_strategy: str
+    #: Fail when records a query needs were removed (retention); else skip them.
+    fail_on_data_loss: bool
+    min_partitions: int | None
     max_offsets_per_trigger: int | None
     max_records_per_partition: int | None
     max_records_per_batch: int
@@ -249,20 +371,28 @@ class _Options:
                 "option path is required: the tidelog directory, as "
                 'spark.read.format("tidelog").load(path) or .option("path", ...)',
             )
-        subscribe = options.get("subscribe")
-        topics = list(dict.fromkeys(t.strip() for t in (subscribe or "").split(",") if t.strip()))
-        if not topics:
+        topics, pattern = _subscription(options)
+        strategy = str(options.get("startingoffsetsbytimestampstrategy", "error")).strip().lower()
+        if strategy not in ("error", "latest"):
             raise _invalid(
-                "subscribe",
-                "option subscribe is required: the topics to read, comma-separated, "
-                'as .option("subscribe", "orders,payments")',
+                "startingOffsetsByTimestampStrategy",
+                f'option startingOffsetsByTimestampStrategy must be "error" or "latest", not '
+                f"{strategy!r}",
             )
         return cls(
             path=str(path),
             storage_options=_storage_options(options),
             topics=topics,
+            pattern=pattern,
             starting=_offset_spec(options, "startingOffsets", topics),
             ending=_offset_spec(options, "endingOffsets", topics),
+            starting_timestamp=_non_negative_int(options, "startingTimestamp"),
+            ending_timestamp=_non_negative_int(options, "endingTimestamp"),
+            starting_by_timestamp=_timestamps(options, "startingOffsetsByTimestamp"),
+            ending_by_timestamp=_timestamps(options, "endingOffsetsByTimestamp"),
+            by_timestamp_strategy=strategy,
+            fail_on_data_loss=_bool_option(options, "failOnDataLoss", True),
+            min_partitions=_positive_int(options, "minPartitions", None),
             max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
             max_records_per_partition=_positive_int(options, "maxRecordsPerPartition", None),
             max_records_per_batch=_positive_int(
@@ -277,6 +407,23 @@ class _Options:
         # Read-only: takes no lock, so a writer (in this or another process) may hold it.
         return tidelog.open(self.path, readonly=True)
 
+    def subscribed(self, wal: tidelog.Wal | _Bucket) -> list[str]:
+        """The topics to read: those named, or those whose whole name matches the pattern
+        now (a topic created later joins a stream at its next trigger, from its earliest)."""
+        if self.topics is not None:
+            return self.topics
+        assert self.pattern is not None
+        regex = re.compile(self.pattern)
+        topics = sorted(t for t in wal.topics() if regex.fullmatch(t))
+        if not topics:
+            known = ", ".join(sorted(wal.topics())) or "none"
+            raise UnknownTopicError(
+                f"tidelog data source: no topic of {self.path} matches subscribePattern "
+                f"{self.pattern!r} (topics there: {known})",
+                topic=self.pattern,
+            )
+        return topics
+
     def bounds(self, wal: tidelog.Wal | _Bucket) -> dict[str, tuple[int, int]]:
         """(first, durable) offset of every subscribed topic; a clear error for a missing one.
 
@@ -284,7 +431,7 @@ class _Options:
         could still lose is never handed to Spark, so a query's offsets always name the
         records a restarted writer keeps (exactly once holds across such a crash)."""
         bounds = {}
-        for topic in self.topics:
+        for topic in self.subscribed(wal):
             try:
                 info = wal.topic_info(topic)
             except UnknownTopicError:
@@ -300,17 +447,31 @@ class _Options:
     def resolve(
         self,
         option: str,
-        spec: OffsetSpec | None,
         default: str,
+        wal: tidelog.Wal | _Bucket,
         bounds: dict[str, tuple[int, int]],
     ) -> dict[str, int]:
-        """The offset of every subscribed topic named by `spec` (`default` without one).
-        Topics that a JSON spec leaves out start at their earliest and end at their latest
-        offset. Offsets must lie in first..next."""
-        spec = default if spec is None else spec
-        left_out = EARLIEST if option == "startingOffsets" else LATEST
+        """The offset of every subscribed topic where the query starts (`option`
+        "startingOffsets") or ends ("endingOffsets"): by time where a timestamp option
+        covers the topic (Kafka's order: the global timestamp, then per topic, then
+        offsets), else by offset (`default` without the option). Topics a JSON spec leaves
+        out start at their earliest and end at their latest offset. An offset below the
+        first stored is data loss: an error, or the first with failOnDataLoss=false."""
+        starting = option == "startingOffsets"
+        spec = (self.starting if starting else self.ending) or default
+        if isinstance(spec, dict):
+            for topic in spec:
+                if topic not in bounds:
+                    raise _invalid(
+                        option, f"option {option} names topic {topic!r}, which is not subscribed"
+                    )
+        left_out = EARLIEST if starting else LATEST
         offsets = {}
         for topic, (first, next_) in bounds.items():
+            at = self._by_time(starting, topic)
+            if at is not None:
+                offsets[topic] = self._offset_at(option, wal, topic, at, bounds[topic])
+                continue
             if isinstance(spec, str):
                 offset = EARLIEST if spec == "earliest" else LATEST
             else:
@@ -319,14 +480,64 @@ class _Options:
                 offset = first
             elif offset == LATEST:
                 offset = next_
+            elif offset < first and not self.fail_on_data_loss:
+                offset = first
             elif not first <= offset <= next_:
                 raise _invalid(
                     option,
                     f"option {option}: offset {offset} of topic {topic!r} is out of range "
-                    f"(stored offsets are {first}..{next_})",
+                    f"(stored offsets are {first}..{next_}"
+                    + (
+                        "; records below them were removed: set failOnDataLoss=false to "
+                        "start at the earliest stored)"
+                        if offset < first
+                        else ")"
+                    ),
                 )
             offsets[topic] = offset
         return offsets
+
+    def _by_time(self, starting: bool, topic: str) -> int | None:
+        """The timestamp (ms) a time option gives `topic`'s start or end, if one does."""
+        if starting:
+            every, each = self.starting_timestamp, self.starting_by_timestamp
+        else:
+            every, each = self.ending_timestamp, self.ending_by_timestamp
+        if every is not None:
+            return every
+        return None if each is None else each.get(topic)
+
+    def _offset_at(
+        self,
+        option: str,
+        wal: tidelog.Wal | _Bucket,
+        topic: str,
+        ms: int,
+        bound: tuple[int, int],
+    ) -> int:
+        """The first offset of `topic` whose timestamp is at or after `ms`; with none, the
+        latest (an end, or a start with strategy "latest") or an error (a start)."""
+        first, next_ = bound
+        offset = _offset_for_time(wal, topic, ms * 1000)
+        if offset < next_:
+            return max(offset, first)
+        if option == "endingOffsets" or self.by_timestamp_strategy == "latest":
+            return next_
+        raise _invalid(
+            "startingOffsetsByTimestamp",
+            f"topic {topic!r} has no record at or after timestamp {ms} ms (set "
+            'startingOffsetsByTimestampStrategy to "latest" to start at its end)',
+        )
+
+
+def _offset_for_time(wal: tidelog.Wal | _Bucket, topic: str, timestamp_us: int) -> int:
+    """The first offset of `topic` whose timestamp is at or after `timestamp_us` (the end
+    when none is), found with the time index."""
+    if isinstance(wal, _Bucket):
+        with wal.log.reader(topic) as reader:
+            return reader.seek_time(timestamp_us)
+    with wal.reader(topic, start="earliest") as reader:
+        return reader.seek_time(timestamp_us)
 
 
 def _storage_options(options: Mapping[str, str]) -> dict[str, str]:
@@ -384,11 +595,18 @@ class TopicRange(InputPartition):
     end: int
 
 
-def _split(ranges: Mapping[str, tuple[int, int]], size: int | None) -> list[TopicRange]:
+def _split(
+    ranges: Mapping[str, tuple[int, int]], size: int | None, min_partitions: int | None = None
+) -> list[TopicRange]:
+    """Partitions of at most `size` records (by default one per core, of at least
+    PARTITION_RECORDS_MIN), and at least `min_partitions` of them (Kafka's minPartitions)
+    where the records allow."""
+    total = sum(end - start for start, end in ranges.values())
     if size is None:
-        total = sum(end - start for start, end in ranges.values())
         cores = os.cpu_count() or 1
         size = max(PARTITION_RECORDS_MIN, -(-total // cores))
+    if min_partitions is not None and total > 0:
+        size = max(1, min(size, total // min_partitions))
     return [
         TopicRange(topic, lo, min(lo + size, end))
         for topic, (start, end) in ranges.items()
@@ -403,21 +621,41 @@ def _read(options: _Options, part: TopicRange) -> Iterator[pa.RecordBatch]:
     with options.open() as wal:
         offset = part.start
         while offset < part.end:
-            batch = wal.read_arrow(
-                part.topic, offset, part.end, max_records=options.max_records_per_batch
-            )
-            if batch.num_rows == 0:  # the planned range is no longer stored
-                raise tidelog.OffsetOutOfRangeError(
-                    f"tidelog data source: topic {part.topic!r} has no record at offset "
-                    f"{offset} (planned {part.start}..{part.end})",
-                    topic=part.topic,
-                    offset=offset,
+            try:
+                batch = wal.read_arrow(
+                    part.topic, offset, part.end, max_records=options.max_records_per_batch
                 )
+            except tidelog.OffsetOutOfRangeError:
+                batch = None
+            if batch is None or batch.num_rows == 0:  # the planned range is no longer stored
+                first = wal.topic_info(part.topic).first_offset
+                if options.fail_on_data_loss or first <= offset:
+                    raise tidelog.OffsetOutOfRangeError(
+                        f"tidelog data source: topic {part.topic!r} has no record at offset "
+                        f"{offset} (planned {part.start}..{part.end}; removed by retention? "
+                        "failOnDataLoss=false skips what is gone)",
+                        topic=part.topic,
+                        offset=offset,
+                    )
+                # failOnDataLoss=false: what retention removed is skipped.
+                offset = first
+                continue
             offset += batch.num_rows
-            # Reorders the columns; the arrays (Rust's buffers) are not copied.
-            yield pa.RecordBatch.from_arrays(
-                [batch.column(name) for name in ARROW_SCHEMA.names], schema=ARROW_SCHEMA
-            )
+            yield _spark_batch(batch)
+
+
+def _spark_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+    """`batch` (columns of `read_arrow`) in Spark's schema: the columns reordered (the
+    arrays, Rust's buffers, are not copied), and Kafka's partition and timestampType (0)."""
+    n = batch.num_rows
+    zeros = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))])
+    return pa.RecordBatch.from_arrays(
+        [
+            zeros if name in ("partition", "timestampType") else batch.column(name)
+            for name in ARROW_SCHEMA.names
+        ],
+        schema=ARROW_SCHEMA,
+    )
 
 
 def _fields(schema: StructType) -> list[tuple[str, Any, bool]]:
@@ -484,9 +722,9 @@ class TidelogBatchReader(DataSourceReader):
         options = self.options
         with options.open() as wal:
             bounds = options.bounds(wal)
-            start = options.resolve("startingOffsets", options.starting, "earliest", bounds)
-            end = options.resolve("endingOffsets", options.ending, "latest", bounds)
-        for topic in options.topics:
+            start = options.resolve("startingOffsets", "earliest", wal, bounds)
+            end = options.resolve("endingOffsets", "latest", wal, bounds)
+        for topic in bounds:
             if start[topic] > end[topic]:
                 raise _invalid(
                     "endingOffsets",
@@ -494,10 +732,12 @@ class TidelogBatchReader(DataSourceReader):
                     f"({end[topic]})",
                 )
         parts = _split(
-            {t: (start[t], end[t]) for t in options.topics}, options.max_records_per_partition
+            {t: (start[t], end[t]) for t in bounds},
+            options.max_records_per_partition,
+            options.min_partitions,
         )
         # Spark wants at least one partition; an empty range reads nothing.
-        return parts or [TopicRange(options.topics[0], 0, 0)]
+        return parts or [TopicRange(next(iter(bounds)), 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
@@ -520,17 +760,32 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return {topic: next_ for topic, (_, next_) in self.options.bounds(wal).items()}
 
     def _begin(self, start: Mapping[str, Any]) -> dict[str, int]:
-        missing = [t for t in self.options.topics if t not in start]
-        firsts = {}
-        if missing:
-            with self.options.open() as wal:
-                firsts = {t: first for t, (first, _) in self.options.bounds(wal).items()}
-        return {t: int(start[t]) if t in start else firsts[t] for t in self.options.topics}
+        """Where each subscribed topic's next batch starts: the checkpointed offset, or
+        its earliest for a topic the checkpoint lacks (one a pattern matched since). An
+        offset below the first stored is data loss: an error, or the first with
+        failOnDataLoss=false."""
+        with self.options.open() as wal:
+            bounds = self.options.bounds(wal)
+        begin = {}
+        for topic, (first, _) in bounds.items():
+            offset = int(start[topic]) if topic in start else first
+            if offset < first:
+                if self.options.fail_on_data_loss:
+                    raise tidelog.OffsetOutOfRangeError(
+                        f"tidelog data source: topic {topic!r} lost offsets {offset}..{first} "
+                        "(removed by retention before the query read them); set "
+                        "failOnDataLoss=false to go on from the earliest stored",
+                        topic=topic,
+                        offset=offset,
+                    )
+                offset = first
+            begin[topic] = offset
+        return begin
 
     def initialOffset(self) -> dict[str, int]:
         with self.options.open() as wal:
             bounds = self.options.bounds(wal)
-            return self.options.resolve("startingOffsets", self.options.starting, "latest", bounds)
+            return self.options.resolve("startingOffsets", "latest", wal, bounds)
 
     def getDefaultReadLimit(self) -> ReadLimit:
         limit = self.options.max_offsets_per_trigger
@@ -549,13 +804,13 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             latest = {t: min(latest[t], self.target.get(t, latest[t])) for t in latest}
         backlog = {t: max(0, latest[t] - begin[t]) for t in begin}
         if isinstance(limit, ReadMaxRows):
-            backlog = _share(backlog, limit.max_rows)
+            backlog = _prorate(backlog, limit.max_rows)
         return {t: begin[t] + backlog[t] for t in begin}
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[TopicRange]:
         begin = self._begin(start)
         ranges = {t: (begin[t], int(end[t])) for t in begin if t in end}
-        return _split(ranges, self.options.max_records_per_partition)
+        return _split(ranges, self.options.max_records_per_partition, self.options.min_partitions)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
@@ -912,19 +1167,16 @@ class TidelogStreamWriter(DataSourceStreamArrowWriter):
             _abort(self.options, job)
 
 
-def _share(backlog: dict[str, int], budget: int) -> dict[str, int]:
-    """Spreads `budget` records over the topics' backlogs: an equal share each, and what a
-    topic with a smaller backlog leaves goes to the others. Takes min(budget, total)."""
-    taken = dict.fromkeys(backlog, 0)
-    waiting = sorted(backlog, key=lambda t: (backlog[t], t))
-    while waiting and budget > 0:
-        share = max(1, budget // len(waiting))
-        for topic in list(waiting):
-            take = min(share, backlog[topic] - taken[topic], budget)
-            taken[topic] += take
-            budget -= take
-            if taken[topic] == backlog[topic]:
-                waiting.remove(topic)
-            if budget == 0:
-                break
+def _prorate(backlog: dict[str, int], budget: int) -> dict[str, int]:
+    """Spreads `budget` records over the topics in proportion to their backlogs, as Kafka's
+    source does (`maxOffsetsPerTrigger`): each takes budget * backlog / total, rounded down,
+    but up when below one, so every topic with a backlog moves."""
+    total = sum(backlog.values())
+    if total <= budget:
+        return dict(backlog)
+    taken = {}
+    for topic, size in backlog.items():
+        share = budget * size / total
+        take = math.ceil(share) if share < 1 else math.floor(share)
+        taken[topic] = min(take, size)
     return taken

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import shutil
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from pyspark.sql import DataFrame, SparkSession
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
 from pyspark.sql.types import (
     BinaryType,
+    IntegerType,
     LongType,
     StringType,
     StructField,
@@ -38,8 +40,10 @@ SPARK_SCHEMA = StructType(
         StructField("key", BinaryType()),
         StructField("value", BinaryType()),
         StructField("topic", StringType()),
+        StructField("partition", IntegerType()),
         StructField("offset", LongType()),
         StructField("timestamp", TimestampType()),
+        StructField("timestampType", IntegerType()),
     ]
 )
 
@@ -105,8 +109,10 @@ def test_register_and_arrow_types(spark: SparkSession, tmp_path: Path) -> None:
         ("key", pa.binary()),
         ("value", pa.binary()),
         ("topic", pa.string()),
+        ("partition", pa.int32()),
         ("offset", pa.int64()),
         ("timestamp", pa.timestamp("us", tz="UTC")),
+        ("timestampType", pa.int32()),
     ]
     assert table.column("timestamp").cast(pa.int64()).to_pylist() == [TS0 + i for i in range(5)]
     assert table.column("key").to_pylist() == [key_of(i) for i in range(5)]
@@ -257,9 +263,10 @@ def test_stream_available_now_with_admission_control_and_restart(
         append("b", range(30))
         wal.flush()
         run_query()
-        # 40 per batch, an equal share each: 20 + 20, then b's last 10 and 30 from a.
+        # 40 per batch, in proportion to the backlogs (Kafka's rule): 25 of a's 50 and 15
+        # of b's 30, then the 40 left.
         assert [len(b) for _, b in batches] == [40, 40]
-        assert [sum(t == "b" for t, _, _ in b) for _, b in batches] == [20, 10]
+        assert [sum(t == "b" for t, _, _ in b) for _, b in batches] == [15, 15]
 
         append("a", range(50, 70))
         append("b", range(30, 35))
@@ -291,9 +298,10 @@ def test_stream_offsets_and_available_now_target(tmp_path: Path) -> None:
         # startingOffsets defaults to latest, as in Spark's Kafka source.
         assert reader.initialOffset() == {"a": 10, "b": 4, "c": 1}
         start = {"a": 0, "b": 0, "c": 0}
-        # 9 over three topics: c takes its 1, b its 4, a the 4 left.
-        assert reader.latestOffset(start, ReadMaxRows(9)) == {"a": 4, "b": 4, "c": 1}
-        assert reader.latestOffset(start, ReadMaxRows(2)) == {"a": 0, "b": 1, "c": 1}
+        # 9 over backlogs of 10, 4 and 1, in proportion as Kafka's source does: 6, 2.4 and
+        # 0.6, rounded down, but up below one.
+        assert reader.latestOffset(start, ReadMaxRows(9)) == {"a": 6, "b": 2, "c": 1}
+        assert reader.latestOffset(start, ReadMaxRows(2)) == {"a": 1, "b": 1, "c": 1}
         assert reader.latestOffset(start, ReadAllAvailable()) == {"a": 10, "b": 4, "c": 1}
         # A topic missing from a checkpointed offset starts at its earliest.
         assert reader.latestOffset({"a": 10}, ReadMaxRows(100)) == {"a": 10, "b": 4, "c": 1}
@@ -342,8 +350,18 @@ def load_and_collect(spark: SparkSession, path: Path | None, **options: Any) -> 
     [
         ({"path": None, "subscribe": "a"}, "option path is required"),
         ({"path": "missing", "subscribe": "a"}, "No such file or directory"),
-        ({}, "option subscribe is required"),
-        ({"subscribe": " , "}, "option subscribe is required"),
+        ({}, "with exactly one of the options subscribe"),
+        ({"subscribe": " , "}, "no topic named"),
+        ({"subscribe": "a", "subscribePattern": "a.*"}, "got subscribe, subscribePattern"),
+        ({"subscribePattern": "zz.*"}, "no topic of"),
+        ({"subscribePattern": "(unclosed"}, "is not a pattern"),
+        ({"assign": '{"a": [1]}'}, "a tidelog topic is one partition"),
+        ({"subscribe": "a", "startingOffsets": '{"a": {"1": 0}}'}, "names partitions ['1']"),
+        ({"subscribe": "a", "failOnDataLoss": "maybe"}, 'must be "true" or "false"'),
+        ({"subscribe": "a", "startingTimestamp": "-5"}, "must be an integer >= 0"),
+        ({"subscribe": "a", "startingOffsetsByTimestampStrategy": "x"}, '"error" or "latest"'),
+        ({"subscribe": "a", "startingTimestamp": str(2**50)}, "no record at or after"),
+        ({"subscribe": "a", "minPartitions": "0"}, "minPartitions must be a"),
         ({"subscribe": "a,nope"}, "topic 'nope', which does not exist"),
         ({"subscribe": "a", "startingOffsets": "{oops"}, "option startingOffsets must be"),
         ({"subscribe": "a", "endingOffsets": "[1]"}, "option endingOffsets must be a JSON object"),
@@ -470,3 +488,107 @@ def test_batch_and_stream_writes_through_a_bucket(spark: SparkSession, tmp_path:
         spark.createDataFrame([(b"v",)], "value binary").write.format("tidelog").mode(
             "append"
         ).option("topic", "t").option("commitTimeoutMs", "1500").save(lonely)
+
+
+# --- Kafka's source's options and columns ---
+
+MS0 = TS0 // 1000  # milliseconds since the epoch
+
+
+def fill_by_ms(path: Path, counts: dict[str, int]) -> None:
+    """As `fill`, with record i of each topic at MS0 + i milliseconds."""
+    with open_small(path) as wal:
+        for topic, count in counts.items():
+            for i in range(count):
+                wal.append(topic, payload(i, 20 + i % 7), key=key_of(i), timestamp=TS0 + i * 1000)
+
+
+def offsets_of(df: DataFrame) -> list[tuple[str, int]]:
+    return sorted((r[0], r[1]) for r in df.select("topic", "offset").collect())
+
+
+def test_kafka_topics_offsets_timestamps_and_columns(spark: SparkSession, tmp_path: Path) -> None:
+    fill_by_ms(tmp_path, {"ab1": 30, "ab2": 5, "other": 3})
+    # Kafka's columns: partition 0, timestampType 0 (create time).
+    df = read(spark, tmp_path, subscribePattern="ab[0-9]")
+    got = df.select("topic", "partition", "timestampType").distinct().collect()
+    assert sorted((r[0], r[1], r[2]) for r in got) == [("ab1", 0, 0), ("ab2", 0, 0)]
+    assert len(offsets_of(df)) == 35
+    assert offsets_of(read(spark, tmp_path, assign='{"ab2": [0]}')) == [
+        ("ab2", i) for i in range(5)
+    ]
+    # Offsets in Kafka's shape, and flat.
+    kafka_shaped = read(
+        spark,
+        tmp_path,
+        subscribe="ab1,ab2",
+        startingOffsets='{"ab1": {"0": 25}, "ab2": {"0": -1}}',
+        endingOffsets='{"ab1": {"0": 28}}',
+    )
+    assert offsets_of(kafka_shaped) == [("ab1", 25), ("ab1", 26), ("ab1", 27)]
+    # By time: the first record at or after the start, up to the first at or after the end.
+    timed = read(
+        spark, tmp_path, subscribe="ab1", startingTimestamp=MS0 + 10, endingTimestamp=MS0 + 13
+    )
+    assert offsets_of(timed) == [("ab1", 10), ("ab1", 11), ("ab1", 12)]
+    per_topic = read(
+        spark,
+        tmp_path,
+        subscribe="ab1,ab2",
+        startingOffsetsByTimestamp=json.dumps({"ab1": {"0": MS0 + 28}, "ab2": {"0": MS0 + 3}}),
+    )
+    assert offsets_of(per_topic) == [("ab1", 28), ("ab1", 29), ("ab2", 3), ("ab2", 4)]
+    # The global timestamp wins over the per-topic one and over offsets (Kafka's order).
+    both = read(
+        spark,
+        tmp_path,
+        subscribe="ab2",
+        startingTimestamp=MS0 + 4,
+        startingOffsetsByTimestamp=json.dumps({"ab2": {"0": MS0}}),
+        startingOffsets="earliest",
+    )
+    assert offsets_of(both) == [("ab2", 4)]
+    # Past the last record: an error by default, the end with the "latest" strategy.
+    late = {"subscribe": "ab2", "startingTimestamp": MS0 + 999}
+    with pytest.raises(AnalysisException, match="no record at or after"):
+        read(spark, tmp_path, **late).collect()
+    assert read(spark, tmp_path, startingOffsetsByTimestampStrategy="latest", **late).count() == 0
+    # minPartitions: at least that many, where the records allow.
+    assert read(spark, tmp_path, subscribe="ab1", minPartitions=6).rdd.getNumPartitions() >= 6
+
+
+def test_fail_on_data_loss(spark: SparkSession, tmp_path: Path) -> None:
+    path = tmp_path / "wal"
+    with open_small(path, retention_bytes=4096) as wal:
+        for i in range(400):
+            wal.append("r", payload(i, 200))
+        wal.flush()
+        deadline = time.monotonic() + 30
+        while wal.topic_info("r").first_offset == 0:
+            assert time.monotonic() < deadline, "retention never ran"
+            time.sleep(0.02)
+            wal.flush()
+        first = wal.topic_info("r").first_offset
+    # Offsets retention removed: an error, or skipped with failOnDataLoss=false.
+    with pytest.raises(AnalysisException, match="failOnDataLoss"):
+        read(spark, path, subscribe="r", startingOffsets='{"r": 0}').collect()
+    kept = read(spark, path, subscribe="r", startingOffsets='{"r": 0}', failOnDataLoss="false")
+    assert offsets_of(kept) == [("r", i) for i in range(first, 400)]
+    # A stream whose checkpoint is behind the first stored offset.
+    strict = stream_reader(path, subscribe="r")
+    with pytest.raises(tidelog.OffsetOutOfRangeError, match="failOnDataLoss"):
+        strict.latestOffset({"r": 0}, ReadAllAvailable())
+    lenient = stream_reader(path, subscribe="r", failOnDataLoss="false")
+    assert lenient.partitions({"r": 0}, {"r": 400})[0].start == first
+
+
+def test_subscribe_pattern_streams_pick_up_new_topics(tmp_path: Path) -> None:
+    fill(tmp_path, {"ev-a": 3})
+    reader = stream_reader(tmp_path, subscribePattern="ev-.*", startingOffsets="earliest")
+    assert reader.initialOffset() == {"ev-a": 0}
+    fill(tmp_path, {"ev-b": 2, "other": 1})
+    # A topic created since joins at its next trigger, from its earliest.
+    assert reader.latestOffset({"ev-a": 0}, ReadAllAvailable()) == {"ev-a": 3, "ev-b": 2}
+    assert [
+        (p.topic, p.start, p.end) for p in reader.partitions({"ev-a": 3}, {"ev-a": 3, "ev-b": 2})
+    ] == [("ev-b", 0, 2)]
