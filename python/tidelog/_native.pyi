@@ -214,7 +214,11 @@ class Reader:
         up to that long for one to be appended, in this process or another (it sleeps on a
         futex the append wakes, without polling the directory). `close()` from another
         thread ends the wait with `ClosedError`."""
-    def next_batch(self, max_records: int = 1000, max_bytes: int = 16777216) -> list[Record]: ...
+    def next_batch(
+        self, max_records: int = 1000, max_bytes: int = 16777216, timeout: float | None = None
+    ) -> list[Record]:
+        """Up to `max_records` records and about `max_bytes` of values (at least one if any
+        is available); with `timeout` (seconds), waits up to that long for a first one."""
     def seek(self, offset: int) -> None: ...
     def seek_time(self, timestamp_us: int) -> int:
         """Moves to the first record at or after `timestamp_us`; returns its offset."""
@@ -282,12 +286,18 @@ class Wal:
         verify_checksums: bool = True,
         visibility: Literal["published", "durable"] = "published",
         spin_us: int = 0,
+        commit: Literal["explicit", "auto", "strict"] = "explicit",
+        auto_commit_every: int | None = None,
     ) -> Reader:
         """A reader of `topic`. `visibility="published"` returns every record whose append
         returned, in any process; `"durable"` only records already on disk (what survives a
         crash of the machine). `spin_us`: how long `next(timeout)` watches for a record on a
         CPU before it sleeps (at most 10000; 0 sleeps at once): a record appended meanwhile,
-        in any process, arrives without a wake-up, at the cost of that CPU."""
+        in any process, arrives without a wake-up, at the cost of that CPU. With a `group`,
+        `commit` says when its position persists: "explicit" (only `commit()`), "auto" (at
+        least once: every `auto_commit_every` records, default 1000, the next read first
+        commits what came before; a crash replays at most that many) or "strict" (at most
+        once: each record's successor is committed before the record is returned)."""
     def read(self, topic: str, offset: int) -> Record: ...
     def read_arrow(
         self,

@@ -287,3 +287,50 @@ def test_readers_are_independent(wal: tidelog.Wal) -> None:
         a.commit()
         b.commit()
         assert (a.committed, b.committed) == (4, 2)
+
+
+def test_commit_modes_of_a_group(tmp_path: Path) -> None:
+    with open_small(tmp_path) as wal:
+        wal.append_batch("t", [b"%d" % i for i in range(10)])
+        # auto: every 3 records the next read commits what came before (at least once).
+        with wal.reader("t", "auto", commit="auto", auto_commit_every=3) as r:
+            assert [bytes(r.next().value) for _ in range(4)] == [b"0", b"1", b"2", b"3"]
+            # The 4th read committed the first 3.
+            assert r.committed == 3
+        with wal.reader("t", "auto", commit="auto", auto_commit_every=3) as r:
+            assert r.position == 3  # a restart replays at most 3
+        # strict: each record's successor is committed before it is returned (at most once).
+        with wal.reader("t", "strict", commit="strict") as r:
+            assert bytes(r.next().value) == b"0"
+            assert r.committed == 1
+        # explicit: only commit() persists.
+        with wal.reader("t", "explicit") as r:
+            r.next()
+            assert r.committed is None
+        with pytest.raises(tidelog.InvalidArgumentError, match="explicit"):
+            wal.reader("t", "g", commit="sometimes")
+        with pytest.raises(tidelog.InvalidArgumentError, match="auto_commit_every"):
+            wal.reader("t", "g", commit="strict", auto_commit_every=5)
+        with pytest.raises(tidelog.InvalidArgumentError, match="auto_commit_every"):
+            wal.reader("t", "g", commit="auto", auto_commit_every=0)
+        with pytest.raises(tidelog.InvalidArgumentError, match="need a group"):
+            wal.reader("t", commit="auto")
+
+
+def test_next_batch_waits_for_a_first_record(tmp_path: Path) -> None:
+    with open_small(tmp_path) as wal:
+        wal.append("t", b"x")
+        with wal.reader("t", start="latest") as r:
+            started = time.monotonic()
+            assert r.next_batch(10, timeout=0.05) == []
+            assert time.monotonic() - started >= 0.05
+
+            def later() -> None:
+                time.sleep(0.1)
+                wal.append_batch("t", [b"a", b"b"])
+
+            thread = threading.Thread(target=later)
+            thread.start()
+            got = r.next_batch(10, timeout=30)
+            thread.join()
+            assert [bytes(x.value) for x in got][:1] == [b"a"]

@@ -113,6 +113,31 @@ fn wait_until(
     }
 }
 
+/// Waits until `reader` has a record to read or `until` passes (no GIL held), or `closing`
+/// is set (`ClosedError`): `Some` when it has one.
+fn wait_ready(
+    wal: &Wal,
+    reader: &mut tidelog::Reader,
+    closing: &AtomicBool,
+    until: Instant,
+) -> tidelog::Result<Option<()>> {
+    loop {
+        if closing.load(Ordering::Acquire) {
+            return Err(tidelog::Error::Closed);
+        }
+        if reader.lag() > 0 {
+            return Ok(Some(()));
+        }
+        let Some(left) = until
+            .checked_duration_since(Instant::now())
+            .filter(|d| !d.is_zero())
+        else {
+            return Ok(None);
+        };
+        wal.wait_for_records(reader, left)?;
+    }
+}
+
 #[pymethods]
 impl PyReader {
     #[getter]
@@ -191,22 +216,37 @@ impl PyReader {
     }
 
     /// Up to `max_records` records and about `max_bytes` of values (at least one record if
-    /// any is available); an empty list when caught up.
-    #[pyo3(signature = (max_records = 1000, max_bytes = 16777216))]
+    /// any is available); an empty list when caught up. With `timeout` (seconds), waits up
+    /// to that long for a first record.
+    #[pyo3(signature = (max_records = 1000, max_bytes = 16777216, timeout = None))]
     fn next_batch(
         &self,
         py: Python<'_>,
         max_records: usize,
         max_bytes: u64,
+        timeout: Option<f64>,
     ) -> PyResult<Vec<PyRecord>> {
         options::batch_records(max_records)?;
+        let wait = timeout.map(timeout_seconds).transpose()?;
         self.with(py, |reader| {
-            let records = detached(py, || {
+            let batch = |reader: &mut tidelog::Reader| {
                 if self.wal.follows_others() {
                     self.wal.wait_for_records(reader, Duration::ZERO)?;
                 }
                 reader.next_batch(max_records, max_bytes)
-            })?;
+            };
+            let mut records = detached(py, || batch(reader))?;
+            if records.is_empty()
+                && let Some(wait) = wait
+            {
+                let (wal, closing) = (&self.wal, &self.slot.closing);
+                let ready = sliced(py, deadline(wait), |slice_end| {
+                    wait_ready(wal, reader, closing, slice_end)
+                })?;
+                if ready.is_some() {
+                    records = detached(py, || batch(reader))?;
+                }
+            }
             Ok(records.into_iter().map(PyRecord::new).collect())
         })
     }

@@ -5,7 +5,7 @@ use std::time::{Duration, Instant};
 
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList, PyRange, PyType};
-use tidelog::{Append, Durability, ReaderOptions, StartPosition, Visibility, Wal};
+use tidelog::{Append, CommitMode, Durability, ReaderOptions, StartPosition, Visibility, Wal};
 
 use crate::arrow;
 use crate::buffer::InputBytes;
@@ -173,6 +173,36 @@ pub(crate) fn start_position(start: &Bound<'_, PyAny>) -> PyResult<StartPosition
     }
 }
 
+/// Records an "auto" reader returns between two commits when `auto_commit_every` is not
+/// given.
+const AUTO_COMMIT_EVERY_DEFAULT: u64 = 1000;
+
+/// The commit mode a reader's `commit` and `auto_commit_every` name: "explicit" (only
+/// `commit()` persists), "auto" (at least once: every N records the next read commits what
+/// came before) or "strict" (at most once: each record's successor committed before it is
+/// returned).
+fn commit_mode(name: &str, every: Option<u64>) -> PyResult<CommitMode> {
+    let invalid = |name: &'static str, reason: String| {
+        Err(to_py(tidelog::Error::InvalidArgument { name, reason }))
+    };
+    match (name, every) {
+        ("explicit", None) => Ok(CommitMode::Explicit),
+        ("strict", None) => Ok(CommitMode::Strict),
+        ("auto", every) => match every.unwrap_or(AUTO_COMMIT_EVERY_DEFAULT) {
+            0 => invalid("auto_commit_every", "must be positive".to_owned()),
+            n => Ok(CommitMode::AutoEvery(n)),
+        },
+        ("explicit" | "strict", Some(_)) => invalid(
+            "auto_commit_every",
+            format!("is for commit=\"auto\", not {name:?}"),
+        ),
+        _ => invalid(
+            "commit",
+            format!("{name:?} is not \"explicit\", \"auto\" or \"strict\""),
+        ),
+    }
+}
+
 fn visibility_option(name: &str) -> PyResult<Visibility> {
     match name {
         "published" => Ok(Visibility::Published),
@@ -306,8 +336,8 @@ impl PyWal {
     }
 
     #[pyo3(
-        signature = (topic, group = None, *, start = None, verify_checksums = true, visibility = "published", spin_us = 0),
-        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True, visibility='published', spin_us=0)"
+        signature = (topic, group = None, *, start = None, verify_checksums = true, visibility = "published", spin_us = 0, commit = "explicit", auto_commit_every = None),
+        text_signature = "(self, topic, group=None, *, start='committed', verify_checksums=True, visibility='published', spin_us=0, commit='explicit', auto_commit_every=None)"
     )]
     #[expect(
         clippy::too_many_arguments,
@@ -322,6 +352,8 @@ impl PyWal {
         verify_checksums: bool,
         visibility: &str,
         spin_us: u64,
+        commit: &str,
+        auto_commit_every: Option<u64>,
     ) -> PyResult<PyReader> {
         let start = match start {
             Some(s) => start_position(s)?,
@@ -330,10 +362,10 @@ impl PyWal {
         let options = ReaderOptions {
             group: group.clone(),
             start,
+            commit: commit_mode(commit, auto_commit_every)?,
             skip_checksums: !verify_checksums,
             visibility: visibility_option(visibility)?,
             spin: Duration::from_micros(spin_us),
-            ..ReaderOptions::default()
         };
         let reader = detached(py, || self.wal.reader_with(topic, options))?;
         let reader = PyReader::new(Arc::clone(&self.wal), reader, topic.to_owned(), group);
