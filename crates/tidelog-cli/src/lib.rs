@@ -20,6 +20,7 @@ use clap::{Parser, Subcommand, ValueEnum};
 use tidelog::Error;
 
 mod bench;
+mod groups;
 mod log;
 pub mod progress;
 mod ring;
@@ -103,6 +104,15 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Consumer groups: committed offsets and lag (with no action), or move or delete a
+    /// group's cursor, as kafka-consumer-groups does.
+    Groups {
+        dir: PathBuf,
+        #[command(subcommand)]
+        action: Option<GroupsAction>,
+        #[arg(long, global = true)]
+        json: bool,
+    },
     /// Reads every record and checks every checksum; exits 1 naming each corrupt record.
     Verify {
         /// The log directory (or give --ring).
@@ -123,6 +133,37 @@ enum Command {
         /// Everything after `bench` goes to `tidelog-bench`.
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<OsString>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+enum GroupsAction {
+    /// Moves GROUP's committed offset on TOPIC (opens the directory for writing).
+    Reset {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        group: String,
+        /// To this offset.
+        #[arg(long, group = "to", required = true)]
+        to_offset: Option<u64>,
+        /// To the first stored offset.
+        #[arg(long, group = "to")]
+        to_earliest: bool,
+        /// To the next offset: the group skips every record stored now.
+        #[arg(long, group = "to")]
+        to_latest: bool,
+        /// To the first record at or after this time (ISO 8601, `2026-11-28T10:00:00Z`;
+        /// no zone: UTC).
+        #[arg(long, group = "to")]
+        to_datetime: Option<String>,
+    },
+    /// Deletes GROUP's cursor on TOPIC: it no longer holds records back.
+    Delete {
+        #[arg(long)]
+        topic: String,
+        #[arg(long)]
+        group: String,
     },
 }
 
@@ -235,6 +276,21 @@ where
             (None, None) => Err(Failure::Usage("give a directory or --ring PATH".into())),
         },
         Command::Stat { dir, json } => log::stat(&mut out, &dir, json),
+        Command::Groups { dir, action, json } => match action {
+            None => groups::list(&mut out, &dir, json),
+            Some(GroupsAction::Delete { topic, group }) => {
+                groups::delete(&mut out, &dir, &topic, &group, json)
+            }
+            Some(GroupsAction::Reset {
+                topic,
+                group,
+                to_offset,
+                to_earliest,
+                to_latest,
+                to_datetime,
+            }) => groups::target(to_offset, to_earliest, to_latest, to_datetime.as_deref())
+                .and_then(|target| groups::reset(&mut out, &dir, &topic, &group, &target, json)),
+        },
         Command::Verify { dir, ring, json } => match (dir, ring) {
             (_, Some(ring)) => ring::verify(&mut out, &ring, json),
             (Some(dir), None) => log::verify(&mut out, &dir, json),

@@ -321,3 +321,144 @@ fn stat_names_the_housekeeping_leader_of_a_shared_directory() {
     assert!(text(&out.stdout).contains(&want), "{}", text(&out.stdout));
     wal.close().expect("close");
 }
+
+#[test]
+fn groups_lists_resets_and_deletes_cursors() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = dir_arg(&tmp.path().join("log"));
+    let ok = |args: &[&str]| {
+        let out = tidelog(args, "");
+        assert!(out.status.success(), "{args:?}: {}", text(&out.stderr));
+        text(&out.stdout)
+    };
+    let out = tidelog(
+        &["produce", &dir, "t", "--fsync", "always"],
+        "a\nb\nc\nd\ne\n",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(ok(&["groups", &dir]), "no consumer groups\n");
+    ok(&["consume", &dir, "t", "--group", "g", "--limit", "2"]);
+    assert_eq!(ok(&["groups", &dir]), "t g: committed 2, next 5, lag 3\n");
+    assert_eq!(
+        ok(&["groups", &dir, "--json"]),
+        "{\"groups\":[{\"topic\":\"t\",\"group\":\"g\",\"committed\":2,\"next_offset\":5,\"lag\":3}]}\n"
+    );
+    let reset = |to: &[&str]| {
+        let mut args = vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+        ];
+        args.extend_from_slice(to);
+        ok(&args)
+    };
+    assert_eq!(reset(&["--to-latest"]), "t g: committed 2 -> 5\n");
+    assert_eq!(reset(&["--to-earliest"]), "t g: committed 5 -> 0\n");
+    assert_eq!(reset(&["--to-offset", "3"]), "t g: committed 0 -> 3\n");
+    // Every record was appended now: a time long past is the first, one to come the end.
+    assert_eq!(
+        reset(&["--to-datetime", "2001-01-01T00:00:00Z"]),
+        "t g: committed 3 -> 0\n"
+    );
+    assert_eq!(
+        reset(&["--to-datetime", "2999-01-01T00:00:00+02:00"]),
+        "t g: committed 0 -> 5\n"
+    );
+    assert_eq!(
+        ok(&[
+            "groups",
+            &dir,
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+            "--to-offset",
+            "1",
+            "--json"
+        ]),
+        "{\"topic\":\"t\",\"group\":\"g\",\"before\":5,\"committed\":1}\n"
+    );
+    // Mistakes: one line, exit 2.
+    for args in [
+        vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+        ],
+        vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+            "--to-offset",
+            "9",
+        ],
+        vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+            "--to-datetime",
+            "soon",
+        ],
+        vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "t",
+            "--group",
+            "g",
+            "--to-latest",
+            "--to-earliest",
+        ],
+        vec![
+            "groups",
+            dir.as_str(),
+            "delete",
+            "--topic",
+            "t",
+            "--group",
+            "nope",
+        ],
+        vec![
+            "groups",
+            dir.as_str(),
+            "reset",
+            "--topic",
+            "nope",
+            "--group",
+            "g",
+            "--to-latest",
+        ],
+    ] {
+        let out = tidelog(&args, "");
+        assert_eq!(
+            out.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            text(&out.stderr)
+        );
+        assert!(!text(&out.stderr).trim().is_empty(), "{args:?}");
+    }
+    assert_eq!(
+        ok(&["groups", &dir, "delete", "--topic", "t", "--group", "g"]),
+        "t g: deleted\n"
+    );
+    assert_eq!(ok(&["groups", &dir]), "no consumer groups\n");
+}
