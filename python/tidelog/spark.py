@@ -47,6 +47,7 @@ import os
 import re
 import sys
 import tempfile
+import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
@@ -69,6 +70,7 @@ from pyspark.sql.streaming.datasource import (
     ReadAllAvailable,
     ReadLimit,
     ReadMaxRows,
+    ReadMinRows,
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
@@ -136,6 +138,8 @@ PARTITION_RECORDS_MIN = 100_000
 MAX_RECORDS_PER_BATCH_DEFAULT = 10_000
 # How long a write's commit waits for its job to be published (option commitTimeoutMs).
 COMMIT_TIMEOUT_MS_DEFAULT = 60_000
+# Kafka's default maxTriggerDelay.
+MAX_TRIGGER_DELAY_DEFAULT = "15m"
 # Kafka's conventions inside offset JSON.
 EARLIEST, LATEST = -2, -1
 
@@ -286,6 +290,27 @@ def _non_negative_int(options: Mapping[str, str], option: str) -> int | None:
     return value
 
 
+_DURATION = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]*)\s*")
+_UNIT_S = {
+    "ms": 0.001, "millisecond": 0.001, "milliseconds": 0.001,
+    "s": 1.0, "second": 1.0, "seconds": 1.0,
+    "m": 60.0, "min": 60.0, "minute": 60.0, "minutes": 60.0,
+    "h": 3600.0, "hour": 3600.0, "hours": 3600.0,
+    "d": 86400.0, "day": 86400.0, "days": 86400.0,
+}  # fmt: skip
+
+
+def _duration_s(options: Mapping[str, str], option: str, default: str) -> float:
+    """A duration with its unit (`15m`, `30s`, `500ms`, `2 hours`), in seconds."""
+    text = str(options.get(option.lower(), default))
+    match = _DURATION.fullmatch(text.lower())
+    if match is None or match.group(2) not in _UNIT_S:
+        raise _invalid(
+            option, f"option {option} must be a duration like 15m, 30s or 500ms, not {text!r}"
+        )
+    return float(match.group(1)) * _UNIT_S[match.group(2)]
+
+
 def _bool_option(options: Mapping[str, str], option: str, default: bool) -> bool:
     text = options.get(option.lower())
     if text is None:
@@ -358,6 +383,10 @@ class _Options:
     #: Fail when records a query needs were removed (retention); else skip them.
     fail_on_data_loss: bool
     min_partitions: int | None
+    #: Kafka's minOffsetsPerTrigger: a trigger waits for this many new records, at most
+    #: `max_trigger_delay_s` since the last batch.
+    min_offsets_per_trigger: int | None
+    max_trigger_delay_s: float
     max_offsets_per_trigger: int | None
     max_records_per_partition: int | None
     max_records_per_batch: int
@@ -393,6 +422,8 @@ class _Options:
             by_timestamp_strategy=strategy,
             fail_on_data_loss=_bool_option(options, "failOnDataLoss", True),
             min_partitions=_positive_int(options, "minPartitions", None),
+            min_offsets_per_trigger=_positive_int(options, "minOffsetsPerTrigger", None),
+            max_trigger_delay_s=_duration_s(options, "maxTriggerDelay", MAX_TRIGGER_DELAY_DEFAULT),
             max_offsets_per_trigger=_positive_int(options, "maxOffsetsPerTrigger", None),
             max_records_per_partition=_positive_int(options, "maxRecordsPerPartition", None),
             max_records_per_batch=_positive_int(
@@ -754,6 +785,8 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, options: _Options) -> None:
         self.options = options
         self.target: dict[str, int] | None = None
+        # When the last batch was planned (minOffsetsPerTrigger waits from there).
+        self.last_batch: float | None = None
 
     def _next_offsets(self) -> dict[str, int]:
         with self.options.open() as wal:
@@ -788,8 +821,12 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             return self.options.resolve("startingOffsets", "latest", wal, bounds)
 
     def getDefaultReadLimit(self) -> ReadLimit:
-        limit = self.options.max_offsets_per_trigger
-        return ReadAllAvailable() if limit is None else ReadMaxRows(limit)
+        options = self.options
+        if options.max_offsets_per_trigger is not None:
+            return ReadMaxRows(options.max_offsets_per_trigger)
+        if options.min_offsets_per_trigger is not None:
+            return ReadMinRows(options.min_offsets_per_trigger)
+        return ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
         self.target = self._next_offsets()
@@ -803,9 +840,25 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         if self.target is not None:
             latest = {t: min(latest[t], self.target.get(t, latest[t])) for t in latest}
         backlog = {t: max(0, latest[t] - begin[t]) for t in begin}
+        if self._waits(sum(backlog.values())):
+            return begin
         if isinstance(limit, ReadMaxRows):
             backlog = _prorate(backlog, limit.max_rows)
-        return {t: begin[t] + backlog[t] for t in begin}
+        end = {t: begin[t] + backlog[t] for t in begin}
+        if end != begin:
+            self.last_batch = time.monotonic()
+        return end
+
+    def _waits(self, available: int) -> bool:
+        """minOffsetsPerTrigger: fewer records than that wait, until maxTriggerDelay has
+        passed since the last batch (never with availableNow, which reads what it found)."""
+        least = self.options.min_offsets_per_trigger
+        if least is None or self.target is not None or available >= least:
+            return False
+        now = time.monotonic()
+        if self.last_batch is None:
+            self.last_batch = now
+        return now - self.last_batch < self.options.max_trigger_delay_s
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[TopicRange]:
         begin = self._begin(start)

@@ -22,7 +22,7 @@ import tidelog.spark
 from conftest import open_small, payload, run_python
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
-from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows
+from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import (
     BinaryType,
     IntegerType,
@@ -592,3 +592,24 @@ def test_subscribe_pattern_streams_pick_up_new_topics(tmp_path: Path) -> None:
     assert [
         (p.topic, p.start, p.end) for p in reader.partitions({"ev-a": 3}, {"ev-a": 3, "ev-b": 2})
     ] == [("ev-b", 0, 2)]
+
+
+def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(tmp_path: Path) -> None:
+    fill(tmp_path, {"m": 5})
+    options = {"subscribe": "m", "minOffsetsPerTrigger": 10, "maxTriggerDelay": "300ms"}
+    reader = stream_reader(tmp_path, **options)
+    assert reader.getDefaultReadLimit() == ReadMinRows(10)
+    # 5 records, fewer than 10: the trigger waits (no new end)...
+    assert reader.latestOffset({"m": 0}, ReadMinRows(10)) == {"m": 0}
+    time.sleep(0.35)
+    # ...until the delay has passed: then it takes what there is.
+    assert reader.latestOffset({"m": 0}, ReadMinRows(10)) == {"m": 5}
+    fill(tmp_path, {"m": 12})
+    # Enough at once: no wait.
+    assert reader.latestOffset({"m": 5}, ReadMinRows(10)) == {"m": 17}
+    # availableNow reads what it found, however little.
+    fresh = stream_reader(tmp_path, **options)
+    fresh.prepareForTriggerAvailableNow()
+    assert fresh.latestOffset({"m": 15}, ReadMinRows(10)) == {"m": 17}
+    with pytest.raises(tidelog.InvalidArgumentError, match="duration"):
+        stream_reader(tmp_path, subscribe="m", maxTriggerDelay="soon")
