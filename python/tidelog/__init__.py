@@ -18,6 +18,7 @@ from typing import Any
 from tidelog import exceptions
 from tidelog._native import (
     AppendHandle,
+    ArrowStream,
     Reader,
     Record,
     RecoveryReport,
@@ -75,6 +76,7 @@ from tidelog.exceptions import (
 
 __all__ = [
     "AppendHandle",
+    "ArrowStream",
     "CapacityError",
     "CapacityMismatchError",
     "ClosedError",

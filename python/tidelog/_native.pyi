@@ -9,6 +9,7 @@ from typing_extensions import Buffer
 
 __all__ = [
     "AppendHandle",
+    "ArrowStream",
     "OwnedBuffer",
     "Reader",
     "Record",
@@ -40,6 +41,18 @@ __all__ = [
 ]
 
 __version__: str
+
+@final
+class ArrowStream:
+    """A topic's records from a start to an end (`Wal.scan`, `RemoteLog.scan`) as an Arrow C
+    stream, built in Rust as the consumer pulls each batch: pyarrow
+    (`pyarrow.RecordBatchReader.from_stream`), polars, duckdb and other readers of the
+    Arrow PyCapsule interface take it, with no pyarrow needed by tidelog. Columns as
+    `read_arrow`'s: topic, offset, timestamp, key, value. Readable once."""
+
+    def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
+        """The stream, a PyCapsule named "arrow_array_stream" (the schema is fixed: a
+        requested one is for the consumer to cast to)."""
 
 @final
 class OwnedBuffer:
@@ -299,6 +312,18 @@ class Wal:
         commits what came before; a crash replays at most that many) or "strict" (at most
         once: each record's successor is committed before the record is returned)."""
     def read(self, topic: str, offset: int) -> Record: ...
+    def scan(
+        self,
+        topic: str,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        batch_records: int = 65536,
+    ) -> ArrowStream:
+        """`topic`'s records from `start` (default: the earliest, in the tier's bucket too)
+        up to `end` (exclusive; default: what is published when the consumer gets there), as
+        an Arrow C stream of batches of at most `batch_records` records. Works on read-only
+        handles."""
     def read_arrow(
         self,
         topic: str,
@@ -636,6 +661,15 @@ class RemoteLog:
     ) -> Any:
         """A pyarrow.RecordBatch of offsets [start, end) (end capped at what the bucket
         holds) with columns topic, offset, timestamp, key, value, as `Wal.read_arrow`."""
+    def scan(
+        self,
+        topic: str,
+        start: int | None = None,
+        end: int | None = None,
+        *,
+        batch_records: int = 65536,
+    ) -> ArrowStream:
+        """As `Wal.scan`, from the bucket (objects fetched ahead)."""
     def reader(
         self,
         topic: str,

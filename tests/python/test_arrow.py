@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import datetime as dt
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
 import tidelog
-from conftest import payload
+from conftest import open_small, payload, run_python
 
 # Every test runs on the mmap and the ring backend (see conftest.py).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -180,3 +181,74 @@ def test_read_arrow_value_buffers_outlive_the_wal(wal: tidelog.Wal) -> None:
     batch = wal.read_arrow("t", 0)
     wal.close()
     assert batch.column("value").to_pylist() == [payload(i, 64) for i in range(10)]
+
+
+# --- scan: the Arrow C stream ---
+
+
+def test_scan_is_an_arrow_c_stream_pyarrow_reads(tmp_path: Path) -> None:
+    with open_small(tmp_path) as wal:
+        keys = [None, b"", b"k"] * 4
+        for i, key in enumerate(keys):
+            wal.append("t", b"v%d" % i, key=key, timestamp=1_000 + i)
+        whole = pa.RecordBatchReader.from_stream(wal.scan("t")).read_all()
+        expected = pa.Table.from_batches([wal.read_arrow("t", 0)])
+        assert whole.schema == expected.schema
+        assert whole.equals(expected)
+        # Batches of at most batch_records, from start up to end (exclusive).
+        reader = pa.RecordBatchReader.from_stream(wal.scan("t", 2, 9, batch_records=3))
+        sizes = [batch.num_rows for batch in reader]
+        assert sizes == [3, 3, 1]
+        part = pa.RecordBatchReader.from_stream(wal.scan("t", 2, 9)).read_all()
+        assert part.column("offset").to_pylist() == list(range(2, 9))
+        assert part.column("key").to_pylist() == keys[2:9]
+        # Records appended before the consumer gets there are in it.
+        stream = wal.scan("t", 10)
+        wal.append("t", b"late")
+        assert pa.RecordBatchReader.from_stream(stream).read_all().num_rows == 3
+        # Each read of it reads from its start again; bad arguments are refused at once.
+        stream = wal.scan("t", 11)
+        assert pa.RecordBatchReader.from_stream(stream).read_all().num_rows == 2
+        assert pa.RecordBatchReader.from_stream(stream).read_all().num_rows == 2
+        with pytest.raises(tidelog.InvalidArgumentError):
+            wal.scan("t", batch_records=0)
+        with pytest.raises(tidelog.OffsetOutOfRangeError):
+            wal.scan("t", 99)
+        with pytest.raises(tidelog.UnknownTopicError):
+            wal.scan("nope")
+        # A handle closed under a stream: the consumer gets the error, not a crash.
+        stream = wal.scan("t")
+    with pytest.raises(pa.ArrowException, match="closed"):
+        pa.RecordBatchReader.from_stream(stream).read_all()
+    with tidelog.open(tmp_path, readonly=True) as ro:
+        assert pa.RecordBatchReader.from_stream(ro.scan("t")).read_all().num_rows == 13
+
+
+def test_scan_needs_no_pyarrow(tmp_path: Path) -> None:
+    proc = run_python(
+        f"""
+        import ctypes, sys
+        sys.modules["pyarrow"] = None  # any import of it fails
+        import tidelog
+        with tidelog.open({str(tmp_path)!r}) as wal:
+            wal.append("t", b"x")
+            capsule = wal.scan("t").__arrow_c_stream__()
+        get_name = ctypes.pythonapi.PyCapsule_GetName
+        get_name.restype = ctypes.c_char_p
+        get_name.argtypes = [ctypes.py_object]
+        assert get_name(capsule) == b"arrow_array_stream", get_name(capsule)
+        del capsule  # released unread
+        print("ok")
+        """
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == "ok"
+
+
+def test_scan_reads_into_duckdb(tmp_path: Path) -> None:
+    duckdb = pytest.importorskip("duckdb")
+    with open_small(tmp_path) as wal:
+        wal.append_batch("t", [b"%d" % i for i in range(100)])
+        stream = wal.scan("t")  # noqa: F841 (duckdb finds it by its name)
+        got = duckdb.sql('select count(*), max("offset") from stream').fetchall()
+        assert got == [(100, 99)]

@@ -408,6 +408,12 @@ def test_a_remote_reader_seeks_tails_and_reads_arrow(tmp_path: Path) -> None:
         assert reader.read_arrow(end=500).num_rows == 250
         assert reader.read_arrow(end=500).num_rows == 0 and reader.position == 500
         assert reader.read_arrow().column("value").to_pylist()[-1] == value("t", 599)
+    # The Arrow C stream of the bucket's records.
+    import pyarrow as pa
+
+    table = pa.RecordBatchReader.from_stream(remote.scan("t", 100, 400)).read_all()
+    assert table.column("offset").to_pylist() == list(range(100, 400))
+    assert table.column("value").to_pylist()[0] == value("t", 100)
         with pytest.raises(tidelog.OffsetOutOfRangeError):
             reader.seek(601)
     assert reader.closed

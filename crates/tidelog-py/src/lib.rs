@@ -13,6 +13,7 @@ mod record;
 mod remote;
 mod ring;
 mod stage;
+mod stream;
 mod wal;
 
 use std::collections::HashMap;
@@ -175,6 +176,7 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(remote::open_remote, m)?)?;
     m.add_class::<remote::PyRemoteLog>()?;
     m.add_class::<remote::PyRemoteReader>()?;
+    m.add_class::<stream::PyArrowStream>()?;
     m.add_class::<remote::PyRemoteRecord>()?;
     m.add_class::<wal::PyWal>()?;
     m.add_class::<wal::PyWriter>()?;

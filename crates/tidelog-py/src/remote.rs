@@ -83,6 +83,21 @@ impl PyRemoteLog {
         Ok(records(records_read))
     }
 
+    /// `topic`'s records from `start` (default: the earliest) up to `end` (exclusive;
+    /// default: what the manifest holds) as an Arrow C stream.
+    #[pyo3(signature = (topic, start = None, end = None, *, batch_records = 65536))]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        start: Option<u64>,
+        end: Option<u64>,
+        batch_records: usize,
+    ) -> PyResult<crate::stream::PyArrowStream> {
+        let handle = crate::stream::Handle::Remote(Arc::clone(&self.log));
+        crate::stream::PyArrowStream::new(py, handle, topic, start, end, batch_records)
+    }
+
     /// A `pyarrow.RecordBatch` of offsets `[start, end)` (end capped at what the bucket
     /// holds): columns topic, offset, timestamp, key, value.
     #[pyo3(signature = (topic, start, end = None, max_records = None))]

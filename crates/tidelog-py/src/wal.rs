@@ -378,6 +378,21 @@ impl PyWal {
         Ok(PyRecord::new(record))
     }
 
+    /// `topic`'s records from `start` (default: the earliest) up to `end` (exclusive;
+    /// default: what is published when the consumer gets there) as an Arrow C stream.
+    #[pyo3(signature = (topic, start = None, end = None, *, batch_records = 65536))]
+    fn scan(
+        &self,
+        py: Python<'_>,
+        topic: &str,
+        start: Option<u64>,
+        end: Option<u64>,
+        batch_records: usize,
+    ) -> PyResult<crate::stream::PyArrowStream> {
+        let handle = crate::stream::Handle::Local(Arc::clone(&self.wal));
+        crate::stream::PyArrowStream::new(py, handle, topic, start, end, batch_records)
+    }
+
     #[pyo3(signature = (topic, start, end = None, max_records = None))]
     fn read_arrow<'py>(
         &self,
