@@ -133,6 +133,15 @@ __all__ = [
 ]
 
 
+def __getattr__(name: str) -> Any:
+    # `tidelog.aio` without importing asyncio for every user of tidelog.
+    if name == "aio":
+        import tidelog.aio
+
+        return tidelog.aio
+    raise AttributeError(f"module 'tidelog' has no attribute {name!r}")
+
+
 def _is_url(path: str | bytes) -> bool:
     """A bucket URL (`s3://...`, `file:///...`, `memory://...`), not a directory."""
     text = path.decode() if isinstance(path, bytes) else path

@@ -232,6 +232,9 @@ class Reader:
     ) -> list[Record]:
         """Up to `max_records` records and about `max_bytes` of values (at least one if any
         is available); with `timeout` (seconds), waits up to that long for a first one."""
+    def wait(self, timeout: float | None = None) -> bool:
+        """Waits up to `timeout` seconds (None: as long as it takes) for a record to read,
+        without reading it: True when one is there. Ctrl-C and `close()` end it."""
     def seek(self, offset: int) -> None: ...
     def seek_time(self, timestamp_us: int) -> int:
         """Moves to the first record at or after `timestamp_us`; returns its offset."""

@@ -334,3 +334,14 @@ def test_next_batch_waits_for_a_first_record(tmp_path: Path) -> None:
             got = r.next_batch(10, timeout=30)
             thread.join()
             assert [bytes(x.value) for x in got][:1] == [b"a"]
+
+
+def test_wait_sees_a_record_without_reading_it(tmp_path: Path) -> None:
+    with open_small(tmp_path) as wal:
+        wal.append("t", b"a")
+        with wal.reader("t", start="latest") as r:
+            assert r.wait(0.02) is False
+            wal.append("t", b"b")
+            assert r.wait(0) is True
+            assert r.position == 1  # not read
+            assert bytes(r.next().value) == b"b"

@@ -251,6 +251,26 @@ impl PyReader {
         })
     }
 
+    /// Waits up to `timeout` seconds (None: until then) for a record to read, without
+    /// reading it: True when one is there.
+    #[pyo3(signature = (timeout = None))]
+    fn wait(&self, py: Python<'_>, timeout: Option<f64>) -> PyResult<bool> {
+        let wait = timeout.map(timeout_seconds).transpose()?;
+        self.with(py, |reader| {
+            let (wal, closing) = (&self.wal, &self.slot.closing);
+            if self.wal.follows_others() {
+                detached(py, || self.wal.wait_for_records(reader, Duration::ZERO))?;
+            }
+            if reader.lag() > 0 {
+                return Ok(true);
+            }
+            let ready = sliced(py, wait.map(deadline).unwrap_or(None), |slice_end| {
+                wait_ready(wal, reader, closing, slice_end)
+            })?;
+            Ok(ready.is_some())
+        })
+    }
+
     fn seek(&self, py: Python<'_>, offset: u64) -> PyResult<()> {
         self.with(py, |reader| detached(py, || reader.seek(offset)))
     }
