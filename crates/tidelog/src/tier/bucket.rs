@@ -60,24 +60,36 @@ fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
     Ok(rt)
 }
 
-/// A read of one object under way on the process's runtime ([`Bucket::spawn_get`]).
+/// A read of one object under way on the process's runtime, and what
+/// [`Bucket::spawn_get_then`] makes of its bytes there (`T`).
 #[derive(Debug)]
-pub(crate) struct Fetch {
+pub(crate) struct Fetch<T> {
     key: String,
     /// The process whose runtime runs `task`.
     pid: u32,
     /// `None` once waited for.
-    task: Option<tokio::task::JoinHandle<object_store::Result<Bytes>>>,
+    task: Option<tokio::task::JoinHandle<object_store::Result<Option<T>>>>,
 }
 
-impl Fetch {
+/// What waiting for a [`Fetch`] gives.
+#[derive(Debug)]
+pub(crate) enum Fetched<T> {
+    /// The object's bytes, made into `T`.
+    Done(T),
+    /// No object at the key.
+    Missing,
+    /// Started before a fork: the parent's runtime does not run here, read it again.
+    Lost,
+}
+
+impl<T> Fetch<T> {
     /// The key it reads.
     pub fn key(&self) -> &str {
         &self.key
     }
 }
 
-impl Drop for Fetch {
+impl<T> Drop for Fetch<T> {
     fn drop(&mut self) {
         let Some(task) = self.task.take() else {
             return;
@@ -404,12 +416,27 @@ impl Bucket {
         Ok(self.get_bytes(key)?.map(|b| b.to_vec()))
     }
 
-    /// Starts reading the object at `key` on the process's runtime: [`Bucket::wait`] takes
-    /// its bytes. Dropping the [`Fetch`] cancels it.
-    pub fn spawn_get(&self, key: &str) -> Result<Fetch> {
+    /// Starts reading the object at `key` on the process's runtime, then runs `then` on its
+    /// bytes on a blocking thread of that runtime (work done while the caller does other
+    /// work). [`Bucket::wait_then`] takes the result.
+    pub fn spawn_get_then<T: Send + 'static>(
+        &self,
+        key: &str,
+        then: impl FnOnce(Bytes) -> T + Send + 'static,
+    ) -> Result<Fetch<T>> {
         let store = Arc::clone(&self.store);
         let path = self.path(key);
-        let task = runtime()?.spawn(async move { store.get(&path).await?.bytes().await });
+        let task = runtime()?.spawn(async move {
+            let bytes = match store.get(&path).await {
+                Ok(got) => got.bytes().await?,
+                Err(object_store::Error::NotFound { .. }) => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            tokio::task::spawn_blocking(move || then(bytes))
+                .await
+                .map(Some)
+                .map_err(|e| object_store::Error::JoinError { source: e })
+        });
         Ok(Fetch {
             key: key.to_owned(),
             pid: std::process::id(),
@@ -417,12 +444,11 @@ impl Bucket {
         })
     }
 
-    /// The bytes `fetch` read, `None` when there is no object. A fetch started before a
-    /// fork is read again: the parent's runtime does not run here.
-    pub fn wait(&self, mut fetch: Fetch) -> Result<Option<Bytes>> {
+    /// What `fetch` made of the object's bytes.
+    pub fn wait_then<T>(&self, mut fetch: Fetch<T>) -> Result<Fetched<T>> {
         let task = match fetch.task.as_mut() {
             Some(task) if fetch.pid == std::process::id() => task,
-            _ => return self.get_bytes(&fetch.key),
+            _ => return Ok(Fetched::Lost),
         };
         let joined = self.block_on(task)?;
         let got = joined.map_err(|e| Error::Tier {
@@ -430,7 +456,11 @@ impl Bucket {
             key: fetch.key.clone(),
             message: format!("the request's task ended: {e}"),
         })?;
-        self.got(&fetch.key, got)
+        match got {
+            Ok(Some(value)) => Ok(Fetched::Done(value)),
+            Ok(None) => Ok(Fetched::Missing),
+            Err(e) => Err(self.error("get", &fetch.key, &e)),
+        }
     }
 
     /// The bytes at `key`, `None` when there is no object, without a copy.

@@ -25,6 +25,8 @@ pub(crate) struct LoadedObject {
     base: u64,
     /// Its index footer, offsets absolute.
     footer: Vec<IndexEntry>,
+    /// Every frame's checksum was checked already ([`LoadedObject::verify_all`]).
+    verified: bool,
 }
 
 impl LoadedObject {
@@ -66,7 +68,23 @@ impl LoadedObject {
             frame_topic_id: if relative { 0 } else { identity.topic_id },
             base,
             footer,
+            verified: false,
         })
+    }
+
+    /// Checks every record's frame, checksums included, from the first; true (and later
+    /// reads skip the checksums) when all pass. A failure is left for the read that meets
+    /// it, which reports it at its offset.
+    pub fn verify_all(&mut self) -> bool {
+        let mut position = format::BLOCK_HEADER_BYTES;
+        for offset in self.object.first_offset..self.object.next_offset() {
+            match self.frame(position, offset, true) {
+                Ok(view) => position = view.next_position as u64,
+                Err(_) => return false,
+            }
+        }
+        self.verified = true;
+        true
     }
 
     /// Offset and position to scan from towards offset `target`: the last footer entry at
@@ -106,6 +124,7 @@ impl LoadedObject {
             .ok_or_else(|| bad("before the object's first record".into()))?;
         let at = usize::try_from(position).map_err(|_| bad("past the object".into()))?;
         let records = self.records();
+        let verify = verify && !self.verified;
         let mut view =
             format::decode_frame(records, at, self.salt, self.frame_topic_id, stored, verify)
                 .map_err(|e| bad(e.describe().into()))?;
@@ -157,14 +176,19 @@ impl ObjectCache {
             reason: "named by the manifest but not in the bucket".into(),
         })?;
         let loaded = Arc::new(LoadedObject::check(object, topic, bytes)?);
+        self.keep(&loaded);
+        Ok(loaded)
+    }
+
+    /// Keeps `loaded` (checked elsewhere, maybe verified whole).
+    pub fn keep(&self, loaded: &Arc<LoadedObject>) {
         let mut kept = self.kept.lock().recover();
-        if !kept.iter().any(|o| o.object.key == object.key) {
+        if !kept.iter().any(|o| o.object.key == loaded.object.key) {
             if kept.len() >= CACHED_OBJECTS {
                 kept.remove(0);
             }
-            kept.push(Arc::clone(&loaded));
+            kept.push(Arc::clone(loaded));
         }
-        Ok(loaded)
     }
 }
 

@@ -6,7 +6,7 @@ use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use super::bucket::Fetch;
+use super::bucket::{Fetch, Fetched};
 use super::manifest::ExtentObject;
 use super::object::LoadedObject;
 use super::source::{Source, bounds, known};
@@ -68,8 +68,9 @@ pub struct RemoteReader {
     next_offset: u64,
     /// The object holding `next_offset` and where that record's frame starts.
     current: Option<(Arc<LoadedObject>, u64)>,
-    /// Reads of the objects after `current`, in offset order.
-    ahead: VecDeque<Fetch>,
+    /// Reads of the objects after `current`, in offset order, each checked and verified
+    /// whole on the runtime's threads as it arrives.
+    ahead: VecDeque<Fetch<Result<LoadedObject>>>,
     /// When a wait last read the manifest.
     refreshed: Option<Instant>,
 }
@@ -411,9 +412,18 @@ impl RemoteReader {
             Some(i) => {
                 // Those before it were for objects a seek passed over.
                 self.ahead.drain(..i);
-                match self.ahead.pop_front() {
-                    Some(fetch) => self.source.bucket().wait(fetch)?,
-                    None => self.source.bucket().get_bytes(&object.key)?,
+                let fetched = match self.ahead.pop_front() {
+                    Some(fetch) => self.source.bucket().wait_then(fetch)?,
+                    None => Fetched::Lost,
+                };
+                match fetched {
+                    Fetched::Done(loaded) => {
+                        let loaded = Arc::new(loaded?);
+                        self.source.cache().keep(&loaded);
+                        return Ok(loaded);
+                    }
+                    Fetched::Missing => None,
+                    Fetched::Lost => self.source.bucket().get_bytes(&object.key)?,
                 }
             }
             None => {
@@ -472,7 +482,13 @@ impl RemoteReader {
             if self.source.cache().cached(&object.key).is_some() {
                 continue;
             }
-            if let Ok(fetch) = self.source.bucket().spawn_get(&object.key) {
+            let (checked, topic) = (object.clone(), self.topic.clone());
+            let fetch = self.source.bucket().spawn_get_then(&object.key, move |bytes| {
+                let mut loaded = LoadedObject::check(&checked, &topic, bytes)?;
+                loaded.verify_all();
+                Ok(loaded)
+            });
+            if let Ok(fetch) = fetch {
                 self.ahead.push_back(fetch);
             }
         }
