@@ -183,9 +183,11 @@ def commit_staged(
     if _is_url(os.fspath(path)):
         url = os.fspath(path)
         kwargs: dict[str, Any] = {"storage_options": storage_options}
-        if not bucket_stage_commit(url, job, parts, sink=sink, batch=batch, **kwargs):
+        recorded = bucket_stage_commit(url, job, parts, sink=sink, batch=batch, **kwargs)
+        if not recorded:
+            # A replay: the first commit of this micro-batch stands. Its parts go, and this
+            # waits for that commit's publish, so the next batch never overtakes it.
             bucket_stage_abort(url, job, parts, **kwargs)
-            return
         bucket_stage_wait(url, job, timeout, **kwargs)
         return
     if storage_options is not None:

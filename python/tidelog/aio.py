@@ -42,18 +42,27 @@ class _Waiter:
         self._jobs: queue.SimpleQueue[tuple[Callable[[], Any], asyncio.Future[Any]] | None] = (
             queue.SimpleQueue()
         )
+        self._stopped = False
         self._thread = threading.Thread(target=self._run, name=name, daemon=True)
         self._thread.start()
 
     def submit(self, job: Callable[[], T]) -> asyncio.Future[T]:
         future: asyncio.Future[T] = self._loop.create_future()
-        self._jobs.put((job, future))
+        if self._stopped:
+            future.set_exception(tidelog.ClosedError("the handle was closed"))
+        else:
+            self._jobs.put((job, future))
         return future
 
     def _run(self) -> None:
         while True:
             item = self._jobs.get()
             if item is None:
+                # Closed: what is still queued fails instead of waiting for ever.
+                while not self._jobs.empty():
+                    left = self._jobs.get()
+                    if left is not None:
+                        self._settle(left[1], None, tidelog.ClosedError("the handle was closed"))
                 return
             job, future = item
             if future.cancelled():
@@ -82,6 +91,7 @@ class _Waiter:
             pass  # the loop closed: nobody awaits it any more
 
     def stop(self) -> None:
+        self._stopped = True
         self._jobs.put(None)
 
 
@@ -209,7 +219,10 @@ def _until(wait: Callable[[float], bool]) -> None:
 
 class Reader:
     """An asyncio face of a `tidelog.Reader`: `async for record in reader` waits for new
-    records without blocking the event loop. Its waits run on a thread of its own."""
+    records without blocking the event loop. Its waits run on a thread of its own; the
+    records are read on the loop's thread (from memory, or for offsets a tier moved off the
+    disk, from the bucket: use `scan` or a thread for those). Use it from one task at a
+    time: a call beside a wait under way waits for the wait's 50 ms slice."""
 
     def __init__(self, reader: tidelog.Reader, loop: asyncio.AbstractEventLoop) -> None:
         self.reader = reader

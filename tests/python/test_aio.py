@@ -95,3 +95,17 @@ def test_tidelog_aio_is_reachable_as_an_attribute() -> None:
     assert tidelog.aio.open is not None
     with pytest.raises(AttributeError):
         _ = tidelog.no_such_module  # type: ignore[attr-defined]
+
+
+def test_waits_after_close_fail_instead_of_hanging(tmp_path: Path) -> None:
+    async def main() -> None:
+        wal = await tidelog.aio.open(tmp_path, **SMALL)
+        await wal.append("t", b"x")
+        reader = wal.reader("t", "g")
+        await wal.close()
+        with pytest.raises(tidelog.ClosedError):
+            await asyncio.wait_for(wal.flush(), timeout=10)
+        with pytest.raises(tidelog.ClosedError):
+            await asyncio.wait_for(reader.commit(), timeout=10)
+
+    run(main())

@@ -384,49 +384,20 @@ fn groups_lists_resets_and_deletes_cursors() {
         "{\"topic\":\"t\",\"group\":\"g\",\"before\":5,\"committed\":1}\n"
     );
     // Mistakes: one line, exit 2.
+    let reset_g = [
+        "groups",
+        dir.as_str(),
+        "reset",
+        "--topic",
+        "t",
+        "--group",
+        "g",
+    ];
     for args in [
-        vec![
-            "groups",
-            dir.as_str(),
-            "reset",
-            "--topic",
-            "t",
-            "--group",
-            "g",
-        ],
-        vec![
-            "groups",
-            dir.as_str(),
-            "reset",
-            "--topic",
-            "t",
-            "--group",
-            "g",
-            "--to-offset",
-            "9",
-        ],
-        vec![
-            "groups",
-            dir.as_str(),
-            "reset",
-            "--topic",
-            "t",
-            "--group",
-            "g",
-            "--to-datetime",
-            "soon",
-        ],
-        vec![
-            "groups",
-            dir.as_str(),
-            "reset",
-            "--topic",
-            "t",
-            "--group",
-            "g",
-            "--to-latest",
-            "--to-earliest",
-        ],
+        reset_g.to_vec(),
+        [&reset_g[..], &["--to-offset", "9"]].concat(),
+        [&reset_g[..], &["--to-datetime", "soon"]].concat(),
+        [&reset_g[..], &["--to-latest", "--to-earliest"]].concat(),
         vec![
             "groups",
             dir.as_str(),

@@ -966,7 +966,6 @@ pub(crate) fn corrupt(path: &Path, reason: &str) -> Error {
     }
 }
 
-/// Forgets that `job` of `dir` was published: its name is being used for a new job.
 /// Notes that `job` came from a tier's bucket, which waits to be told of its publish.
 #[cfg_attr(
     not(feature = "tier"),
@@ -1001,6 +1000,7 @@ pub(crate) fn forget_bucket_job(storage: &dyn Storage, dir: &Path, job: &str) ->
     }
 }
 
+/// Forgets that `job` of `dir` was published: its name is being used for a new job.
 pub(crate) fn forget_published(storage: &dyn Storage, dir: &Path, job: &str) -> Result<()> {
     let path = dir.join(STAGING_DIR).join(PUBLISHED_DIR).join(job);
     match storage.remove_file(&path) {

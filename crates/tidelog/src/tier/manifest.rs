@@ -137,7 +137,11 @@ impl RemoteTopic {
     pub fn trim_point(&self, retention: Retention, now_us: u64) -> Option<u64> {
         let record_bytes =
             |o: &ExtentObject| o.footer_position.saturating_sub(format::BLOCK_HEADER_BYTES);
-        let mut remaining: u64 = self.objects.values().map(record_bytes).sum();
+        let mut remaining: u64 = self
+            .objects
+            .values()
+            .map(record_bytes)
+            .fold(0, u64::saturating_add);
         let candidates = self.objects.len().saturating_sub(1);
         let mut kept = None;
         for (i, object) in self.objects.values().enumerate() {
@@ -676,10 +680,17 @@ pub fn decode_delta(bytes: &[u8], key: &str) -> Result<Delta> {
 /// retry of a put that landed included. The caller applies it.
 pub fn put_delta(bucket: &Bucket, delta: &Delta) -> Result<bool> {
     let key = delta_key(delta.version);
-    Ok(bucket.put_new(&key, encode_delta(delta))?
+    let ours = bucket.put_new(&key, encode_delta(delta))?
         || bucket
             .get(&key)?
-            .is_some_and(|bytes| decode_delta(&bytes, &key).is_ok_and(|d| d.nonce == delta.nonce)))
+            .is_some_and(|bytes| decode_delta(&bytes, &key).is_ok_and(|d| d.nonce == delta.nonce));
+    // A number pruned under a checkpoint is free to put again, but it is not the next
+    // delta: a writer that far behind lost the number (and reads the manifest again).
+    let behind = bucket
+        .get(HINT_KEY)?
+        .and_then(|hint| decode_hint(&hint))
+        .is_some_and(|checkpoint| checkpoint >= delta.version);
+    Ok(ours && !behind)
 }
 
 #[cfg(test)]

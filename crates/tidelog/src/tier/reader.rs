@@ -483,11 +483,14 @@ impl RemoteReader {
                 continue;
             }
             let (checked, topic) = (object.clone(), self.topic.clone());
-            let fetch = self.source.bucket().spawn_get_then(&object.key, move |bytes| {
-                let mut loaded = LoadedObject::check(&checked, &topic, bytes)?;
-                loaded.verify_all();
-                Ok(loaded)
-            });
+            let fetch = self
+                .source
+                .bucket()
+                .spawn_get_then(&object.key, move |bytes| {
+                    let mut loaded = LoadedObject::check(&checked, &topic, bytes)?;
+                    loaded.verify_all();
+                    Ok(loaded)
+                });
             if let Ok(fetch) = fetch {
                 self.ahead.push_back(fetch);
             }

@@ -69,7 +69,11 @@ impl RemoteLog {
             first_offset,
             next_offset,
             objects: t.objects.len(),
-            bytes: t.objects.values().map(|o| o.bytes).sum(),
+            bytes: t
+                .objects
+                .values()
+                .map(|o| o.bytes)
+                .fold(0, u64::saturating_add),
         })
     }
 

@@ -128,22 +128,31 @@ fn judge(
         key: key.to_owned(),
         reason: "a staged job's commit fails its checks".into(),
     })?;
-    if existing.text == text {
-        // The first committer may have died before it said the job waits.
-        let answered = bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))?.is_some()
-            || bucket.get_bytes(&job_key(job, FAILED_OBJECT))?.is_some();
-        if !answered {
-            bucket.put(&pending_key(job), Vec::new())?;
-        }
-        return Ok(Commit::Recorded);
-    }
-    match (&existing.sink, sink) {
-        (Some((s, b)), Some((sink, batch))) if s == sink && *b == batch => Ok(Commit::Replayed),
-        _ => Err(Error::invalid(
+    let replay = match (&existing.sink, sink) {
+        (Some((s, b)), Some((sink, batch))) => s == sink && *b == batch,
+        _ => false,
+    };
+    if existing.text != text && !replay {
+        return Err(Error::invalid(
             "parts",
             format!("job {job:?} was committed in the bucket with other parts"),
-        )),
+        ));
     }
+    // The first commit stands: its failure is this one's too.
+    if let Some(bytes) = bucket.get_bytes(&job_key(job, FAILED_OBJECT))? {
+        let reason = stage::parse_failed(&bytes)
+            .unwrap_or_else(|| "the reason it was set aside is damaged".into());
+        return Err(stage::failed_error(job, &reason));
+    }
+    // The first committer may have died before it said the job waits.
+    if bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))?.is_none() {
+        bucket.put(&pending_key(job), Vec::new())?;
+    }
+    Ok(if existing.text == text {
+        Commit::Recorded
+    } else {
+        Commit::Replayed
+    })
 }
 
 /// What [`commit`] did.
@@ -151,8 +160,8 @@ fn judge(
 pub enum Commit {
     /// This commit is the job's: the producer publishes its parts.
     Recorded,
-    /// Another commit of the same sink micro-batch came first: that one is published, and
-    /// this one's parts are for [`abort_parts`].
+    /// Another commit of the same sink micro-batch came first: that one stands (wait for
+    /// it with [`wait_published`]), and this one's parts are for [`abort_parts`].
     Replayed,
 }
 
@@ -222,17 +231,21 @@ fn no_publisher(bucket: &Bucket, job: &str) -> String {
     }
 }
 
-/// Discards uncommitted `job` from the bucket: every object of its directory. A committed
-/// job is the producer's to publish: that is an error.
+/// Discards `job` from the bucket: every object of its directory. An uncommitted job, or
+/// one its producer set aside (`FAILED`); a committed job is the producer's to publish:
+/// that is an error.
 pub fn abort(config: &TierConfig, job: &str) -> Result<()> {
     validate_name(job)?;
     let bucket = Bucket::open(config)?;
-    if bucket.get_bytes(&job_key(job, COMMIT_OBJECT))?.is_some() {
+    let committed = bucket.get_bytes(&job_key(job, COMMIT_OBJECT))?.is_some();
+    let failed = bucket.get_bytes(&job_key(job, FAILED_OBJECT))?.is_some();
+    if committed && !failed {
         return Err(Error::invalid(
             "job",
             format!("job {job:?} is committed in the bucket: its producer publishes it"),
         ));
     }
+    bucket.delete(&pending_key(job))?;
     for key in bucket.list_all(&format!("{STAGING_PREFIX}/{job}"))? {
         bucket.delete(&key)?;
     }
@@ -259,9 +272,12 @@ pub(crate) fn delete_parts(bucket: &Bucket, job: &str, parts: &[&str]) -> Result
         let Some(name) = key.strip_prefix(&prefix) else {
             continue;
         };
-        let ours = parts
-            .iter()
-            .any(|p| name.starts_with(&format!("{p}.")) && name.ends_with(stage::SEGMENT_SUFFIX));
+        // `PART.N.seg` exactly: part `a` does not own `a.b.0.seg` (dots are legal in names).
+        let ours = parts.iter().any(|p| {
+            name.strip_prefix(&format!("{p}."))
+                .and_then(|rest| rest.strip_suffix(stage::SEGMENT_SUFFIX))
+                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+        });
         if ours {
             bucket.delete(&key)?;
         }
@@ -327,6 +343,12 @@ pub(crate) fn committed_jobs(bucket: &Bucket) -> Result<Vec<BucketJob>> {
             None => set_aside(bucket, job, "its commit in the bucket fails its checks")?,
         }
     }
+    // A sink's micro-batches in their order: a later one published first would make the
+    // sink's record pass an earlier one, which would then count as a replay.
+    out.sort_by_key(|j| match &j.sink {
+        Some((sink, batch)) => (sink.clone(), *batch, j.job.clone()),
+        None => (j.job.clone(), 0, String::new()),
+    });
     Ok(out)
 }
 

@@ -387,8 +387,11 @@ impl Tier {
         }
         let checkpoint = {
             let mut view = self.view();
-            view.manifest
-                .apply(delta, &manifest::delta_key(delta.version))?;
+            // A refresh of another thread (a reader's) may have applied it already.
+            if view.manifest.version < delta.version {
+                view.manifest
+                    .apply(delta, &manifest::delta_key(delta.version))?;
+            }
             delta
                 .version
                 .is_multiple_of(manifest::CHECKPOINT_EVERY)

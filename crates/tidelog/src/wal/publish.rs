@@ -256,7 +256,11 @@ impl State {
                 limits.check(entry.max_record_bytes)?;
                 for (topic, n) in &entry.counts {
                     match names.iter_mut().find(|(t, _)| t == topic) {
-                        Some((_, count)) => *count += n,
+                        Some((_, count)) => {
+                            *count = count.checked_add(*n).ok_or_else(|| {
+                                Error::limit("staged records of a topic", u64::MAX, u64::MAX)
+                            })?;
+                        }
                         None => names.push((topic.clone(), *n)),
                     }
                 }

@@ -141,15 +141,26 @@ struct Rounds {
 /// (the directory's housekeeping publishes it, exactly once), and answers in the bucket
 /// those published (`PUBLISHED`, the sink's micro-batch) or that cannot be (`FAILED`).
 fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
+    // Only the producer that holds the prefix publishes its jobs.
+    if tier.claimed().is_none() {
+        return Ok(());
+    }
     let bucket = tier.bucket();
     let storage = state.storage.as_ref();
-    for job in staging::committed_jobs(bucket)? {
+    let jobs = staging::committed_jobs(bucket)?;
+    if !jobs.is_empty() {
+        // A takeover since this handle last looked fences it: then it takes in nothing.
+        tier.refresh()?;
+        tier.check_fenced()?;
+    }
+    for job in jobs {
         let parts: Vec<&str> = job.parts.iter().map(String::as_str).collect();
         let sink = job.sink.as_ref().map(|(s, b)| (s.as_str(), *b));
         let status = stage::commit_status(storage, &state.dir, &job.job, &parts, sink);
         let refused = match status {
             Ok(Some(Committed::Published(ranges))) => {
                 crate::process::crash_point("tier-answer");
+                tier.check_fenced()?;
                 staging::answer_published(bucket, &job, &ranges)?;
                 stage::forget_bucket_job(storage, &state.dir, &job.job)?;
                 continue;
@@ -158,17 +169,21 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
             Ok(Some(Committed::Recorded)) => continue,
             Ok(None) => {
                 crate::process::crash_point("tier-ingest");
-                staging::download_parts(bucket, storage, &state.dir, &job)?;
-                // Its published record must outlive a long stop before the answer.
-                stage::note_bucket_job(storage, &state.dir, &job.job)?;
-                match stage::write_commit(
-                    storage,
-                    &state.dir,
-                    &job.job,
-                    &parts,
-                    sink,
-                    Some(state.limits),
-                ) {
+                tier.check_fenced()?;
+                let committed = staging::download_parts(bucket, storage, &state.dir, &job)
+                    // Its published record must outlive a long stop before the answer.
+                    .and_then(|()| stage::note_bucket_job(storage, &state.dir, &job.job))
+                    .and_then(|()| {
+                        stage::write_commit(
+                            storage,
+                            &state.dir,
+                            &job.job,
+                            &parts,
+                            sink,
+                            Some(state.limits),
+                        )
+                    });
+                match committed {
                     Ok(_) => continue,
                     Err(e) => e,
                 }
@@ -183,6 +198,7 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
             | Error::Corruption { .. }
             | Error::UnsupportedVersion { .. } => {
                 staging::set_aside(bucket, &job.job, &refused.to_string())?;
+                stage::forget_bucket_job(storage, &state.dir, &job.job)?;
             }
             other => return Err(other),
         }

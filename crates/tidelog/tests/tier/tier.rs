@@ -1277,6 +1277,37 @@ fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
         "{err}"
     );
     assert_eq!(wal.topic_info("s").unwrap().next_offset, 85);
+    // Committing it again says so too; a set-aside job can be aborted.
+    assert!(matches!(
+        tier_stage::commit(&tier, "bad", &["p"], None),
+        Err(Error::InvalidArgument { name: "job", .. })
+    ));
+    tier_stage::abort(&tier, "bad").unwrap();
+    assert!(
+        std::fs::read_dir(bucket.path().join("_tidelog/staging/bad"))
+            .map_or(true, |mut d| d.next().is_none())
+    );
+    // A sink's replay of a batch whose first commit was set aside fails, never passes.
+    stage_in_bucket(&tier, "sink-b1", "x", "s", 0, 3);
+    let seg = std::fs::read_dir(bucket.path().join("_tidelog/staging/sink-b1"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
+        })
+        .unwrap();
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[4096 + 4096 + 60] ^= 0x40;
+    std::fs::write(&seg, &bytes).unwrap();
+    tier_stage::commit(&tier, "sink-b1", &["x"], Some(("sink", 1))).unwrap();
+    assert!(tier_stage::wait_published(&tier, "sink-b1", Duration::from_secs(30)).is_err());
+    stage_in_bucket(&tier, "sink-b1", "y", "s", 0, 3);
+    assert!(matches!(
+        tier_stage::commit(&tier, "sink-b1", &["y"], Some(("sink", 1))),
+        Err(Error::InvalidArgument { name: "job", .. })
+    ));
+    assert_eq!(tier_stage::sink_batch(&tier, "sink").unwrap(), Some(0));
 
     // An uncommitted job aborts; a committed one is the producer's.
     stage_in_bucket(&tier, "dropped", "p", "s", 0, 3);
