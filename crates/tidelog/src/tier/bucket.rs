@@ -320,32 +320,37 @@ impl Bucket {
             return self.put(key, bytes);
         }
         let target = self.path(key);
-        let upload = self.run(
-            "start multipart put",
-            key,
-            self.store.put_multipart(&target),
-        )?;
-        let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
-        let mut at = 0u64;
-        while at < len {
-            let n = usize::try_from((len - at).min(PART_BYTES as u64)).unwrap_or(PART_BYTES);
-            let chunk = match read(at, n) {
-                Ok(chunk) => chunk,
-                Err(e) => {
-                    let _ = self.block_on(writer.abort());
-                    return Err(e);
-                }
+        // Inside the runtime throughout: the upload's part requests are tasks of it. The
+        // file is read on this (the caller's) thread between them.
+        self.block_on(async {
+            let upload = match self.store.put_multipart(&target).await {
+                Ok(upload) => upload,
+                Err(e) => return Err(self.error("start multipart put", key, &e)),
             };
-            self.run(
-                "multipart put",
-                key,
-                writer.wait_for_capacity(PARTS_IN_FLIGHT),
-            )?;
-            writer.put(Bytes::from(chunk));
-            at += n as u64;
-        }
-        self.run("finish multipart put", key, writer.finish())
-            .map(drop)
+            let mut writer = object_store::WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            let mut at = 0u64;
+            while at < len {
+                let n = usize::try_from((len - at).min(PART_BYTES as u64)).unwrap_or(PART_BYTES);
+                let chunk = match read(at, n) {
+                    Ok(chunk) => chunk,
+                    Err(e) => {
+                        let _ = writer.abort().await;
+                        return Err(e);
+                    }
+                };
+                if let Err(e) = writer.wait_for_capacity(PARTS_IN_FLIGHT).await {
+                    let _ = writer.abort().await;
+                    return Err(self.error("multipart put", key, &e));
+                }
+                writer.put(Bytes::from(chunk));
+                at += n as u64;
+            }
+            writer
+                .finish()
+                .await
+                .map(drop)
+                .map_err(|e| self.error("finish multipart put", key, &e))
+        })?
     }
 
     /// Writes the object at `key` to a new file at `path` (through `storage`), streamed,

@@ -1387,3 +1387,48 @@ fn deltas_two_checkpoints_cover_are_pruned_and_readers_behind_start_again_from_o
     let fallback = tidelog::RemoteLog::open(&tier).unwrap();
     assert_eq!(fallback.topic_info("c").unwrap().next_offset, next);
 }
+
+#[test]
+fn a_staged_part_bigger_than_one_put_goes_up_in_parts_and_back_whole() {
+    use tidelog::tier_stage;
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path()));
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    // 24 MiB of records in one part: its segment goes up as a multipart upload.
+    let task = tempdir();
+    let mut writer = tidelog::StagedWriter::create(task.path(), "big", "p").unwrap();
+    let value = |i: u64| -> Vec<u8> {
+        let mut v = vec![(i % 251) as u8; 48 * 1024];
+        v[..8].copy_from_slice(&i.to_le_bytes());
+        v
+    };
+    let values: Vec<Vec<u8>> = (0..512).map(value).collect();
+    let records: Vec<tidelog::Append<'_>> = values
+        .iter()
+        .map(|v| tidelog::Append {
+            key: None,
+            value: v,
+            timestamp_us: None,
+        })
+        .collect();
+    writer.append("big", &records).unwrap();
+    writer.finish().unwrap();
+    tier_stage::upload_part(&tier, task.path(), "big", "p").unwrap();
+    let segment = std::fs::read_dir(bucket.path().join("_tidelog/staging/big"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
+        })
+        .unwrap();
+    assert!(std::fs::metadata(&segment).unwrap().len() > 16 << 20);
+    tier_stage::commit(&tier, "big", &["p"], None).unwrap();
+    let ranges = tier_stage::wait_published(&tier, "big", Duration::from_secs(60)).unwrap();
+    assert_eq!(ranges, vec![("big".to_owned(), 0..512)]);
+    for i in [0, 1, 255, 511] {
+        assert_eq!(wal.read("big", i).unwrap().value(), &value(i)[..]);
+    }
+    wal.close().unwrap();
+}
