@@ -788,17 +788,21 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         # When the last batch was planned (minOffsetsPerTrigger waits from there).
         self.last_batch: float | None = None
 
-    def _next_offsets(self) -> dict[str, int]:
+    def _bounds(self) -> dict[str, tuple[int, int]]:
+        """(first, next) of every subscribed topic, from one open of the handle."""
         with self.options.open() as wal:
-            return {topic: next_ for topic, (_, next_) in self.options.bounds(wal).items()}
+            return self.options.bounds(wal)
 
-    def _begin(self, start: Mapping[str, Any]) -> dict[str, int]:
+    def _next_offsets(self) -> dict[str, int]:
+        return {topic: next_ for topic, (_, next_) in self._bounds().items()}
+
+    def _begin(
+        self, start: Mapping[str, Any], bounds: dict[str, tuple[int, int]]
+    ) -> dict[str, int]:
         """Where each subscribed topic's next batch starts: the checkpointed offset, or
         its earliest for a topic the checkpoint lacks (one a pattern matched since). An
         offset below the first stored is data loss: an error, or the first with
         failOnDataLoss=false."""
-        with self.options.open() as wal:
-            bounds = self.options.bounds(wal)
         begin = {}
         for topic, (first, _) in bounds.items():
             offset = int(start[topic]) if topic in start else first
@@ -835,8 +839,9 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return self._next_offsets()
 
     def latestOffset(self, start: dict[str, Any], limit: ReadLimit) -> dict[str, int]:
-        begin = self._begin(start)
-        latest = self._next_offsets()
+        bounds = self._bounds()
+        begin = self._begin(start, bounds)
+        latest = {topic: next_ for topic, (_, next_) in bounds.items()}
         if self.target is not None:
             latest = {t: min(latest[t], self.target.get(t, latest[t])) for t in latest}
         backlog = {t: max(0, latest[t] - begin[t]) for t in begin}
@@ -861,7 +866,7 @@ class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return now - self.last_batch < self.options.max_trigger_delay_s
 
     def partitions(self, start: dict[str, Any], end: dict[str, Any]) -> list[TopicRange]:
-        begin = self._begin(start)
+        begin = self._begin(start, self._bounds())
         ranges = {t: (begin[t], int(end[t])) for t in begin if t in end}
         return _split(ranges, self.options.max_records_per_partition, self.options.min_partitions)
 

@@ -103,13 +103,9 @@ fn wait_until(
         if let Some(record) = reader.next_record()? {
             return Ok(Some(record));
         }
-        let Some(left) = until
-            .checked_duration_since(Instant::now())
-            .filter(|d| !d.is_zero())
-        else {
+        if wait_ready(wal, reader, closing, until)?.is_none() {
             return Ok(None);
-        };
-        wal.wait_for_records(reader, left)?;
+        }
     }
 }
 

@@ -178,6 +178,15 @@ pub fn wait_published(
     let bucket = Bucket::open(config)?;
     let deadline = crate::clock::deadline_after(wait);
     let started = Instant::now();
+    // Once: a commit never goes away unanswered (an abort refuses it).
+    if bucket.get_bytes(&job_key(job, COMMIT_OBJECT))?.is_none()
+        && bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))?.is_none()
+    {
+        return Err(Error::invalid(
+            "job",
+            format!("job {job:?} is not committed in the bucket"),
+        ));
+    }
     loop {
         if let Some(bytes) = bucket.get_bytes(&job_key(job, PUBLISHED_OBJECT))? {
             let (_, ranges) =
@@ -191,12 +200,6 @@ pub fn wait_published(
             let reason = stage::parse_failed(&bytes)
                 .unwrap_or_else(|| "the reason it was set aside is damaged".into());
             return Err(stage::failed_error(job, &reason));
-        }
-        if bucket.get_bytes(&job_key(job, COMMIT_OBJECT))?.is_none() {
-            return Err(Error::invalid(
-                "job",
-                format!("job {job:?} is not committed in the bucket"),
-            ));
         }
         let now = Instant::now();
         if now >= deadline {

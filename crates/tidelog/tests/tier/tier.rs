@@ -1191,6 +1191,26 @@ fn stage_in_bucket(tier: &TierConfig, job: &str, part: &str, topic: &str, from: 
     tidelog::tier_stage::upload_part(tier, task.path(), job, part).unwrap();
 }
 
+/// The first segment a job's part put under `bucket`.
+fn staged_segment(bucket: &Path, job: &str) -> PathBuf {
+    std::fs::read_dir(bucket.join("_tidelog/staging").join(job))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.to_string_lossy()
+                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
+        })
+        .unwrap()
+}
+
+/// Flips a bit inside the first record of a job's staged segment in the bucket.
+fn damage_staged_segment(bucket: &Path, job: &str) {
+    let segment = staged_segment(bucket, job);
+    let mut bytes = std::fs::read(&segment).unwrap();
+    bytes[4096 + 4096 + 60] ^= 0x40;
+    std::fs::write(&segment, &bytes).unwrap();
+}
+
 #[test]
 fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
     use tidelog::tier_stage::{self, Commit};
@@ -1259,17 +1279,7 @@ fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
 
     // A job whose part fails its checks is set aside, and its committer told why.
     stage_in_bucket(&tier, "bad", "p", "s", 0, 10);
-    let seg = std::fs::read_dir(bucket.path().join("_tidelog/staging/bad"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.to_string_lossy()
-                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
-        })
-        .unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[4096 + 4096 + 60] ^= 0x40;
-    std::fs::write(&seg, &bytes).unwrap();
+    damage_staged_segment(bucket.path(), "bad");
     tier_stage::commit(&tier, "bad", &["p"], None).unwrap();
     let err = tier_stage::wait_published(&tier, "bad", Duration::from_secs(30)).unwrap_err();
     assert!(
@@ -1289,17 +1299,7 @@ fn jobs_staged_in_the_bucket_are_published_by_the_producer_exactly_once() {
     );
     // A sink's replay of a batch whose first commit was set aside fails, never passes.
     stage_in_bucket(&tier, "sink-b1", "x", "s", 0, 3);
-    let seg = std::fs::read_dir(bucket.path().join("_tidelog/staging/sink-b1"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.to_string_lossy()
-                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
-        })
-        .unwrap();
-    let mut bytes = std::fs::read(&seg).unwrap();
-    bytes[4096 + 4096 + 60] ^= 0x40;
-    std::fs::write(&seg, &bytes).unwrap();
+    damage_staged_segment(bucket.path(), "sink-b1");
     tier_stage::commit(&tier, "sink-b1", &["x"], Some(("sink", 1))).unwrap();
     assert!(tier_stage::wait_published(&tier, "sink-b1", Duration::from_secs(30)).is_err());
     stage_in_bucket(&tier, "sink-b1", "y", "s", 0, 3);
@@ -1415,14 +1415,7 @@ fn a_staged_part_bigger_than_one_put_goes_up_in_parts_and_back_whole() {
     writer.append("big", &records).unwrap();
     writer.finish().unwrap();
     tier_stage::upload_part(&tier, task.path(), "big", "p").unwrap();
-    let segment = std::fs::read_dir(bucket.path().join("_tidelog/staging/big"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.to_string_lossy()
-                .ends_with(tidelog::stage::SEGMENT_SUFFIX)
-        })
-        .unwrap();
+    let segment = staged_segment(bucket.path(), "big");
     assert!(std::fs::metadata(&segment).unwrap().len() > 16 << 20);
     tier_stage::commit(&tier, "big", &["p"], None).unwrap();
     let ranges = tier_stage::wait_published(&tier, "big", Duration::from_secs(60)).unwrap();
