@@ -29,11 +29,13 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let append_secs = started.elapsed().as_secs_f64();
 
-    // A keyed record with an explicit timestamp, and a crash-atomic batch.
+    // A keyed record with an explicit timestamp and headers, and a crash-atomic batch.
+    let headers = tidelog::Headers::from_pairs([("source", Some(&b"web"[..]))])?;
     orders.append_record(Append {
         key: Some(b"customer-42"),
         value: b"{\"total\": 99.5}",
         timestamp_us: Some(tidelog::now_us()),
+        headers: headers.block(),
     })?;
     let batch = orders.append_batch(&[b"a".as_slice(), b"b", b"c"])?;
     wal.flush()?; // everything above is durable now

@@ -1,8 +1,9 @@
 """pyarrow glue for `Wal.read_arrow` and `Wal.append_arrow`.
 
-The Rust side walks the records and fills (or reads) the raw Arrow buffers; this module only
-wraps buffers into arrays and unwraps arrays into buffers, a constant number of calls per
-batch, never one Python object per record.
+The Rust side walks the records and builds the batch (handed over through the Arrow C data
+interface), or reads the raw Arrow buffers of an appended one; this module only imports
+batches and unwraps arrays into buffers, a constant number of calls per batch, never one
+Python object per record.
 """
 
 from __future__ import annotations
@@ -17,6 +18,10 @@ except ImportError as e:  # pragma: no cover - depends on the environment
 
 from tidelog.exceptions import InvalidArgumentError
 
+HEADER = pa.struct(
+    [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary(), nullable=True)]
+)
+
 SCHEMA = pa.schema(
     [
         pa.field("topic", pa.string(), nullable=False),
@@ -24,6 +29,7 @@ SCHEMA = pa.schema(
         pa.field("timestamp", pa.timestamp("us", tz="UTC"), nullable=False),
         pa.field("key", pa.binary(), nullable=True),
         pa.field("value", pa.binary(), nullable=False),
+        pa.field("headers", pa.list_(pa.field("item", HEADER, nullable=False)), nullable=False),
     ]
 )
 
@@ -35,31 +41,10 @@ _BINARY_VIEWS = {
 }
 
 
-def record_batch(
-    topic: str,
-    length: int,
-    offsets: Any,
-    timestamps: Any,
-    key_validity: Any,
-    key_offsets: Any,
-    key_data: Any,
-    value_offsets: Any,
-    value_data: Any,
-) -> pa.RecordBatch:
-    """Builds the read_arrow batch from buffers filled in Rust (zero copy)."""
-    buf = pa.py_buffer
-    columns = [
-        pa.repeat(pa.scalar(topic, pa.string()), length),
-        pa.Array.from_buffers(pa.int64(), length, [None, buf(offsets)]),
-        pa.Array.from_buffers(SCHEMA.field("timestamp").type, length, [None, buf(timestamps)]),
-        pa.Array.from_buffers(
-            pa.binary(),
-            length,
-            [None if key_validity is None else buf(key_validity), buf(key_offsets), buf(key_data)],
-        ),
-        pa.Array.from_buffers(pa.binary(), length, [None, buf(value_offsets), buf(value_data)]),
-    ]
-    return pa.RecordBatch.from_arrays(columns, schema=SCHEMA)
+def record_batch(batch: Any) -> pa.RecordBatch:
+    """The read_arrow batch built in Rust, imported through the Arrow C data interface
+    (no copy of its buffers)."""
+    return pa.record_batch(batch)
 
 
 def _binary_parts(array: pa.Array, column: str) -> tuple[Any, ...]:
@@ -89,6 +74,30 @@ def _timestamp_parts(array: pa.Array) -> tuple[Any, ...]:
     return (array.offset, validity if array.null_count else None, values)
 
 
+def _headers_parts(array: pa.Array) -> tuple[Any, ...]:
+    """(counts offset, int64 header count per row, headers in all rows, key parts, value
+    parts) of a list<struct<key, value>> array; a null list counts as no headers."""
+    kind = array.type
+    if not (pa.types.is_list(kind) or pa.types.is_large_list(kind)) or not pa.types.is_struct(
+        kind.value_type
+    ):
+        raise TypeError(f"headers must be a list<struct<key: string, value: binary>>, not {kind}")
+    item = kind.value_type
+    key_at, value_at = item.get_field_index("key"), item.get_field_index("value")
+    if key_at < 0 or value_at < 0:
+        raise TypeError(f"headers items need 'key' and 'value' fields, not {item}")
+    counts = pc.cast(pc.fill_null(pc.list_value_length(array), 0), pa.int64())
+    items = array.flatten()
+    fields = items.flatten()
+    return (
+        counts.offset,
+        counts.buffers()[1],
+        len(items),
+        _binary_parts(fields[key_at], "header key"),
+        _binary_parts(fields[value_at], "header value"),
+    )
+
+
 def _column(data: Any, name: str) -> pa.Array | None:
     index = data.schema.get_field_index(name)
     if index < 0:
@@ -97,13 +106,13 @@ def _column(data: Any, name: str) -> pa.Array | None:
     return column.combine_chunks() if isinstance(column, pa.ChunkedArray) else column
 
 
-def append_parts(data: Any) -> tuple[int, tuple[Any, ...], Any, Any]:
+def append_parts(data: Any) -> tuple[int, tuple[Any, ...], Any, Any, Any]:
     """Unwraps append_arrow input to (length, value parts, key parts | None,
-    timestamp parts | None)."""
+    timestamp parts | None, header parts | None)."""
     if isinstance(data, pa.ChunkedArray):
         data = data.combine_chunks()
     if isinstance(data, pa.Array):
-        return (len(data), _binary_parts(data, "value"), None, None)
+        return (len(data), _binary_parts(data, "value"), None, None, None)
     if isinstance(data, (pa.RecordBatch, pa.Table)):
         values = _column(data, "value")
         if values is None:
@@ -114,11 +123,13 @@ def append_parts(data: Any) -> tuple[int, tuple[Any, ...], Any, Any]:
             )
         keys = _column(data, "key")
         timestamps = _column(data, "timestamp")
+        headers = _column(data, "headers")
         return (
             len(values),
             _binary_parts(values, "value"),
             None if keys is None else _binary_parts(keys, "key"),
             None if timestamps is None else _timestamp_parts(timestamps),
+            None if headers is None else _headers_parts(headers),
         )
     raise TypeError(
         "append_arrow takes a pyarrow Array, ChunkedArray, RecordBatch or Table, "

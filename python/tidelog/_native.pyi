@@ -3,14 +3,14 @@
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, Literal, Self, final
+from typing import Any, Literal, Self, TypeAlias, final
 
 from typing_extensions import Buffer
 
 __all__ = [
     "AppendHandle",
+    "ArrowBatch",
     "ArrowStream",
-    "OwnedBuffer",
     "Reader",
     "Record",
     "RecoveryReport",
@@ -42,25 +42,31 @@ __all__ = [
 
 __version__: str
 
+_HeaderValue: TypeAlias = Buffer | str | None
+# Record headers: (key, value) pairs in order, keys may repeat; a None value is null and a
+# str value is stored as UTF-8. A mapping gives one header per key.
+_Headers: TypeAlias = Iterable[tuple[str, _HeaderValue]] | Mapping[str, _HeaderValue]
+
 @final
 class ArrowStream:
     """A topic's records from a start to an end (`Wal.scan`, `RemoteLog.scan`) as an Arrow C
     stream, built in Rust as the consumer pulls each batch: pyarrow
     (`pyarrow.RecordBatchReader.from_stream`), polars, duckdb and other readers of the
     Arrow PyCapsule interface take it, with no pyarrow needed by tidelog. Columns as
-    `read_arrow`'s: topic, offset, timestamp, key, value. Readable once."""
+    `read_arrow`'s: topic, offset, timestamp, key, value, headers. Readable once."""
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """The stream, a PyCapsule named "arrow_array_stream" (the schema is fixed: a
         requested one is for the consumer to cast to)."""
 
 @final
-class OwnedBuffer:
-    """Bytes built in Rust (an Arrow column of `read_arrow`), exported read-only through
-    the buffer protocol without a copy."""
+class ArrowBatch:
+    """One record batch built in Rust (`read_arrow`), handed over through the Arrow C data
+    interface: `pyarrow.record_batch(batch)` imports it without a copy."""
 
+    def __arrow_c_array__(self, requested_schema: object | None = None) -> tuple[object, object]:
+        """(schema capsule, array capsule) of the batch as a struct array."""
     def __len__(self) -> int: ...
-    def __buffer__(self, flags: int, /) -> memoryview: ...
 
 @final
 class Record:
@@ -79,6 +85,10 @@ class Record:
         """Microseconds since the Unix epoch."""
     @property
     def key(self) -> bytes | None: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """The headers in order as (key, value) pairs (a None value is null); empty when
+        the record has none."""
     @property
     def value(self) -> memoryview:
         """The value as a read-only memoryview (no copy)."""
@@ -192,11 +202,21 @@ class Writer:
     @property
     def fsync(self) -> Literal["interval", "always", "never"]: ...
     def append(
-        self, value: Buffer, *, key: Buffer | None = None, timestamp: int | None = None
+        self,
+        value: Buffer,
+        *,
+        key: Buffer | None = None,
+        timestamp: int | None = None,
+        headers: _Headers | None = None,
     ) -> int: ...
     def append_batch(self, values: Iterable[Buffer]) -> range: ...
     def append_async(
-        self, value: Buffer, *, key: Buffer | None = None, timestamp: int | None = None
+        self,
+        value: Buffer,
+        *,
+        key: Buffer | None = None,
+        timestamp: int | None = None,
+        headers: _Headers | None = None,
     ) -> AppendHandle: ...
     def flush(self) -> None: ...
 
@@ -277,6 +297,7 @@ class Wal:
         *,
         key: Buffer | None = None,
         timestamp: int | None = None,
+        headers: _Headers | None = None,
     ) -> int: ...
     def append_batch(self, topic: str, values: Iterable[Buffer]) -> range: ...
     def append_async(
@@ -286,10 +307,12 @@ class Wal:
         *,
         key: Buffer | None = None,
         timestamp: int | None = None,
+        headers: _Headers | None = None,
     ) -> AppendHandle: ...
     def append_arrow(self, topic: str, data: Any) -> range:
         """Appends a pyarrow binary/string array, or a RecordBatch/Table with a `value`
-        column and optional `key` and `timestamp` columns, as one crash-atomic batch."""
+        column and optional `key`, `timestamp` and `headers`
+        (list<struct<key: string, value: binary>>) columns, as one crash-atomic batch."""
     def writer(
         self, topic: str, *, fsync: Literal["interval", "always", "never"] | None = None
     ) -> Writer: ...
@@ -335,7 +358,7 @@ class Wal:
         max_records: int | None = None,
     ) -> Any:
         """A pyarrow.RecordBatch of offsets [start, end) with columns topic, offset,
-        timestamp, key, value."""
+        timestamp, key, value, headers (list<struct<key, value>>)."""
     def flush(self) -> None: ...
     def close(self) -> None: ...
     def topics(self) -> list[str]: ...
@@ -597,6 +620,9 @@ class RemoteRecord:
     def key(self) -> bytes | None: ...
     @property
     def value(self) -> bytes: ...
+    @property
+    def headers(self) -> list[tuple[str, bytes | None]]:
+        """The headers in order as (key, value) pairs; empty when the record has none."""
 
 @final
 class RemoteReader:
@@ -663,7 +689,7 @@ class RemoteLog:
         self, topic: str, start: int, end: int | None = None, max_records: int | None = None
     ) -> Any:
         """A pyarrow.RecordBatch of offsets [start, end) (end capped at what the bucket
-        holds) with columns topic, offset, timestamp, key, value, as `Wal.read_arrow`."""
+        holds) with columns topic, offset, timestamp, key, value, headers, as `Wal.read_arrow`."""
     def scan(
         self,
         topic: str,
@@ -712,10 +738,11 @@ class StagedWriter:
         *,
         key: Buffer | None = None,
         timestamp: int | None = None,
+        headers: _Headers | None = None,
     ) -> None: ...
     def append_arrow(self, topic: str, data: Any) -> None:
         """Stages a pyarrow binary/string array, or a batch/table with a `value` column and
-        optional `key` and `timestamp` columns."""
+        optional `key`, `timestamp` and `headers` columns."""
     def finish(self) -> int:
         """Makes the part durable and complete; returns its record count."""
 

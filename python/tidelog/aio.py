@@ -143,12 +143,18 @@ class Wal:
         return writer
 
     async def append(
-        self, topic: str, value: Any, *, key: Any = None, timestamp: int | None = None
+        self,
+        topic: str,
+        value: Any,
+        *,
+        key: Any = None,
+        timestamp: int | None = None,
+        headers: Any = None,
     ) -> int:
         """Appends a record; returns its offset once it is durable as the fsync mode says:
         at once with "interval" or "never", after its group commit with "always"."""
         writer = self._writer(topic)
-        return await _append(self._waiter, writer, value, key, timestamp)
+        return await _append(self._waiter, writer, value, key, timestamp, headers)
 
     def writer(self, topic: str, *, fsync: str | None = None) -> Writer:
         return Writer(self.wal.writer(topic, fsync=fsync), self._waiter)  # type: ignore[arg-type]
@@ -197,15 +203,22 @@ class Writer:
     def topic(self) -> str:
         return self.writer.topic
 
-    async def append(self, value: Any, *, key: Any = None, timestamp: int | None = None) -> int:
+    async def append(
+        self, value: Any, *, key: Any = None, timestamp: int | None = None, headers: Any = None
+    ) -> int:
         """As `Wal.append`, to this writer's topic under its fsync mode."""
-        return await _append(self._waiter, self.writer, value, key, timestamp)
+        return await _append(self._waiter, self.writer, value, key, timestamp, headers)
 
 
 async def _append(
-    waiter: _Waiter, writer: tidelog.Writer, value: Any, key: Any, timestamp: int | None
+    waiter: _Waiter,
+    writer: tidelog.Writer,
+    value: Any,
+    key: Any,
+    timestamp: int | None,
+    headers: Any,
 ) -> int:
-    handle = writer.append_async(value, key=key, timestamp=timestamp)
+    handle = writer.append_async(value, key=key, timestamp=timestamp, headers=headers)
     if writer.fsync == "always" and not handle.is_durable():
         await waiter.submit(lambda: _until(handle.wait))
     return handle.offset

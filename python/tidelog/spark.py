@@ -9,7 +9,8 @@ Options and rows follow Spark's Kafka source::
           .option("startingOffsets", "earliest")          # or "latest", or '{"orders": 42}'
           .option("endingOffsets", '{"orders": 100}')     # exclusive; batch reads only
           .load("data"))
-    # -> key, value, topic, partition, offset, timestamp, timestampType (as Kafka's source)
+    # -> key, value, topic, partition, offset, timestamp, timestampType (as Kafka's source);
+    #    .option("includeHeaders", "true") adds Kafka's headers column
 
 Each Spark task opens the directory read-only in its own process (no lock, so a writer may
 hold it meanwhile) and yields Arrow record batches built in Rust: no Python object per record.
@@ -19,8 +20,9 @@ need no access to the producer's disk, and streams see the manifest's end.
 Streams (``spark.readStream``) keep ``{"topic": next offset}`` as their offsets, honour
 ``maxOffsetsPerTrigger`` and ``trigger(availableNow=True)``, and resume from their checkpoint.
 
-Writes take ``value`` (binary or string), optional ``key`` (binary or string) and
-``timestamp`` (null: the time of the write) columns, and the topic from a ``topic`` column or
+Writes take ``value`` (binary or string), optional ``key`` (binary or string),
+``timestamp`` (null: the time of the write) and ``headers`` (Kafka's
+``array<struct<key: string, value: binary>>``) columns, and the topic from a ``topic`` column or
 the ``topic`` option (which overrides the column, as in Kafka's sink)::
 
     (df.write.format("tidelog").mode("append")            # the only save mode
@@ -74,6 +76,7 @@ from pyspark.sql.streaming.datasource import (
     SupportsTriggerAvailableNow,
 )
 from pyspark.sql.types import (
+    ArrayType,
     BinaryType,
     DataType,
     IntegerType,
@@ -117,6 +120,11 @@ _STRUCT = StructType(
         StructField("timestampType", IntegerType()),
     ]
 )
+# With includeHeaders=true, Kafka's headers column follows (null for a record without).
+HEADERS_TYPE = ArrayType(
+    StructType([StructField("key", StringType()), StructField("value", BinaryType())])
+)
+_STRUCT_HEADERS = StructType([*_STRUCT.fields, StructField("headers", HEADERS_TYPE)])
 # What Spark accepts for SCHEMA: the same names, order, types and nullability, exactly.
 ARROW_SCHEMA = pa.schema(
     [
@@ -129,6 +137,9 @@ ARROW_SCHEMA = pa.schema(
         pa.field("timestampType", pa.int32()),
     ]
 )
+_ARROW_HEADER = pa.struct([pa.field("key", pa.string()), pa.field("value", pa.binary())])
+_ARROW_HEADERS = pa.list_(pa.field("element", _ARROW_HEADER))
+ARROW_SCHEMA_HEADERS = ARROW_SCHEMA.append(pa.field("headers", _ARROW_HEADERS))
 
 # Without maxRecordsPerPartition, a read is split into one partition per core, of at least
 # this many records: each Spark task costs tens of milliseconds, so fewer, larger ones read
@@ -390,6 +401,12 @@ class _Options:
     max_offsets_per_trigger: int | None
     max_records_per_partition: int | None
     max_records_per_batch: int
+    #: Kafka's includeHeaders: rows carry a headers column.
+    include_headers: bool
+
+    @property
+    def schema(self) -> StructType:
+        return _STRUCT_HEADERS if self.include_headers else _STRUCT
 
     @classmethod
     def parse(cls, options: Mapping[str, str]) -> _Options:
@@ -429,6 +446,7 @@ class _Options:
             max_records_per_batch=_positive_int(
                 options, "maxRecordsPerBatch", MAX_RECORDS_PER_BATCH_DEFAULT
             ),
+            include_headers=_bool_option(options, "includeHeaders", False),
         )
 
     def open(self) -> tidelog.Wal | _Bucket:
@@ -672,31 +690,40 @@ def _read(options: _Options, part: TopicRange) -> Iterator[pa.RecordBatch]:
                 offset = first
                 continue
             offset += batch.num_rows
-            yield _spark_batch(batch)
+            yield _spark_batch(batch, options.include_headers)
 
 
-def _spark_batch(batch: pa.RecordBatch) -> pa.RecordBatch:
+def _spark_batch(batch: pa.RecordBatch, include_headers: bool = False) -> pa.RecordBatch:
     """`batch` (columns of `read_arrow`) in Spark's schema: the columns reordered (the
-    arrays, Rust's buffers, are not copied), and Kafka's partition and timestampType (0)."""
+    arrays, Rust's buffers, are not copied), Kafka's partition and timestampType (0), and
+    with `include_headers` Kafka's headers (null where a record has none)."""
     n = batch.num_rows
     zeros = pa.Array.from_buffers(pa.int32(), n, [None, pa.py_buffer(bytes(4 * n))])
-    return pa.RecordBatch.from_arrays(
-        [
-            zeros if name in ("partition", "timestampType") else batch.column(name)
-            for name in ARROW_SCHEMA.names
-        ],
-        schema=ARROW_SCHEMA,
+    columns = [
+        zeros if name in ("partition", "timestampType") else batch.column(name)
+        for name in ARROW_SCHEMA.names
+    ]
+    if not include_headers:
+        return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA)
+    headers = batch.column("headers")
+    items = headers.values
+    items = pa.StructArray.from_arrays(
+        [items.field("key"), items.field("value")], fields=list(_ARROW_HEADER)
     )
+    none = pc.equal(pc.list_value_length(headers), 0)
+    columns.append(pa.ListArray.from_arrays(headers.offsets, items, type=_ARROW_HEADERS, mask=none))
+    return pa.RecordBatch.from_arrays(columns, schema=ARROW_SCHEMA_HEADERS)
 
 
 def _fields(schema: StructType) -> list[tuple[str, Any, bool]]:
     return [(f.name, f.dataType, f.nullable) for f in schema.fields]
 
 
-def _check_schema(schema: StructType) -> None:
-    if _fields(schema) != _fields(_STRUCT):
+def _check_schema(schema: StructType, options: _Options) -> None:
+    if _fields(schema) != _fields(options.schema):
         raise InvalidArgumentError(
-            f"tidelog data source: the schema is fixed ({SCHEMA}); do not pass another one "
+            f"tidelog data source: the schema is fixed ({options.schema.simpleString()}, "
+            f"headers with includeHeaders=true); do not pass another one "
             f"(got {schema.simpleString()})",
             name="schema",
         )
@@ -715,15 +742,16 @@ class TidelogDataSource(DataSource):
         options = _Options.parse(self.options)
         with options.open() as wal:
             options.bounds(wal)
-        return _STRUCT
+        return options.schema
 
     def reader(self, schema: StructType) -> TidelogBatchReader:
-        _check_schema(schema)
-        return TidelogBatchReader(_Options.parse(self.options))
+        options = _Options.parse(self.options)
+        _check_schema(schema, options)
+        return TidelogBatchReader(options)
 
     def streamReader(self, schema: StructType) -> TidelogStreamReader:
-        _check_schema(schema)
         options = _Options.parse(self.options)
+        _check_schema(schema, options)
         if options.ending is not None:
             raise _invalid(
                 "endingOffsets",
@@ -905,6 +933,28 @@ def _column_type(
     return True
 
 
+def _check_headers_column(found: DataType | None) -> bool:
+    """Whether the input has a headers column; an error unless it is Kafka's:
+    array<struct<key: string, value: binary or string>>."""
+    if found is None:
+        return False
+    fields = (
+        {f.name: f.dataType for f in found.elementType.fields}
+        if isinstance(found, ArrayType) and isinstance(found.elementType, StructType)
+        else {}
+    )
+    if not (
+        isinstance(fields.get("key"), StringType)
+        and isinstance(fields.get("value"), (BinaryType, StringType))
+    ):
+        raise _invalid(
+            "headers",
+            f"column headers must be ARRAY<STRUCT<key: STRING, value: BINARY>> (Kafka's), not "
+            f"{found.simpleString().upper()}",
+        )
+    return True
+
+
 @dataclass(frozen=True)
 class _WriteOptions:
     """What a write needs, checked on the driver before any task runs: plain data, pickled
@@ -915,6 +965,7 @@ class _WriteOptions:
     topic: str | None
     key: bool
     timestamp: bool
+    headers: bool
     open_options: dict[str, Any]
     # Options of the bucket when `path` is a bucket URL (Spark options `storage.KEY`).
     storage_options: dict[str, str]
@@ -953,6 +1004,7 @@ class _WriteOptions:
             )
         key = _column_type(types, "key", (BinaryType, StringType), bytes_hint)
         timestamp = _column_type(types, "timestamp", (TimestampType,), "TIMESTAMP")
+        headers = _check_headers_column(types.get("headers"))
         topic = options.get("topic")
         if topic is not None:
             # Overrides the topic column, as in Kafka's sink.
@@ -974,6 +1026,7 @@ class _WriteOptions:
             topic=topic,
             key=key,
             timestamp=timestamp,
+            headers=headers,
             open_options={o: str(options[o]) for o in _OPEN_OPTIONS if options.get(o)},
             storage_options=_storage_options(options),
             commit_timeout_s=_positive_int(options, "commitTimeoutMs", COMMIT_TIMEOUT_MS_DEFAULT)
@@ -1017,8 +1070,8 @@ def _part_name(prefix: str = "") -> str:
 def _by_topic(
     options: _WriteOptions, batch: pa.RecordBatch
 ) -> Iterator[tuple[str, pa.RecordBatch]]:
-    """The rows of a batch from Spark as (topic, value/key/timestamp batch), each topic's rows
-    in their order; Arrow compute only, no Python object per row."""
+    """The rows of a batch from Spark as (topic, value/key/timestamp/headers batch), each
+    topic's rows in their order; Arrow compute only, no Python object per row."""
     if batch.num_rows == 0:
         return
     values = batch.column("value")
@@ -1028,7 +1081,12 @@ def _by_topic(
             f"column value has {values.null_count} null(s): every record needs a value "
             "(filter those rows out, or fill them)",
         )
-    names = ["value"] + ["key"] * options.key + ["timestamp"] * options.timestamp
+    names = (
+        ["value"]
+        + ["key"] * options.key
+        + ["timestamp"] * options.timestamp
+        + ["headers"] * options.headers
+    )
     data = pa.RecordBatch.from_arrays([batch.column(n) for n in names], names=names)
     if options.topic is not None:
         yield options.topic, data

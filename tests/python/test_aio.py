@@ -26,7 +26,8 @@ def test_appends_are_durable_when_awaited_and_readers_iterate(tmp_path: Path) ->
             # "always": each await returned once its record was durable.
             assert wal.topic_info("t").durable_offset == 5
             writer = wal.writer("t")
-            assert await writer.append(b"w", key=b"k") == 5
+            assert await writer.append(b"w", key=b"k", headers=[("h", b"1")]) == 5
+            assert wal.read("t", 5).headers == [("h", b"1")]
             await wal.flush()
             got = []
             async with wal.reader("t", "g", start="earliest") as reader:

@@ -23,7 +23,7 @@ def test_read_arrow_schema_and_values(wal: tidelog.Wal) -> None:
     wal.append("t", payload(2, 5000), key=b"", timestamp=ts + 2)
     batch = wal.read_arrow("t", 0)
     assert isinstance(batch, pa.RecordBatch)
-    assert batch.schema.names == ["topic", "offset", "timestamp", "key", "value"]
+    assert batch.schema.names == ["topic", "offset", "timestamp", "key", "value", "headers"]
     assert batch.schema.field("topic").type == pa.string()
     assert batch.schema.field("offset").type == pa.int64()
     assert batch.schema.field("timestamp").type == UTC_US
@@ -40,6 +40,58 @@ def test_read_arrow_schema_and_values(wal: tidelog.Wal) -> None:
         dt.datetime(2023, 11, 14, 22, 13, 20, us, tzinfo=dt.UTC) for us in (0, 1, 2)
     ]
     assert batch.column("timestamp").cast(pa.int64()).to_pylist() == [ts, ts + 1, ts + 2]
+    assert batch.schema.field("headers").type == pa.list_(
+        pa.field(
+            "item",
+            pa.struct(
+                [pa.field("key", pa.string(), nullable=False), pa.field("value", pa.binary())]
+            ),
+            nullable=False,
+        )
+    )
+    assert batch.column("headers").to_pylist() == [[], [], []]
+
+
+def test_headers_through_read_arrow_scan_and_append_arrow(wal: tidelog.Wal) -> None:
+    wal.append("t", b"none")
+    wal.append("t", b"two", headers=[("a", b"1"), ("a", None)])
+    wal.append("t", b"text", headers={"s": "é"})
+    want = [
+        [],
+        [{"key": "a", "value": b"1"}, {"key": "a", "value": None}],
+        [{"key": "s", "value": "é".encode()}],
+    ]
+    batch = wal.read_arrow("t", 0)
+    batch.validate(full=True)
+    assert batch.column("headers").to_pylist() == want
+    streamed = pa.RecordBatchReader.from_stream(wal.scan("t")).read_all()
+    assert streamed.column("headers").to_pylist() == want
+    # A batch read back is appended as it is: headers included, even from a slice.
+    offsets = wal.append_arrow("t", batch.slice(1))
+    assert offsets == range(3, 5)
+    assert wal.read_arrow("t", 3).column("headers").to_pylist() == want[1:]
+    # A null list is no headers; large lists and large strings are taken.
+    table = pa.table(
+        {
+            "value": [b"x", b"y"],
+            "headers": pa.array(
+                [None, [{"key": "k", "value": b"v"}]],
+                pa.large_list(pa.struct([("key", pa.large_string()), ("value", pa.binary())])),
+            ),
+        }
+    )
+    assert wal.append_arrow("t", table) == range(5, 7)
+    assert wal.read("t", 5).headers == []
+    assert wal.read("t", 6).headers == [("k", b"v")]
+    header = pa.struct([("key", pa.string()), ("value", pa.binary())])
+    bad = pa.table(
+        {"value": [b"x"], "headers": pa.array([[{"key": None, "value": b"v"}]], pa.list_(header))}
+    )
+    with pytest.raises(tidelog.InvalidArgumentError):
+        wal.append_arrow("t", bad)
+    with pytest.raises(TypeError):
+        wal.append_arrow("t", pa.table({"value": [b"x"], "headers": [b"not a list"]}))
+    assert wal.topic_info("t").next_offset == 7
 
 
 def test_read_arrow_ranges(wal: tidelog.Wal) -> None:

@@ -122,6 +122,46 @@ def test_empty_key_differs_from_no_key(wal: tidelog.Wal) -> None:
     assert wal.read("t", 2).key == b"k"
 
 
+def test_headers_on_every_append_path(tmp_path: Path, wal: tidelog.Wal) -> None:
+    pairs = [("trace", b"t-1"), ("trace", None), ("", b""), ("text", b"\xc3\xa9")]
+    given = [(k, "é" if k == "text" else v) for k, v in pairs]  # a str value is UTF-8
+    writer = wal.writer("t")
+    assert wal.append("t", b"a", headers=given) == 0
+    assert writer.append(b"b", headers=given) == 1
+    wal.append_async("t", b"c", headers=given).wait(10.0)
+    writer.append_async(b"d", headers=given).wait(10.0)
+    assert wal.append("t", b"e", headers=[]) == 4
+    assert wal.append("t", b"f", headers={"one": bytearray(b"1")}) == 5
+    for offset in range(4):
+        assert wal.read("t", offset).headers == pairs
+    assert wal.read("t", 4).headers == []
+    assert wal.read("t", 5).headers == [("one", b"1")]
+    with wal.reader("t", start=0) as reader:
+        assert [r.headers for r in reader.next_batch(10)][:2] == [pairs, pairs]
+    staged = tidelog.StagedWriter(wal.path, "job", "p0")
+    staged.append("s", b"v", key=b"k", headers=given)
+    staged.finish()
+    wal.commit_staged("job", ["p0"])
+    assert wal.read("s", 0).headers == pairs
+    # Bad headers are refused before anything is appended.
+    for bad, error in [
+        ("ab", TypeError),
+        ([("k",)], TypeError),
+        ([(1, b"v")], TypeError),
+        ([("k", 5)], TypeError),
+        (5, TypeError),
+        ([("k" * 20_000, b"v")], tidelog.InvalidArgumentError),
+        ([("k", b"v")] * 5_000, tidelog.InvalidArgumentError),
+    ]:
+        with pytest.raises(error):
+            wal.append("t", b"x", headers=bad)
+    assert wal.topic_info("t").next_offset == 6
+    # Headers count toward the record size limit.
+    with tidelog.open(tmp_path / "small", max_record_bytes=100) as small:
+        with pytest.raises(tidelog.LimitExceededError):
+            small.append("t", b"v", headers=[("big", b"x" * 100)])
+
+
 def test_timestamps(wal: tidelog.Wal) -> None:
     before = time.time_ns() // 1000
     wal.append("t", b"now")

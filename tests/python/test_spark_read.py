@@ -613,3 +613,39 @@ def test_min_offsets_per_trigger_waits_up_to_max_trigger_delay(tmp_path: Path) -
     assert fresh.latestOffset({"m": 15}, ReadMinRows(10)) == {"m": 17}
     with pytest.raises(tidelog.InvalidArgumentError, match="duration"):
         stream_reader(tmp_path, subscribe="m", maxTriggerDelay="soon")
+
+
+def test_include_headers_reads_kafkas_column_and_the_sink_writes_it(
+    spark: SparkSession, tmp_path: Path
+) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    with open_small(src) as wal:
+        wal.append("t", b"none")
+        wal.append("t", b"two", headers=[("a", b"1"), ("a", None)])
+        wal.append("t", b"one", headers=[("trace", b"t-9")])
+    # Without the option: Kafka's seven columns; with it, headers last, null when none.
+    assert read(spark, src, subscribe="t").columns == SPARK_SCHEMA.names
+    df = read(spark, src, subscribe="t", includeHeaders="true")
+    assert df.columns == [*SPARK_SCHEMA.names, "headers"]
+    assert df.schema["headers"].dataType.simpleString() == (
+        "array<struct<key:string,value:binary>>"
+    )
+    got = sorted((r.offset, r.headers) for r in df.select("offset", "headers").collect())
+    assert [(o, None if h is None else [(x.key, x.value) for x in h]) for o, h in got] == [
+        (0, None),
+        (1, [("a", bytearray(b"1")), ("a", None)]),
+        (2, [("trace", bytearray(b"t-9"))]),
+    ]
+    # The sink takes the same column: a copy keeps every header.
+    df.select("value", "headers").write.format("tidelog").option("topic", "copy").mode(
+        "append"
+    ).save(str(dst))
+    with tidelog.open(dst, readonly=True) as wal:
+        assert [wal.read("copy", i).headers for i in range(3)] == [
+            [],
+            [("a", b"1"), ("a", None)],
+            [("trace", b"t-9")],
+        ]
+    bad = spark.createDataFrame([(b"v", ["x"])], "value binary, headers array<string>")
+    with pytest.raises(Exception, match="column headers must be"):
+        bad.write.format("tidelog").option("topic", "copy").mode("append").save(str(dst))

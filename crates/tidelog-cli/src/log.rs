@@ -241,22 +241,24 @@ pub(crate) fn dump(
             if json {
                 writeln!(
                     out,
-                    "{{\"topic\":{},\"offset\":{},\"timestamp_us\":{},\"key_bytes\":{},\"value_bytes\":{},\"value_crc32\":{crc},\"file\":{},\"position\":{position}}}",
+                    "{{\"topic\":{},\"offset\":{},\"timestamp_us\":{},\"key_bytes\":{},\"value_bytes\":{},\"value_crc32\":{crc},\"headers\":{},\"file\":{},\"position\":{position}}}",
                     quote(&t),
                     r.offset,
                     r.timestamp_us,
                     r.key.map_or("null".into(), |k| k.len().to_string()),
                     r.value.len(),
+                    headers_json(r.headers()),
                     quote(&file)
                 )
             } else {
                 writeln!(
                     out,
-                    "  offset {} ts {} key {} value {} B crc32 {crc:08x} at {file}:{position}",
+                    "  offset {} ts {} key {} value {} B crc32 {crc:08x}{} at {file}:{position}",
                     r.offset,
                     r.timestamp_us,
                     r.key.map_or("-".into(), |k| format!("{} B", k.len())),
-                    r.value.len()
+                    r.value.len(),
+                    headers_text(r.headers()),
                 )
             }
             .map_err(write_err)?;
@@ -264,6 +266,51 @@ pub(crate) fn dump(
         }
     }
     Ok(0)
+}
+
+/// A header value as text: quoted when UTF-8, hex otherwise, `null` for a null value.
+fn header_value(v: Option<&[u8]>) -> String {
+    match v {
+        None => "null".to_owned(),
+        Some(v) => match std::str::from_utf8(v) {
+            Ok(s) => quote(s),
+            Err(_) => {
+                let mut hex = String::with_capacity(2 + 2 * v.len());
+                hex.push_str("0x");
+                for b in v {
+                    let _ = write!(hex, "{b:02x}");
+                }
+                hex
+            }
+        },
+    }
+}
+
+/// ` headers [k="v", k2=null]`, or nothing when the record has none.
+fn headers_text(headers: tidelog::HeaderIter<'_>) -> String {
+    let items: Vec<String> = headers
+        .map(|(k, v)| format!("{}={}", quote(k), header_value(v)))
+        .collect();
+    if items.is_empty() {
+        String::new()
+    } else {
+        format!(" headers [{}]", items.join(", "))
+    }
+}
+
+/// `[{"key":"k","value":"v"}, ...]`: a value that is not UTF-8 goes as `"value_hex"`.
+fn headers_json(headers: tidelog::HeaderIter<'_>) -> String {
+    let items: Vec<String> = headers
+        .map(|(k, v)| {
+            let value = header_value(v);
+            let field = match value.strip_prefix("0x") {
+                Some(hex) => format!("\"value_hex\":{}", quote(hex)),
+                None => format!("\"value\":{value}"),
+            };
+            format!("{{\"key\":{},{field}}}", quote(k))
+        })
+        .collect();
+    format!("[{}]", items.join(","))
 }
 
 pub(crate) fn stat(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Failure> {

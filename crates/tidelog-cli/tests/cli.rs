@@ -433,3 +433,43 @@ fn groups_lists_resets_and_deletes_cursors() {
     );
     assert_eq!(ok(&["groups", &dir]), "no consumer groups\n");
 }
+
+#[test]
+fn dump_shows_headers() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = tmp.path().join("log");
+    {
+        let wal = tidelog::Wal::open(&dir).expect("open");
+        let h = tidelog::Headers::from_pairs([
+            ("trace", Some(&b"t-1"[..])),
+            ("raw", Some(&[0xFF, 0x00][..])),
+            ("gone", None),
+        ])
+        .expect("valid");
+        let rec = tidelog::Append {
+            key: None,
+            value: b"v",
+            timestamp_us: None,
+            headers: h.block(),
+        };
+        wal.append_record("t", rec).expect("append");
+        wal.append("t", b"plain").expect("append");
+        wal.close().expect("close");
+    }
+    let out = tidelog(&["dump", &dir_arg(&dir)], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let dump = text(&out.stdout);
+    assert!(
+        dump.contains("headers [\"trace\"=\"t-1\", \"raw\"=0xff00, \"gone\"=null]"),
+        "{dump}"
+    );
+    let out = tidelog(&["dump", &dir_arg(&dir), "--json"], "");
+    let dump = text(&out.stdout);
+    assert!(
+        dump.contains(
+            "\"headers\":[{\"key\":\"trace\",\"value\":\"t-1\"},{\"key\":\"raw\",\"value_hex\":\"ff00\"},{\"key\":\"gone\",\"value\":null}]"
+        ),
+        "{dump}"
+    );
+    assert!(dump.contains("\"headers\":[],"), "{dump}");
+}

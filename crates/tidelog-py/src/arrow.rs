@@ -9,15 +9,14 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyModule;
 use tidelog::{Append, ReaderOptions, StartPosition, Wal};
 
-use crate::buffer::{InputBytes, OwnedBuffer};
+use crate::buffer::InputBytes;
 use crate::call::detached;
+use crate::columns::{Columns, Row, too_large};
 use crate::error::to_py;
+use crate::stream::PyArrowBatch;
 
 #[cfg(target_endian = "big")]
-compile_error!("the Arrow buffers are built little-endian; big-endian hosts are not supported");
-
-/// Arrow `binary` offsets are i32: one batch holds at most this many value (or key) bytes.
-const BINARY_BYTES_MAX: usize = i32::MAX as usize;
+compile_error!("the Arrow buffers are read little-endian; big-endian hosts are not supported");
 
 fn helper(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     static MODULE: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
@@ -33,123 +32,27 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> PyErr {
     })
 }
 
-/// The raw columns of one read batch.
-#[derive(Default)]
-struct Columns {
-    length: usize,
-    offsets: Vec<u8>,
-    timestamps: Vec<u8>,
-    key_validity: Vec<u8>,
-    key_nulls: usize,
-    key_offsets: Vec<u8>,
-    key_data: Vec<u8>,
-    value_offsets: Vec<u8>,
-    value_data: Vec<u8>,
-}
-
-fn push_i32(buf: &mut Vec<u8>, v: usize) {
-    // Bounded by BINARY_BYTES_MAX before every push.
-    let v = i32::try_from(v).unwrap_or(i32::MAX);
-    buf.extend_from_slice(&v.to_le_bytes());
-}
-
-impl Columns {
-    /// Empty columns for about `capacity` records.
-    fn with_capacity(capacity: usize) -> Columns {
-        let mut c = Columns {
-            offsets: Vec::with_capacity(capacity * 8),
-            timestamps: Vec::with_capacity(capacity * 8),
-            key_offsets: Vec::with_capacity((capacity + 1) * 4),
-            value_offsets: Vec::with_capacity((capacity + 1) * 4),
-            ..Columns::default()
-        };
-        push_i32(&mut c.key_offsets, 0);
-        push_i32(&mut c.value_offsets, 0);
-        c
-    }
-
-    /// Adds one record; false (nothing added) once the binary columns would pass their
-    /// limit: the batch is full, and the caller continues from this record.
-    fn push(
-        &mut self,
-        offset: u64,
-        timestamp_us: u64,
-        key: Option<&[u8]>,
-        value: &[u8],
-        capacity: usize,
-    ) -> bool {
-        let key_len = key.map_or(0, <[u8]>::len);
-        if self.value_data.len() + value.len() > BINARY_BYTES_MAX
-            || self.key_data.len() + key_len > BINARY_BYTES_MAX
-        {
-            return false;
-        }
-        // Offsets and timestamps are u64 on disk and below 2^63 in practice; Arrow has int64.
-        self.offsets
-            .extend_from_slice(&i64::try_from(offset).unwrap_or(i64::MAX).to_le_bytes());
-        self.timestamps.extend_from_slice(
-            &i64::try_from(timestamp_us)
-                .unwrap_or(i64::MAX)
-                .to_le_bytes(),
-        );
-        if self.length.is_multiple_of(8) {
-            self.key_validity.push(0);
-        }
-        if let Some(key) = key {
-            self.key_data.extend_from_slice(key);
-            if let Some(last) = self.key_validity.last_mut() {
-                *last |= 1 << (self.length % 8);
-            }
-        } else {
-            self.key_nulls += 1;
-        }
-        push_i32(&mut self.key_offsets, self.key_data.len());
-        if self.value_data.capacity() == 0 {
-            // Sized from the first record: most topics hold records of similar size.
-            self.value_data
-                .reserve(value.len().saturating_mul(capacity).min(BINARY_BYTES_MAX));
-        }
-        self.value_data.extend_from_slice(value);
-        push_i32(&mut self.value_offsets, self.value_data.len());
-        self.length += 1;
-        true
-    }
-
-    /// `LimitExceeded` when not even the first record fit (`size`: its largest column).
-    fn check_first(&self, size: Option<usize>) -> tidelog::Result<()> {
-        match size {
-            Some(bytes) if self.length == 0 => Err(tidelog::Error::LimitExceeded {
-                limit: "arrow binary column bytes",
-                value: bytes as u64,
-                max: BINARY_BYTES_MAX as u64,
-            }),
-            _ => Ok(()),
-        }
-    }
-}
-
 /// The columns of up to `wanted` records that `scan` visits (its visitor returns false once
 /// a record does not fit: that record is left for the next batch).
 fn fill(
     wanted: u64,
-    scan: impl FnOnce(
-        usize,
-        &mut dyn FnMut(u64, u64, Option<&[u8]>, &[u8]) -> bool,
-    ) -> tidelog::Result<usize>,
+    scan: impl FnOnce(usize, &mut dyn FnMut(&Row<'_>) -> bool) -> tidelog::Result<usize>,
 ) -> tidelog::Result<Columns> {
     let capacity = usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20);
     let mut c = Columns::with_capacity(capacity);
     let mut refused = None;
     let max = usize::try_from(wanted).unwrap_or(usize::MAX);
-    scan(max, &mut |offset, timestamp_us, key, value| {
-        let pushed = c.push(offset, timestamp_us, key, value, capacity);
+    scan(max, &mut |row| {
+        let pushed = c.push(row);
         if !pushed {
-            refused = Some(value.len().max(key.map_or(0, <[u8]>::len)));
+            refused = Some(row.largest());
         }
         pushed
     })?;
-    c.check_first(refused)?;
-    Ok(c)
+    match refused {
+        Some(bytes) if c.len() == 0 => Err(too_large(bytes)),
+        _ => Ok(c),
+    }
 }
 
 fn collect(
@@ -167,7 +70,7 @@ fn collect(
         .saturating_sub(start)
         .min(max_records.unwrap_or(u64::MAX));
     fill(wanted, |max, visit| {
-        reader.scan(max, |r| visit(r.offset, r.timestamp_us, r.key, r.value))
+        reader.scan(max, |r| visit(&Row::local(r)))
     })
 }
 
@@ -183,9 +86,7 @@ fn collect_remote(
         .saturating_sub(reader.position())
         .min(max_records.unwrap_or(u64::MAX));
     fill(wanted, |max, visit| {
-        reader.scan_until(end, max, |r| {
-            visit(r.offset, r.timestamp_us, r.key, r.value)
-        })
+        reader.scan_until(end, max, |r| visit(&Row::remote(r)))
     })
 }
 
@@ -203,7 +104,7 @@ pub fn read<'py>(
     // Import pyarrow before reading, so a missing pyarrow fails fast.
     let helper = helper(py)?;
     let c = detached(py, || collect(wal, topic, start, end, max_records))?;
-    batch(py, helper, topic, c)
+    batch(helper, topic, c)
 }
 
 /// The arguments of a `read_arrow`: `end` not before `start`, `max_records` positive.
@@ -235,7 +136,7 @@ pub fn read_remote<'py>(
         let mut reader = log.at(topic, start)?;
         collect_remote(&mut reader, end, max_records)
     })?;
-    batch(py, helper, topic, c)
+    batch(helper, topic, c)
 }
 
 /// `RemoteReader.read_arrow`: the reader's next records before `end`, at most
@@ -250,36 +151,20 @@ pub fn read_remote_next<'py>(
     let helper = helper(py)?;
     let topic = reader.topic().to_owned();
     let c = detached(py, || collect_remote(reader, end, max_records))?;
-    batch(py, helper, &topic, c)
+    batch(helper, &topic, c)
 }
 
-/// The `pyarrow.RecordBatch` of `c`, its buffers handed over without a copy.
+/// The `pyarrow.RecordBatch` of `c`, handed over through the Arrow C data interface
+/// (its buffers are not copied).
 fn batch<'py>(
-    py: Python<'py>,
     helper: &Bound<'py, PyModule>,
     topic: &str,
     c: Columns,
 ) -> PyResult<Bound<'py, PyAny>> {
-    let buffer = |bytes: Vec<u8>| Bound::new(py, OwnedBuffer::new(bytes));
-    let key_validity = if c.key_nulls == 0 {
-        None
-    } else {
-        Some(buffer(c.key_validity)?)
-    };
-    helper.call_method1(
-        "record_batch",
-        (
-            topic,
-            c.length,
-            buffer(c.offsets)?,
-            buffer(c.timestamps)?,
-            key_validity,
-            buffer(c.key_offsets)?,
-            buffer(c.key_data)?,
-            buffer(c.value_offsets)?,
-            buffer(c.value_data)?,
-        ),
-    )
+    let batch = c
+        .into_batch(topic)
+        .map_err(|e| invalid("data", e.to_string()))?;
+    helper.call_method1("record_batch", (PyArrowBatch::new(batch),))
 }
 
 /// One binary-like column, as exported pyarrow buffers.
@@ -420,10 +305,85 @@ impl TimestampColumn {
     }
 }
 
-/// `(length, value parts, key parts, timestamp parts)` from `_arrow.append_parts`.
+/// The `headers` column (`list<struct<key: string, value: binary>>`), flattened: each
+/// row's header count and the keys and values of all rows in order.
+struct HeadersColumn {
+    /// The counts' slice offset, in elements.
+    offset: usize,
+    /// One int64 count per row.
+    counts: InputBytes<'static>,
+    /// Headers in all rows.
+    items: usize,
+    keys: BinaryColumn,
+    values: BinaryColumn,
+}
+
+/// `(counts offset, counts, items, key parts, value parts)` from `_arrow._headers_parts`.
+type HeaderParts<'py> = (
+    usize,
+    Bound<'py, PyAny>,
+    usize,
+    Bound<'py, PyAny>,
+    Bound<'py, PyAny>,
+);
+
+impl HeadersColumn {
+    fn extract(parts: &Bound<'_, PyAny>) -> PyResult<HeadersColumn> {
+        let (offset, counts, items, keys, values): HeaderParts<'_> = parts.extract()?;
+        Ok(HeadersColumn {
+            offset,
+            counts: InputBytes::export(&counts, "headers")?,
+            items,
+            keys: BinaryColumn::extract("header key", &keys)?,
+            values: BinaryColumn::extract("header value", &values)?,
+        })
+    }
+
+    /// The headers of each of the `length` rows.
+    fn headers(&self, length: usize) -> PyResult<Vec<tidelog::Headers>> {
+        let counts = self.counts.as_slice();
+        if counts.len() < (self.offset + length) * 8 {
+            return Err(invalid("headers", "counts buffer is too short"));
+        }
+        let keys = self.keys.ranges(self.items)?;
+        let values = self.values.ranges(self.items)?;
+        let (key_data, value_data) = (self.keys.data.as_slice(), self.values.data.as_slice());
+        let mut at = 0usize;
+        let mut out = Vec::with_capacity(length);
+        for i in 0..length {
+            let p = (self.offset + i) * 8;
+            let mut b = [0u8; 8];
+            b.copy_from_slice(&counts[p..p + 8]);
+            let n = usize::try_from(i64::from_le_bytes(b))
+                .ok()
+                .filter(|n| at + n <= self.items)
+                .ok_or_else(|| invalid("headers", "header counts exceed the headers"))?;
+            let mut h = tidelog::Headers::new();
+            for j in at..at + n {
+                let key = keys[j]
+                    .clone()
+                    .ok_or_else(|| invalid("headers", "a header key is null"))?;
+                let key = std::str::from_utf8(&key_data[key])
+                    .map_err(|_| invalid("headers", "a header key is not UTF-8"))?;
+                let value = values[j].clone().map(|r| &value_data[r]);
+                h.push(key, value).map_err(to_py)?;
+            }
+            at += n;
+            out.push(h);
+        }
+        if at != self.items {
+            return Err(invalid("headers", "header counts do not cover the headers"));
+        }
+        Ok(out)
+    }
+}
+
+/// `(length, value parts, key parts, timestamp parts, header parts)` from
+/// `_arrow.append_parts`.
 type AppendParts<'py> = (
     usize,
     Bound<'py, PyAny>,
+    Option<Bound<'py, PyAny>>,
     Option<Bound<'py, PyAny>>,
     Option<Bound<'py, PyAny>>,
 );
@@ -447,7 +407,7 @@ pub fn with_records<T: Send>(
     sink: impl FnOnce(&[Append<'_>]) -> tidelog::Result<T> + Send,
 ) -> PyResult<T> {
     let parts = helper(py)?.call_method1("append_parts", (data,))?;
-    let (length, values, keys, timestamps): AppendParts<'_> = parts.extract()?;
+    let (length, values, keys, timestamps, headers): AppendParts<'_> = parts.extract()?;
     if length == 0 {
         return Err(invalid("data", "the batch is empty"));
     }
@@ -462,6 +422,9 @@ pub fn with_records<T: Send>(
     }
     let key_ranges = keys.as_ref().map(|k| k.ranges(length)).transpose()?;
     let stamps = timestamps.as_ref().map(|t| t.values(length)).transpose()?;
+    let headers = headers
+        .map(|h| HeadersColumn::extract(&h)?.headers(length))
+        .transpose()?;
     let value_data = values.data.as_slice();
     let key_data = keys.as_ref().map(|k| k.data.as_slice());
     let records: Vec<Append<'_>> = (0..length)
@@ -472,6 +435,7 @@ pub fn with_records<T: Send>(
                 _ => None,
             },
             timestamp_us: stamps.as_ref().and_then(|s| s[i]),
+            headers: headers.as_ref().and_then(|h| h[i].block()),
         })
         .collect();
     detached(py, || sink(&records))

@@ -142,38 +142,3 @@ pub unsafe fn export_readonly(
     unsafe { view.write(filled) };
     Ok(())
 }
-
-/// Bytes built in Rust (an Arrow column) handed to Python without a copy.
-#[pyclass(module = "tidelog._native", frozen)]
-#[derive(Debug)]
-pub struct OwnedBuffer {
-    bytes: Box<[u8]>,
-}
-
-impl OwnedBuffer {
-    pub fn new(bytes: Vec<u8>) -> OwnedBuffer {
-        OwnedBuffer {
-            bytes: bytes.into_boxed_slice(),
-        }
-    }
-}
-
-#[pymethods]
-impl OwnedBuffer {
-    /// # Safety
-    /// Called by CPython's buffer protocol with a valid `view`.
-    unsafe fn __getbuffer__(
-        slf: Bound<'_, Self>,
-        view: *mut ffi::Py_buffer,
-        flags: c_int,
-    ) -> PyResult<()> {
-        let (data, len) = (slf.get().bytes.as_ptr(), slf.get().bytes.len());
-        // SAFETY: the boxed bytes never change and live as long as `slf`, which the view
-        // owns a reference to.
-        unsafe { export_readonly(view, flags, data, len, slf.into_any()) }
-    }
-
-    fn __len__(&self) -> usize {
-        self.bytes.len()
-    }
-}

@@ -6,7 +6,9 @@
 mod arrow;
 mod buffer;
 mod call;
+mod columns;
 mod error;
+mod headers;
 mod options;
 mod reader;
 mod record;
@@ -177,6 +179,7 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<remote::PyRemoteLog>()?;
     m.add_class::<remote::PyRemoteReader>()?;
     m.add_class::<stream::PyArrowStream>()?;
+    m.add_class::<stream::PyArrowBatch>()?;
     m.add_class::<remote::PyRemoteRecord>()?;
     m.add_class::<wal::PyWal>()?;
     m.add_class::<wal::PyWriter>()?;
@@ -185,7 +188,6 @@ fn tidelog_native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<wal::PyRecoveryReport>()?;
     m.add_class::<reader::PyReader>()?;
     m.add_class::<record::PyRecord>()?;
-    m.add_class::<buffer::OwnedBuffer>()?;
     m.add_class::<ring::PyRingWal>()?;
     m.add_class::<ring::PyRingAppendHandle>()?;
     m.add_class::<ring::PyRingRecovery>()?;

@@ -41,6 +41,12 @@ impl PyRecord {
         self.record.key().map(|k| PyBytes::new(py, k))
     }
 
+    /// The headers as a list of `(key, value)` tuples in order; empty when there are none.
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+        crate::headers::to_list(py, self.record.headers())
+    }
+
     /// The value as a read-only memoryview over the mapped file (no copy).
     #[getter]
     fn value<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyMemoryView>> {

@@ -344,6 +344,16 @@ impl PyRemoteRecord {
         PyBytes::new(py, &self.record.value)
     }
 
+    /// The headers as a list of `(key, value)` tuples in order; empty when there are none.
+    #[getter]
+    fn headers<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, pyo3::types::PyList>> {
+        let list = pyo3::types::PyList::empty(py);
+        for (key, value) in &self.record.headers {
+            list.append((key, value.as_deref().map(|v| PyBytes::new(py, v))))?;
+        }
+        Ok(list)
+    }
+
     fn __repr__(&self) -> String {
         format!(
             "RemoteRecord(offset={}, timestamp={}, {} bytes)",

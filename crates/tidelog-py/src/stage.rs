@@ -65,7 +65,7 @@ impl PyStagedWriter {
         self.with(py, |w| Ok(w.records()))
     }
 
-    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None, headers = None))]
     fn append(
         &self,
         py: Python<'_>,
@@ -73,8 +73,9 @@ impl PyStagedWriter {
         value: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<()> {
-        let parts = Parts::extract(value, key, timestamp)?;
+        let parts = Parts::extract(value, key, timestamp, headers)?;
         self.with(py, |w| {
             detached(py, || {
                 w.append(topic, std::slice::from_ref(&parts.append()))

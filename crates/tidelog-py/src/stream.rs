@@ -4,38 +4,18 @@
 
 use std::sync::{Arc, Mutex};
 
+use arrow_array::ffi::{FFI_ArrowArray, FFI_ArrowSchema};
 use arrow_array::ffi_stream::FFI_ArrowArrayStream;
-use arrow_array::{
-    ArrayRef, BinaryArray, Int64Array, RecordBatch, RecordBatchReader, StringArray,
-    TimestampMicrosecondArray,
-};
-use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
-use arrow_schema::{ArrowError, DataType, Field, Schema, SchemaRef, TimeUnit};
+use arrow_array::{Array, RecordBatch, RecordBatchReader, StructArray};
+use arrow_schema::{ArrowError, SchemaRef};
 use pyo3::prelude::*;
-use pyo3::types::PyCapsule;
+use pyo3::types::{PyCapsule, PyTuple};
 
+use crate::columns::{Columns, Row, schema, too_large};
 use crate::error::to_py;
 
-/// Arrow `binary` offsets are i32: one batch holds at most this many value (or key) bytes.
-const BINARY_BYTES_MAX: usize = i32::MAX as usize;
-
-/// The stream's schema: the columns of `read_arrow`.
-fn schema() -> SchemaRef {
-    Arc::new(Schema::new(vec![
-        Field::new("topic", DataType::Utf8, false),
-        Field::new("offset", DataType::Int64, false),
-        Field::new(
-            "timestamp",
-            DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-            false,
-        ),
-        Field::new("key", DataType::Binary, true),
-        Field::new("value", DataType::Binary, false),
-    ]))
-}
-
-/// What a scan calls with each record: offset, timestamp, key, value; false to stop.
-type Visit<'a> = dyn FnMut(u64, u64, Option<&[u8]>, &[u8]) -> bool + 'a;
+/// What a scan calls with each record; false to stop.
+type Visit<'a> = dyn FnMut(&Row<'_>) -> bool + 'a;
 
 /// Where a stream's records come from: a directory's reader or a bucket's.
 #[derive(Debug)]
@@ -48,12 +28,8 @@ impl Source {
     /// Visits the records before `end`, at most `max`, as `Reader::scan` does.
     fn scan(&mut self, end: u64, max: usize, visit: &mut Visit<'_>) -> tidelog::Result<usize> {
         match self {
-            Source::Local(reader) => reader.scan(max, |r| {
-                r.offset < end && visit(r.offset, r.timestamp_us, r.key, r.value)
-            }),
-            Source::Remote(reader) => reader.scan_until(end, max, |r| {
-                visit(r.offset, r.timestamp_us, r.key, r.value)
-            }),
+            Source::Local(reader) => reader.scan(max, |r| r.offset < end && visit(&Row::local(r))),
+            Source::Remote(reader) => reader.scan_until(end, max, |r| visit(&Row::remote(r))),
         }
     }
 
@@ -62,78 +38,6 @@ impl Source {
             Source::Local(reader) => reader.position(),
             Source::Remote(reader) => reader.position(),
         }
-    }
-}
-
-/// The typed columns of one batch as it fills.
-#[derive(Default)]
-struct Columns {
-    offsets: Vec<i64>,
-    timestamps: Vec<i64>,
-    key_valid: Vec<bool>,
-    key_offsets: Vec<i32>,
-    key_data: Vec<u8>,
-    value_offsets: Vec<i32>,
-    value_data: Vec<u8>,
-}
-
-impl Columns {
-    fn new() -> Columns {
-        Columns {
-            key_offsets: vec![0],
-            value_offsets: vec![0],
-            ..Columns::default()
-        }
-    }
-
-    /// Adds a record; false (nothing added) once a binary column would pass its limit.
-    fn push(&mut self, offset: u64, timestamp_us: u64, key: Option<&[u8]>, value: &[u8]) -> bool {
-        let key_len = key.map_or(0, <[u8]>::len);
-        if self.value_data.len() + value.len() > BINARY_BYTES_MAX
-            || self.key_data.len() + key_len > BINARY_BYTES_MAX
-        {
-            return false;
-        }
-        self.offsets.push(i64::try_from(offset).unwrap_or(i64::MAX));
-        self.timestamps
-            .push(i64::try_from(timestamp_us).unwrap_or(i64::MAX));
-        self.key_valid.push(key.is_some());
-        self.key_data.extend_from_slice(key.unwrap_or_default());
-        // Below BINARY_BYTES_MAX, checked above.
-        self.key_offsets
-            .push(i32::try_from(self.key_data.len()).unwrap_or(i32::MAX));
-        self.value_data.extend_from_slice(value);
-        self.value_offsets
-            .push(i32::try_from(self.value_data.len()).unwrap_or(i32::MAX));
-        true
-    }
-
-    fn len(&self) -> usize {
-        self.offsets.len()
-    }
-
-    fn into_batch(self, topic: &str, schema: SchemaRef) -> Result<RecordBatch, ArrowError> {
-        let n = self.len();
-        let nulls = (!self.key_valid.iter().all(|v| *v)).then(|| NullBuffer::from(self.key_valid));
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(topic, n))),
-            Arc::new(Int64Array::new(ScalarBuffer::from(self.offsets), None)),
-            Arc::new(
-                TimestampMicrosecondArray::new(ScalarBuffer::from(self.timestamps), None)
-                    .with_timezone("UTC"),
-            ),
-            Arc::new(BinaryArray::try_new(
-                OffsetBuffer::new(ScalarBuffer::from(self.key_offsets)),
-                Buffer::from_vec(self.key_data),
-                nulls,
-            )?),
-            Arc::new(BinaryArray::try_new(
-                OffsetBuffer::new(ScalarBuffer::from(self.value_offsets)),
-                Buffer::from_vec(self.value_data),
-                None,
-            )?),
-        ];
-        RecordBatch::try_new(schema, columns)
     }
 }
 
@@ -155,27 +59,18 @@ impl Iterator for Batches {
         if self.done || self.source.position() >= self.end {
             return None;
         }
-        let mut columns = Columns::new();
+        let mut columns = Columns::with_capacity(self.batch_records.min(1 << 20));
         let mut refused = None;
-        let scanned = self
-            .source
-            .scan(self.end, self.batch_records, &mut |o, t, k, v| {
-                let pushed = columns.push(o, t, k, v);
-                if !pushed {
-                    refused = Some(v.len().max(k.map_or(0, <[u8]>::len)));
-                }
-                pushed
-            });
+        let scanned = self.source.scan(self.end, self.batch_records, &mut |row| {
+            let pushed = columns.push(row);
+            if !pushed {
+                refused = Some(row.largest());
+            }
+            pushed
+        });
         let failure = match (scanned, refused) {
             (Err(e), _) => Some(e.to_string()),
-            (Ok(_), Some(bytes)) if columns.len() == 0 => Some(
-                tidelog::Error::LimitExceeded {
-                    limit: "arrow binary column bytes",
-                    value: bytes as u64,
-                    max: BINARY_BYTES_MAX as u64,
-                }
-                .to_string(),
-            ),
+            (Ok(_), Some(bytes)) if columns.len() == 0 => Some(too_large(bytes).to_string()),
             _ => None,
         };
         if let Some(message) = failure {
@@ -186,7 +81,7 @@ impl Iterator for Batches {
             // Nothing more published before the end.
             return None;
         }
-        Some(columns.into_batch(&self.topic, Arc::clone(&self.schema)))
+        Some(columns.into_batch(&self.topic))
     }
 }
 
@@ -300,5 +195,57 @@ impl PyArrowStream {
         // released), or the capsule's drop releases it.
         let stream = FFI_ArrowArrayStream::new(Box::new(batches));
         PyCapsule::new_with_value(py, stream, c"arrow_array_stream")
+    }
+}
+
+/// One record batch handed to Python through the Arrow C data interface
+/// (`__arrow_c_array__`), for `pyarrow.record_batch` and any other consumer of it.
+#[pyclass(name = "ArrowBatch", module = "tidelog._native", frozen)]
+pub struct PyArrowBatch {
+    batch: RecordBatch,
+}
+
+impl PyArrowBatch {
+    pub fn new(batch: RecordBatch) -> PyArrowBatch {
+        PyArrowBatch { batch }
+    }
+}
+
+#[pymethods]
+impl PyArrowBatch {
+    /// `(schema capsule, array capsule)` of the batch, as a struct array.
+    #[pyo3(signature = (requested_schema = None))]
+    fn __arrow_c_array__<'py>(
+        &self,
+        py: Python<'py>,
+        requested_schema: Option<Bound<'py, PyAny>>,
+    ) -> PyResult<Bound<'py, PyTuple>> {
+        // The schema is fixed: a consumer that asked for another casts it itself.
+        let _ = requested_schema;
+        let data = StructArray::from(self.batch.clone()).into_data();
+        let array = FFI_ArrowArray::new(&data);
+        let schema = FFI_ArrowSchema::try_from(data.data_type()).map_err(|e| {
+            to_py(tidelog::Error::InvalidArgument {
+                name: "arrow schema",
+                reason: e.to_string(),
+            })
+        })?;
+        // Each capsule holds its struct: a consumer moves it out (marking ours released),
+        // or the capsule's drop releases it.
+        let schema = PyCapsule::new_with_value(py, schema, c"arrow_schema")?;
+        let array = PyCapsule::new_with_value(py, array, c"arrow_array")?;
+        PyTuple::new(py, [schema.into_any(), array.into_any()])
+    }
+
+    fn __len__(&self) -> usize {
+        self.batch.num_rows()
+    }
+}
+
+impl std::fmt::Debug for PyArrowBatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArrowBatch")
+            .field("rows", &self.batch.num_rows())
+            .finish()
     }
 }

@@ -93,6 +93,7 @@ pub(crate) struct Parts<'a> {
     value: InputBytes<'a>,
     key: Option<InputBytes<'a>>,
     timestamp_us: Option<u64>,
+    headers: tidelog::Headers,
 }
 
 impl<'a> Parts<'a> {
@@ -100,11 +101,13 @@ impl<'a> Parts<'a> {
         value: &'a Bound<'_, PyAny>,
         key: Option<&'a Bound<'_, PyAny>>,
         timestamp_us: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Parts<'a>> {
         Ok(Parts {
             value: InputBytes::extract(value, "value")?,
             key: key.map(|k| InputBytes::extract(k, "key")).transpose()?,
             timestamp_us,
+            headers: crate::headers::extract(headers)?,
         })
     }
 
@@ -113,11 +116,12 @@ impl<'a> Parts<'a> {
             key: self.key.as_ref().map(InputBytes::as_slice),
             value: self.value.as_slice(),
             timestamp_us: self.timestamp_us,
+            headers: self.headers.block(),
         }
     }
 
     fn len(&self) -> usize {
-        self.value.as_slice().len() + self.key.as_ref().map_or(0, |k| k.as_slice().len())
+        self.append().payload_len() as usize
     }
 }
 
@@ -262,7 +266,7 @@ impl PyWal {
         Ok(Some(dict))
     }
 
-    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None, headers = None))]
     fn append(
         &self,
         py: Python<'_>,
@@ -270,8 +274,9 @@ impl PyWal {
         value: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let parts = Parts::extract(value, key, timestamp)?;
+        let parts = Parts::extract(value, key, timestamp, headers)?;
         let config = self.wal.config();
         let release = releases_gil(config.durability, config.space_wait_ms > 0, parts.len());
         let wal = &self.wal;
@@ -290,7 +295,7 @@ impl PyWal {
         range(py, offsets)
     }
 
-    #[pyo3(signature = (topic, value, *, key = None, timestamp = None))]
+    #[pyo3(signature = (topic, value, *, key = None, timestamp = None, headers = None))]
     fn append_async(
         &self,
         py: Python<'_>,
@@ -298,8 +303,9 @@ impl PyWal {
         value: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyAppendHandle> {
-        let parts = Parts::extract(value, key, timestamp)?;
+        let parts = Parts::extract(value, key, timestamp, headers)?;
         let wal = &self.wal;
         let handle = detached(py, || {
             wal.append_batch_async(topic, std::slice::from_ref(&parts.append()))
@@ -633,15 +639,16 @@ impl PyWriter {
         durability_name(self.durability)
     }
 
-    #[pyo3(signature = (value, *, key = None, timestamp = None))]
+    #[pyo3(signature = (value, *, key = None, timestamp = None, headers = None))]
     fn append(
         &self,
         py: Python<'_>,
         value: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<u64> {
-        let parts = Parts::extract(value, key, timestamp)?;
+        let parts = Parts::extract(value, key, timestamp, headers)?;
         let release = releases_gil(self.durability, self.space_wait, parts.len());
         let writer = self.writer()?;
         run(py, release, || writer.append_record(parts.append()))
@@ -657,15 +664,16 @@ impl PyWriter {
         range(py, offsets)
     }
 
-    #[pyo3(signature = (value, *, key = None, timestamp = None))]
+    #[pyo3(signature = (value, *, key = None, timestamp = None, headers = None))]
     fn append_async(
         &self,
         py: Python<'_>,
         value: &Bound<'_, PyAny>,
         key: Option<&Bound<'_, PyAny>>,
         timestamp: Option<u64>,
+        headers: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<PyAppendHandle> {
-        let parts = Parts::extract(value, key, timestamp)?;
+        let parts = Parts::extract(value, key, timestamp, headers)?;
         let writer = self.writer()?;
         let handle = detached(py, || {
             writer.append_batch_async(std::slice::from_ref(&parts.append()))

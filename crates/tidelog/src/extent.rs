@@ -283,23 +283,31 @@ impl Extent {
         (self.start + rel) as usize
     }
 
-    /// Copies a frame (header, key, value) into its reserved range.
+    /// Copies a frame (header, then the payload) into its reserved range.
     #[inline]
-    pub fn write_frame(&self, position: u64, header: &[u8], key: &[u8], value: &[u8]) {
-        let padded = format::frame_padded_len((key.len() + value.len()) as u64);
+    pub fn write_frame(&self, position: u64, header: &[u8], parts: &format::FrameParts<'_>) {
+        let payload = parts.payload_len();
+        let padded = format::frame_padded_len(payload);
         assert!(
             position + padded <= self.data_limit,
             "frame past the extent's data limit"
         );
-        let pad_len = (padded as usize) - header.len() - key.len() - value.len();
+        let pad_len = (padded - format::FRAME_HEADER_BYTES - payload) as usize;
         let pad = [0u8; format::FRAME_ALIGN as usize];
+        let key = parts.key.unwrap_or(&[]);
+        let headers_len = parts.headers.map(|h| (h.len() as u32).to_le_bytes());
+        let (len, headers): (&[u8], &[u8]) = match (&headers_len, parts.headers) {
+            (Some(len), Some(h)) => (len, h),
+            _ => (&[], &[]),
+        };
         #[expect(unsafe_code, reason = "writes into the mapped file")]
         // SAFETY: `[position, position + padded)` was reserved for this caller under the
         // topic lock and is not yet published, so no reader holds a slice over it.
         unsafe {
-            self.file
-                .map
-                .write(self.abs(position), &[header, key, value, &pad[..pad_len]]);
+            self.file.map.write(
+                self.abs(position),
+                &[header, key, len, headers, parts.value, &pad[..pad_len]],
+            );
         }
     }
 

@@ -476,8 +476,12 @@ pub const FRAME_VERSION: u8 = 1;
 pub const FRAME_ALIGN: u64 = 8;
 /// Flag bit: the record has a key (an empty key is distinct from no key).
 pub const FLAG_KEY: u8 = 0b0000_0001;
+/// Flag bit: the record has headers (a `u32` length and the entries follow the key).
+pub const FLAG_HEADERS: u8 = 0b0000_0010;
 /// Every flag bit this version defines.
-pub const FLAGS_KNOWN: u8 = FLAG_KEY;
+pub const FLAGS_KNOWN: u8 = FLAG_KEY | FLAG_HEADERS;
+/// Bytes of the length in front of a record's header entries.
+pub const HEADERS_LEN_BYTES: usize = 4;
 
 pub const FR_CRC: usize = 0;
 pub const FR_MAGIC: usize = FR_CRC + 4;
@@ -489,9 +493,9 @@ pub const FR_OFFSET: usize = FR_TOPIC_ID + 4;
 pub const FR_TIMESTAMP: usize = FR_OFFSET + 8;
 pub const FR_KEY_LEN: usize = FR_TIMESTAMP + 8;
 pub const FR_BATCH_COUNT: usize = FR_KEY_LEN + 4;
-/// The checksum covers everything after itself: header fields, key and value.
+/// The checksum covers everything after itself: header fields, key, headers and value.
 pub const FR_CRC_FROM: usize = FR_CRC + 4;
-/// Bytes of the frame header; key and value follow.
+/// Bytes of the frame header; key, headers and value follow.
 pub const FRAME_HEADER: usize = FR_BATCH_COUNT + 4;
 /// [`FRAME_HEADER`] as a `u64`.
 pub const FRAME_HEADER_BYTES: u64 = FRAME_HEADER as u64;
@@ -499,119 +503,150 @@ const _: () = assert!(FRAME_HEADER == 40);
 const _: () = assert!(FRAME_HEADER_BYTES.is_multiple_of(FRAME_ALIGN));
 const _: () = assert!(FR_OFFSET.is_multiple_of(8) && FR_TIMESTAMP.is_multiple_of(8));
 
-/// Largest key plus value one frame can describe (its length field is a `u32`).
+/// Largest key plus headers plus value one frame can describe (its length field is a `u32`).
 pub const FRAME_PAYLOAD_MAX: u64 = u32::MAX as u64 - FRAME_HEADER_BYTES - FRAME_ALIGN;
 
-/// Space a record with `payload` key-plus-value bytes takes, padding included.
+/// Space a record with `payload` bytes after its header takes, padding included.
 #[inline]
 pub const fn frame_padded_len(payload: u64) -> u64 {
     align_up(FRAME_HEADER_BYTES + payload, FRAME_ALIGN)
 }
 
-/// The fields a writer puts in a frame header.
+/// The fields a writer puts in a frame header besides the lengths of its parts.
 #[derive(Debug, Clone, Copy)]
 pub struct FrameFields {
     pub topic_id: u32,
     pub offset: u64,
     pub timestamp_us: u64,
-    /// `Some(len)` when the record has a key.
-    pub key_len: Option<u32>,
-    pub value_len: u32,
     /// Records in the batch this frame heads (1 for a single append), 0 inside a batch.
     pub batch_count: u32,
 }
 
+/// What follows a frame's header: the key, the encoded header entries (already checked,
+/// see [`crate::headers`]) and the value.
+#[derive(Debug, Clone, Copy)]
+pub struct FrameParts<'a> {
+    pub key: Option<&'a [u8]>,
+    pub headers: Option<&'a [u8]>,
+    pub value: &'a [u8],
+}
+
+impl FrameParts<'_> {
+    /// Bytes after the frame header, padding excluded.
+    #[inline]
+    pub fn payload_len(&self) -> u64 {
+        let headers = self.headers.map_or(0, |h| HEADERS_LEN_BYTES + h.len());
+        (self.key.map_or(0, <[u8]>::len) + headers + self.value.len()) as u64
+    }
+
+    /// The length in front of the header entries.
+    #[inline]
+    fn headers_len(&self) -> Option<[u8; HEADERS_LEN_BYTES]> {
+        self.headers.map(|h| (h.len() as u32).to_le_bytes())
+    }
+
+    /// The payload in order, as slices: key, header length, header entries, value.
+    #[inline]
+    fn for_each(&self, mut f: impl FnMut(&[u8])) {
+        if let Some(k) = self.key {
+            f(k);
+        }
+        if let (Some(len), Some(h)) = (self.headers_len(), self.headers) {
+            f(&len);
+            f(h);
+        }
+        f(self.value);
+    }
+
+    /// Copies the payload to the start of `out`; returns its length.
+    #[inline]
+    fn copy_to(&self, out: &mut [u8]) -> usize {
+        let mut at = 0;
+        self.for_each(|part| {
+            out[at..at + part.len()].copy_from_slice(part);
+            at += part.len();
+        });
+        at
+    }
+}
+
 /// Fills the 40-byte header of a frame, checksum field left zero.
 #[inline]
-fn fill_header(h: &mut [u8], fields: &FrameFields) {
-    let key_len = fields.key_len.unwrap_or(0);
-    let frame_len = FRAME_HEADER as u32 + key_len + fields.value_len;
+fn fill_header(h: &mut [u8], fields: &FrameFields, parts: &FrameParts<'_>) {
+    let frame_len = FRAME_HEADER_BYTES + parts.payload_len();
+    debug_assert!(frame_len <= u64::from(u32::MAX));
+    let mut flags = 0;
+    if parts.key.is_some() {
+        flags |= FLAG_KEY;
+    }
+    if parts.headers.is_some() {
+        flags |= FLAG_HEADERS;
+    }
     h[FR_MAGIC..FR_VERSION].copy_from_slice(&FRAME_MAGIC.to_le_bytes());
     h[FR_VERSION] = FRAME_VERSION;
-    h[FR_FLAGS] = if fields.key_len.is_some() {
-        FLAG_KEY
-    } else {
-        0
-    };
-    put_u32(h, FR_LEN, frame_len);
+    h[FR_FLAGS] = flags;
+    put_u32(h, FR_LEN, frame_len as u32);
     put_u32(h, FR_TOPIC_ID, fields.topic_id);
     put_u64(h, FR_OFFSET, fields.offset);
     put_u64(h, FR_TIMESTAMP, fields.timestamp_us);
-    put_u32(h, FR_KEY_LEN, key_len);
+    put_u32(h, FR_KEY_LEN, parts.key.map_or(0, |k| k.len() as u32));
     put_u32(h, FR_BATCH_COUNT, fields.batch_count);
 }
 
 /// Builds the 40-byte header of a frame with its checksum (seeded with the extent's salt,
-/// covering the header after the checksum field, the key and the value).
+/// covering the header after the checksum field and the payload).
 #[inline]
 pub fn encode_frame_header(
     fields: &FrameFields,
     salt: u32,
-    key: &[u8],
-    value: &[u8],
+    parts: &FrameParts<'_>,
 ) -> [u8; FRAME_HEADER] {
-    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
-    debug_assert_eq!(fields.value_len as usize, value.len());
     let mut h = [0u8; FRAME_HEADER];
-    fill_header(&mut h, fields);
+    fill_header(&mut h, fields, parts);
     let mut crc = crc32fast::Hasher::new_with_initial(salt);
     crc.update(&h[FR_CRC_FROM..]);
-    crc.update(key);
-    crc.update(value);
+    parts.for_each(|part| crc.update(part));
     put_u32(&mut h, FR_CRC, crc.finalize());
     h
 }
 
-/// Largest key-plus-value that [`encode_small_frame`] takes.
+/// Largest payload that [`encode_small_frame`] takes.
 pub const SMALL_PAYLOAD_MAX: usize = 472;
 /// Buffer size for [`encode_small_frame`].
 pub const SMALL_FRAME_MAX: usize = FRAME_HEADER + SMALL_PAYLOAD_MAX;
 const _: () = assert!((SMALL_FRAME_MAX as u64).is_multiple_of(FRAME_ALIGN));
 
-/// Encodes a whole small frame (header, key, value, zero padding) into `out`, checksumming it
+/// Encodes a whole small frame (header, payload, zero padding) into `out`, checksumming it
 /// in one pass; returns the padded length.
 #[inline]
 pub fn encode_small_frame(
     fields: &FrameFields,
     salt: u32,
-    key: &[u8],
-    value: &[u8],
+    parts: &FrameParts<'_>,
     out: &mut [u8; SMALL_FRAME_MAX],
 ) -> usize {
-    let payload = key.len() + value.len();
+    let payload = parts.payload_len() as usize;
     assert!(payload <= SMALL_PAYLOAD_MAX, "small frame too large");
-    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
-    debug_assert_eq!(fields.value_len as usize, value.len());
-    let frame_len = FRAME_HEADER + payload;
-    let padded = frame_padded_len(payload as u64) as usize;
-    fill_header(&mut out[..FRAME_HEADER], fields);
-    out[FRAME_HEADER..FRAME_HEADER + key.len()].copy_from_slice(key);
-    out[FRAME_HEADER + key.len()..frame_len].copy_from_slice(value);
-    out[frame_len..padded].fill(0);
-    let mut crc = crc32fast::Hasher::new_with_initial(salt);
-    crc.update(&out[FR_CRC_FROM..frame_len]);
-    put_u32(&mut out[..], FR_CRC, crc.finalize());
-    padded
+    encode_frame_into(&mut out[..], fields, salt, parts)
 }
 
-/// Encodes a whole frame (header, key, value, zero padding) at the start of `out`,
+/// Encodes a whole frame (header, payload, zero padding) at the start of `out`,
 /// checksummed in one pass over the bytes just written; returns its padded length.
 /// `out` must hold the padded frame.
+#[inline]
 pub fn encode_frame_into(
     out: &mut [u8],
     fields: &FrameFields,
     salt: u32,
-    key: &[u8],
-    value: &[u8],
+    parts: &FrameParts<'_>,
 ) -> usize {
-    debug_assert_eq!(fields.key_len.unwrap_or(0) as usize, key.len());
-    debug_assert_eq!(fields.value_len as usize, value.len());
-    let frame_len = FRAME_HEADER + key.len() + value.len();
-    let padded = frame_padded_len((key.len() + value.len()) as u64) as usize;
+    let payload = parts.payload_len();
+    let frame_len = FRAME_HEADER + payload as usize;
+    let padded = frame_padded_len(payload) as usize;
     let out = &mut out[..padded];
-    fill_header(out, fields);
-    out[FRAME_HEADER..FRAME_HEADER + key.len()].copy_from_slice(key);
-    out[FRAME_HEADER + key.len()..frame_len].copy_from_slice(value);
+    fill_header(out, fields, parts);
+    let copied = parts.copy_to(&mut out[FRAME_HEADER..frame_len]);
+    debug_assert_eq!(FRAME_HEADER + copied, frame_len);
     out[frame_len..].fill(0);
     let mut crc = crc32fast::Hasher::new_with_initial(salt);
     crc.update(&out[FR_CRC_FROM..frame_len]);
@@ -630,6 +665,7 @@ pub enum FrameError {
     BadVersion,
     BadFlags,
     BadLength,
+    BadHeaders,
     BadChecksum,
     WrongTopic,
     WrongOffset,
@@ -644,6 +680,7 @@ impl FrameError {
             FrameError::BadVersion => "unknown frame version",
             FrameError::BadFlags => "unknown frame flags",
             FrameError::BadLength => "frame length inconsistent with key length",
+            FrameError::BadHeaders => "record headers malformed",
             FrameError::BadChecksum => "checksum mismatch",
             FrameError::WrongTopic => "record belongs to another topic",
             FrameError::WrongOffset => "record offset out of sequence",
@@ -659,6 +696,9 @@ pub struct FrameView {
     pub batch_count: u32,
     /// Byte range of the key, if the record has one.
     pub key: Option<Range<usize>>,
+    /// Byte range of the header entries, if the record has headers (checked: see
+    /// [`crate::headers::HeaderBlock::parse`]).
+    pub headers: Option<Range<usize>>,
     /// Byte range of the value.
     pub value: Range<usize>,
     /// Where the next frame starts.
@@ -721,15 +761,38 @@ pub fn decode_frame(
         return Err(FrameError::WrongOffset);
     }
     let key_start = position + FRAME_HEADER;
-    let value_start = key_start + key_len;
+    let key_end = key_start + key_len;
+    let (headers, value_start) = if flags & FLAG_HEADERS != 0 {
+        let entries = headers_in(&frame[FRAME_HEADER + key_len..])?;
+        let at = key_end + HEADERS_LEN_BYTES;
+        (Some(at..at + entries), at + entries)
+    } else {
+        (None, key_end)
+    };
     Ok(FrameView {
         offset,
         timestamp_us: get_u64(frame, FR_TIMESTAMP),
         batch_count: get_u32(frame, FR_BATCH_COUNT),
-        key: (flags & FLAG_KEY != 0).then_some(key_start..value_start),
+        key: (flags & FLAG_KEY != 0).then_some(key_start..key_end),
+        headers,
         value: value_start..position + frame_len,
         next_position: position + align_up(frame_len as u64, FRAME_ALIGN) as usize,
     })
+}
+
+/// Checks the header entries at the start of `after_key` (a frame's bytes after its key):
+/// their length, then the entries themselves; returns the entries' length.
+fn headers_in(after_key: &[u8]) -> Result<usize, FrameError> {
+    let len = after_key
+        .get(..HEADERS_LEN_BYTES)
+        .ok_or(FrameError::BadLength)?;
+    let len = get_u32(len, 0) as usize;
+    let entries = after_key
+        .get(HEADERS_LEN_BYTES..)
+        .and_then(|rest| rest.get(..len))
+        .ok_or(FrameError::BadLength)?;
+    crate::headers::HeaderBlock::parse(entries).map_err(|_| FrameError::BadHeaders)?;
+    Ok(len)
 }
 
 // ---- Cursor files. --------------------------------------------------------------------------
@@ -814,24 +877,49 @@ pub fn validate_name(name: &str) -> Result<()> {
 mod tests {
     use super::*;
 
-    fn frame(key: Option<&[u8]>, value: &[u8], offset: u64) -> Vec<u8> {
-        let fields = FrameFields {
-            topic_id: 7,
+    fn parts<'a>(
+        key: Option<&'a [u8]>,
+        headers: Option<&'a [u8]>,
+        value: &'a [u8],
+    ) -> FrameParts<'a> {
+        FrameParts {
+            key,
+            headers,
+            value,
+        }
+    }
+
+    fn fields(topic_id: u32, offset: u64) -> FrameFields {
+        FrameFields {
+            topic_id,
             offset,
             timestamp_us: 1_700_000_000_000_000,
-            key_len: key.map(|k| k.len() as u32),
-            value_len: value.len() as u32,
             batch_count: 1,
-        };
-        let h = encode_frame_header(&fields, 0xABCD, key.unwrap_or(&[]), value);
+        }
+    }
+
+    fn frame_with(p: &FrameParts<'_>, offset: u64) -> Vec<u8> {
+        let h = encode_frame_header(&fields(7, offset), 0xABCD, p);
         let mut out = h.to_vec();
-        out.extend_from_slice(key.unwrap_or(&[]));
-        out.extend_from_slice(value);
-        out.resize(
-            frame_padded_len((key.map_or(0, <[u8]>::len) + value.len()) as u64) as usize,
-            0,
-        );
+        if let Some(k) = p.key {
+            out.extend_from_slice(k);
+        }
+        if let Some(hs) = p.headers {
+            out.extend_from_slice(&(hs.len() as u32).to_le_bytes());
+            out.extend_from_slice(hs);
+        }
+        out.extend_from_slice(p.value);
+        out.resize(frame_padded_len(p.payload_len()) as usize, 0);
         out
+    }
+
+    fn frame(key: Option<&[u8]>, value: &[u8], offset: u64) -> Vec<u8> {
+        frame_with(&parts(key, None, value), offset)
+    }
+
+    fn some_headers() -> crate::headers::Headers {
+        crate::headers::Headers::from_pairs([("trace", Some(&b"abc"[..])), ("trace", None)])
+            .expect("valid")
     }
 
     #[test]
@@ -840,6 +928,7 @@ mod tests {
         let v = decode_frame(&f, 0, 0xABCD, 7, 3, true).expect("valid");
         assert_eq!(&f[v.key.clone().expect("key")], b"k1");
         assert_eq!(&f[v.value.clone()], b"hello");
+        assert_eq!(v.headers, None);
         assert_eq!(v.next_position, f.len());
         let g = frame(None, b"", 4);
         let v = decode_frame(&g, 0, 0xABCD, 7, 4, true).expect("valid");
@@ -851,18 +940,52 @@ mod tests {
     }
 
     #[test]
+    fn frame_round_trip_with_headers() {
+        let h = some_headers();
+        let entries = h.block().expect("some").as_bytes();
+        for key in [None, Some(&b"key"[..])] {
+            let f = frame_with(&parts(key, Some(entries), b"value"), 5);
+            let v = decode_frame(&f, 0, 0xABCD, 7, 5, true).expect("valid");
+            assert_eq!(v.key.clone().map(|r| &f[r]), key);
+            assert_eq!(&f[v.headers.clone().expect("headers")], entries);
+            assert_eq!(&f[v.value.clone()], b"value");
+            assert_eq!(v.next_position, f.len());
+        }
+    }
+
+    #[test]
+    fn headers_that_do_not_parse_are_rejected_even_with_a_good_checksum() {
+        let entries = [3u8, b'a', b'b'];
+        let f = frame_with(&parts(None, Some(&entries), b"v"), 1);
+        assert_eq!(
+            decode_frame(&f, 0, 0xABCD, 7, 1, true),
+            Err(FrameError::BadHeaders)
+        );
+        // A header length past the frame.
+        let mut g = frame_with(
+            &parts(
+                None,
+                Some(some_headers().block().expect("some").as_bytes()),
+                b"v",
+            ),
+            1,
+        );
+        g[FRAME_HEADER] = 0xFF;
+        assert!(decode_frame(&g, 0, 0xABCD, 7, 1, false).is_err());
+    }
+
+    #[test]
     fn small_and_large_encodings_agree() {
         let fields = FrameFields {
             topic_id: 3,
             offset: 11,
             timestamp_us: 5,
-            key_len: Some(2),
-            value_len: 5,
             batch_count: 1,
         };
+        let p = parts(Some(b"kk"), None, b"value");
         let mut out = [0xAAu8; SMALL_FRAME_MAX];
-        let padded = encode_small_frame(&fields, 9, b"kk", b"value", &mut out);
-        let h = encode_frame_header(&fields, 9, b"kk", b"value");
+        let padded = encode_small_frame(&fields, 9, &p, &mut out);
+        let h = encode_frame_header(&fields, 9, &p);
         assert_eq!(&out[..FRAME_HEADER], &h[..]);
         assert_eq!(padded, 48);
         assert!(out[47..48].iter().all(|&b| b == 0));
@@ -875,26 +998,49 @@ mod tests {
             topic_id: 0,
             offset: 3,
             timestamp_us: 5,
-            key_len: Some(2),
-            value_len: 5,
             batch_count: 1,
         };
-        let mut small = [0u8; SMALL_FRAME_MAX];
-        let padded = encode_small_frame(&fields, 9, b"kk", b"value", &mut small);
-        let mut out = vec![0xEE; 3 + padded + 5];
-        assert_eq!(
-            encode_frame_into(&mut out[3..], &fields, 9, b"kk", b"value"),
-            padded
-        );
-        assert_eq!(&out[3..3 + padded], &small[..padded]);
-        assert_eq!(&out[3 + padded..], &[0xEE; 5], "nothing past the frame");
-        assert!(decode_frame(&out, 3, 9, 0, 3, true).is_ok());
+        let h = some_headers();
+        for p in [
+            parts(Some(b"kk"), None, b"value"),
+            parts(
+                Some(b"kk"),
+                h.block().map(crate::headers::HeaderBlock::as_bytes),
+                b"value",
+            ),
+        ] {
+            let mut small = [0u8; SMALL_FRAME_MAX];
+            let padded = encode_small_frame(&fields, 9, &p, &mut small);
+            let mut out = vec![0xEE; 3 + padded + 5];
+            assert_eq!(encode_frame_into(&mut out[3..], &fields, 9, &p), padded);
+            assert_eq!(&out[3..3 + padded], &small[..padded]);
+            assert_eq!(&out[3 + padded..], &[0xEE; 5], "nothing past the frame");
+            assert!(decode_frame(&out, 3, 9, 0, 3, true).is_ok());
+            let header = encode_frame_header(&fields, 9, &p);
+            assert_eq!(&small[..FRAME_HEADER], &header[..]);
+        }
     }
 
     #[test]
     fn every_bit_flip_is_detected() {
         let f = frame(Some(b"key"), b"some value bytes", 9);
         let frame_len = FRAME_HEADER + 3 + 16;
+        let h = some_headers();
+        let p = parts(
+            Some(b"key"),
+            h.block().map(crate::headers::HeaderBlock::as_bytes),
+            b"v",
+        );
+        let with_headers = frame_with(&p, 9);
+        let with_headers_len = FRAME_HEADER + p.payload_len() as usize;
+        for bit in 0..with_headers_len * 8 {
+            let mut g = with_headers.clone();
+            g[bit / 8] ^= 1 << (bit % 8);
+            assert!(
+                decode_frame(&g, 0, 0xABCD, 7, 9, true).is_err(),
+                "flip of bit {bit} undetected"
+            );
+        }
         for bit in 0..frame_len * 8 {
             let mut g = f.clone();
             g[bit / 8] ^= 1 << (bit % 8);

@@ -44,6 +44,7 @@ mod file;
 #[doc(hidden)]
 pub mod format;
 mod futex;
+mod headers;
 #[doc(hidden)]
 pub mod internals;
 pub mod io;
@@ -75,6 +76,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use file::FileState;
+pub use headers::{HEADER_COUNT_MAX, HEADER_KEY_MAX, HeaderBlock, HeaderIter, Headers};
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
 pub use reader::{Reader, Record, RecordRef};
 pub use record::Append;

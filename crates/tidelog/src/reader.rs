@@ -9,6 +9,7 @@ use crate::cursor::CursorFile;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::format::FrameView;
+use crate::headers::{HeaderBlock, HeaderIter};
 use crate::reclaim::Reclaimer;
 use crate::status::Status;
 use crate::tier::{LoadedObject, RemoteReader, Tier};
@@ -25,8 +26,11 @@ pub struct RecordRef<'a> {
     pub key: Option<&'a [u8]>,
     /// The value, borrowed from the mapped file (or an object read from the tier).
     pub value: &'a [u8],
+    /// The headers, if the record has any.
+    pub headers: Option<HeaderBlock<'a>>,
     holder: HolderRef<'a>,
     key_range: Option<(usize, usize)>,
+    headers_range: Option<(usize, usize)>,
     value_range: (usize, usize),
 }
 
@@ -67,22 +71,29 @@ impl<'a> RecordRef<'a> {
         }
     }
 
-    /// The record `view` decoded in `holder`, with its key and value already borrowed.
+    /// The record `view` decoded in `holder`, its parts borrowed from `bytes`.
     fn from_view(
         holder: HolderRef<'a>,
         view: &FrameView,
-        key: Option<&'a [u8]>,
-        value: &'a [u8],
+        bytes: impl Fn(Range<usize>) -> &'a [u8],
     ) -> RecordRef<'a> {
         RecordRef {
             offset: view.offset,
             timestamp_us: view.timestamp_us,
-            key,
-            value,
+            key: view.key.clone().map(&bytes),
+            value: bytes(view.value.clone()),
+            headers: view.headers.clone().map(|r| HeaderBlock::checked(bytes(r))),
             holder,
             key_range: view.key.as_ref().map(|r| (r.start, r.end)),
+            headers_range: view.headers.as_ref().map(|r| (r.start, r.end)),
             value_range: (view.value.start, view.value.end),
         }
+    }
+
+    /// The headers in order; empty when the record has none.
+    pub fn headers(&self) -> HeaderIter<'a> {
+        self.headers
+            .map_or_else(HeaderIter::empty, HeaderBlock::iter)
     }
 
     /// An owned handle to the same bytes (no copy: it keeps the mapping alive).
@@ -96,6 +107,7 @@ impl<'a> RecordRef<'a> {
             offset: self.offset,
             timestamp_us: self.timestamp_us,
             key: self.key_range.map(|(a, b)| a..b),
+            headers: self.headers_range.map(|(a, b)| a..b),
             value: self.value_range.0..self.value_range.1,
         }
     }
@@ -108,6 +120,7 @@ pub struct Record {
     offset: u64,
     timestamp_us: u64,
     key: Option<Range<usize>>,
+    headers: Option<Range<usize>>,
     value: Range<usize>,
 }
 
@@ -117,6 +130,7 @@ impl Record {
             offset: view.offset,
             timestamp_us: view.timestamp_us,
             key: view.key.clone(),
+            headers: view.headers.clone(),
             value: view.value.clone(),
             holder,
         }
@@ -136,6 +150,17 @@ impl Record {
     /// The value, borrowed from the mapped file (or an object read from the tier).
     pub fn value(&self) -> &[u8] {
         self.holder.bytes(self.value.clone())
+    }
+    /// The headers' entries, if the record has any.
+    pub fn header_block(&self) -> Option<HeaderBlock<'_>> {
+        self.headers
+            .clone()
+            .map(|r| HeaderBlock::checked(self.holder.bytes(r)))
+    }
+    /// The headers in order; empty when the record has none.
+    pub fn headers(&self) -> HeaderIter<'_> {
+        self.header_block()
+            .map_or_else(HeaderIter::empty, HeaderBlock::iter)
     }
 }
 
@@ -505,22 +530,16 @@ impl Reader {
             let Some(object) = below.current_object() else {
                 return Err(Error::Closed);
             };
-            return Ok(RecordRef::from_view(
-                HolderRef::Object(object),
-                view,
-                view.key.clone().map(|r| object.bytes(r)),
-                object.bytes(view.value.clone()),
-            ));
+            return Ok(RecordRef::from_view(HolderRef::Object(object), view, |r| {
+                object.bytes(r)
+            }));
         }
         let Some(block) = self.block.as_ref() else {
             return Err(Error::Closed);
         };
-        Ok(RecordRef::from_view(
-            HolderRef::Extent(block),
-            view,
-            view.key.as_ref().map(|r| block.bytes(r.start, r.len())),
-            block.bytes(view.value.start, view.value.len()),
-        ))
+        Ok(RecordRef::from_view(HolderRef::Extent(block), view, |r| {
+            block.bytes(r.start, r.len())
+        }))
     }
 
     /// The next record as an owned zero-copy handle.
@@ -582,12 +601,8 @@ impl Reader {
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
-                let record = RecordRef::from_view(
-                    HolderRef::Extent(&block),
-                    &view,
-                    view.key.clone().map(|r| frames.bytes(r)),
-                    frames.bytes(view.value.clone()),
-                );
+                let record =
+                    RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
                 if !visit(&record) {
                     return Ok(consumed);
                 }

@@ -1,6 +1,10 @@
 //! A record as an appender hands it in (the read side is `reader::Record`).
 
-/// One record to append: optional key, value, optional timestamp (default: now).
+use crate::format::FrameParts;
+use crate::headers::HeaderBlock;
+
+/// One record to append: optional key, value, optional timestamp (default: now), optional
+/// headers.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Append<'a> {
     /// The key; `Some(&[])` (an empty key) is kept distinct from `None`.
@@ -9,6 +13,8 @@ pub struct Append<'a> {
     pub value: &'a [u8],
     /// Microseconds since the Unix epoch; `None` stamps the append time.
     pub timestamp_us: Option<u64>,
+    /// Headers, built with [`crate::Headers`]; `None` for none.
+    pub headers: Option<HeaderBlock<'a>>,
 }
 
 impl<'a> Append<'a> {
@@ -18,12 +24,24 @@ impl<'a> Append<'a> {
             key: None,
             value,
             timestamp_us: None,
+            headers: None,
         }
     }
 
-    /// Key plus value bytes.
+    /// What follows the record's frame header.
+    #[inline]
+    pub fn parts(&self) -> FrameParts<'a> {
+        FrameParts {
+            key: self.key,
+            headers: self.headers.map(HeaderBlock::as_bytes),
+            value: self.value,
+        }
+    }
+
+    /// Key, headers and value bytes as a frame holds them (the length the size limits
+    /// apply to).
     #[inline]
     pub fn payload_len(&self) -> u64 {
-        (self.key.map_or(0, <[u8]>::len) + self.value.len()) as u64
+        self.parts().payload_len()
     }
 }

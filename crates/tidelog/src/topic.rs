@@ -904,15 +904,15 @@ impl Topic {
         let mut pos = start_pos;
         let mut small = [0u8; format::SMALL_FRAME_MAX];
         for (i, r) in records.iter().enumerate() {
-            let key = r.key.unwrap_or(&[]);
             let fields = self.frame_fields(records, i, first, now);
+            let parts = r.parts();
             if r.payload_len() as usize <= format::SMALL_PAYLOAD_MAX {
                 // One checksum pass and one copy for the whole frame.
-                let len = format::encode_small_frame(&fields, block.salt, key, r.value, &mut small);
+                let len = format::encode_small_frame(&fields, block.salt, &parts, &mut small);
                 block.write_encoded(pos, &small[..len]);
             } else {
-                let header = format::encode_frame_header(&fields, block.salt, key, r.value);
-                block.write_frame(pos, &header, key, r.value);
+                let header = format::encode_frame_header(&fields, block.salt, &parts);
+                block.write_frame(pos, &header, &parts);
             }
             pos += format::frame_padded_len(r.payload_len());
         }
@@ -942,14 +942,10 @@ impl Topic {
     ) -> Result<()> {
         let mut buf = Vec::with_capacity(total as usize);
         for (i, r) in records.iter().enumerate() {
-            let key = r.key.unwrap_or(&[]);
             let fields = self.frame_fields(records, i, first, now);
-            let header = format::encode_frame_header(&fields, block.salt, key, r.value);
-            let end = buf.len() + format::frame_padded_len(r.payload_len()) as usize;
-            buf.extend_from_slice(&header);
-            buf.extend_from_slice(key);
-            buf.extend_from_slice(r.value);
-            buf.resize(end, 0);
+            let at = buf.len();
+            buf.resize(at + format::frame_padded_len(r.payload_len()) as usize, 0);
+            format::encode_frame_into(&mut buf[at..], &fields, block.salt, &r.parts());
         }
         debug_assert_eq!(buf.len() as u64, total);
         let file = &block.file;
@@ -974,8 +970,6 @@ impl Topic {
             topic_id: self.id,
             offset: first + i as u64,
             timestamp_us: r.timestamp_us.unwrap_or(now),
-            key_len: r.key.map(|k| k.len() as u32),
-            value_len: r.value.len() as u32,
             batch_count: if i == 0 { records.len() as u32 } else { 0 },
         }
     }

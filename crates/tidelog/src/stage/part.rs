@@ -525,12 +525,9 @@ impl StagedWriter {
             topic_id: 0,
             offset: e.count,
             timestamp_us: ts,
-            key_len: r.key.map(|k| k.len() as u32),
-            value_len: r.value.len() as u32,
             batch_count: 1,
         };
-        let key = r.key.unwrap_or(&[]);
-        let n = format::encode_frame_into(&mut buf[self.buf_len..], &fields, e.salt, key, r.value);
+        let n = format::encode_frame_into(&mut buf[self.buf_len..], &fields, e.salt, &r.parts());
         debug_assert_eq!(n, padded);
         self.buf_len += padded;
         e.pos += padded as u64;

@@ -14,6 +14,7 @@ use crate::format::{
     self, BlockIdentity, FileHeader, FrameError, Progress, ProgressState, get_u32, get_u64,
     put_u32, put_u64,
 };
+use crate::headers::HeaderBlock;
 use crate::io::Storage;
 use crate::mmap::FrozenFile;
 use crate::record::Append;
@@ -441,6 +442,7 @@ impl Segment {
                     key: view.key.map(|k| &extent[k]),
                     value: &extent[view.value],
                     timestamp_us: Some(view.timestamp_us),
+                    headers: view.headers.map(|h| HeaderBlock::checked(&extent[h])),
                 });
                 pos = view.next_position;
             }

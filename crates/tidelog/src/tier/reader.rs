@@ -14,6 +14,7 @@ use super::state::Tier;
 use crate::config::{CommitMode, ReaderOptions, StartPosition};
 use crate::error::{Error, Result};
 use crate::format::FrameView;
+use crate::headers::HeaderBlock;
 
 /// Objects fetched ahead of the one being read: the requests a reader keeps in flight.
 pub const READAHEAD_OBJECTS: usize = 4;
@@ -31,6 +32,8 @@ pub struct RemoteRecord {
     pub key: Option<Vec<u8>>,
     /// Its value.
     pub value: Vec<u8>,
+    /// Its headers in order (a `None` value is null).
+    pub headers: Vec<(String, Option<Vec<u8>>)>,
 }
 
 /// A record borrowed from an object a reader holds: valid during the visit.
@@ -44,6 +47,8 @@ pub struct RemoteRecordRef<'a> {
     pub key: Option<&'a [u8]>,
     /// Its value.
     pub value: &'a [u8],
+    /// Its headers, if it has any.
+    pub headers: Option<HeaderBlock<'a>>,
 }
 
 impl RemoteRecordRef<'_> {
@@ -54,6 +59,14 @@ impl RemoteRecordRef<'_> {
             timestamp_us: self.timestamp_us,
             key: self.key.map(<[u8]>::to_vec),
             value: self.value.to_vec(),
+            headers: self
+                .headers
+                .map(|h| {
+                    h.iter()
+                        .map(|(k, v)| (k.to_owned(), v.map(<[u8]>::to_vec)))
+                        .collect()
+                })
+                .unwrap_or_default(),
         }
     }
 }
@@ -292,6 +305,7 @@ impl RemoteReader {
                     timestamp_us: view.timestamp_us,
                     key: view.key.map(|k| loaded.bytes(k)),
                     value: loaded.bytes(view.value),
+                    headers: view.headers.map(|h| HeaderBlock::checked(loaded.bytes(h))),
                 };
                 if !visit(&record) {
                     stopped = true;

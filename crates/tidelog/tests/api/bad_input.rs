@@ -142,6 +142,7 @@ fn oversized_records_and_batches_are_refused() {
         key: Some(&key),
         value: &big[..501],
         timestamp_us: None,
+        headers: None,
     };
     record_limit(w.append_record(rec), 1_001);
     // One oversized record anywhere in a batch refuses the whole batch.
@@ -161,6 +162,7 @@ fn oversized_records_and_batches_are_refused() {
         key: Some(&key),
         value: &big[..500],
         timestamp_us: None,
+        headers: None,
     };
     assert_eq!(w.append_record(rec).expect("append at the limit"), 1);
 

@@ -19,6 +19,7 @@ fn append(wal: &Wal, from: u64, n: u64) {
         wal.append_record(
             "t",
             Append {
+                headers: None,
                 key: None,
                 value: &value(i),
                 timestamp_us: Some(1_000 + i),

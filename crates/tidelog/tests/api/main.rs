@@ -13,6 +13,7 @@ mod durability_modes;
 mod duration_max;
 mod follow;
 mod fork;
+mod headers;
 mod housekeeping;
 mod index_interval;
 mod lock_waits;

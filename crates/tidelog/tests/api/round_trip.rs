@@ -3,7 +3,7 @@
 //!
 //! Method: two topics are appended in turns in a small geometry (64 KiB blocks, 4 per file),
 //! with values from empty to larger than a block, keys absent, empty and non-empty, explicit
-//! and default timestamps, single appends and batches. A model of what was written is
+//! and default timestamps, with and without headers, single appends and batches. A model of what was written is
 //! compared with `Reader::next`, `Reader::next_record`, `RecordRef::to_record`, `Wal::read`
 //! at every offset and `Reader::next_batch`, before and after close and reopen. Owned
 //! records must stay readable after their reader and their `Wal` are gone.
@@ -11,7 +11,9 @@
 use std::collections::BTreeSet;
 
 use crate::common::{BLOCK, geometry, stream_payload, tempdir};
-use tidelog::{Append, Config, Error, Reader, ReaderOptions, Record, StartPosition, Wal};
+use tidelog::{
+    Append, Config, Error, HeaderIter, Headers, Reader, ReaderOptions, Record, StartPosition, Wal,
+};
 
 const TOPICS: [&str; 2] = ["alpha", "beta"];
 const RECORDS: u64 = 1_500;
@@ -31,6 +33,7 @@ struct Expected {
     value: Vec<u8>,
     /// `None`: stamped by the engine at append time.
     timestamp_us: Option<u64>,
+    headers: Headers,
 }
 
 fn expected(topic: usize, i: u64) -> Expected {
@@ -46,10 +49,23 @@ fn expected(topic: usize, i: u64) -> Expected {
         _ => Some(stream_payload(salt + 100, i, 1 + (i % 40) as usize)),
     };
     let timestamp_us = (i % 5 != 4).then_some(1_700_000_000_000_000 + i * 1_000 + topic as u64);
+    let big_header = stream_payload(salt + 200, i, 600);
+    let headers = match i % 7 {
+        2 => Headers::from_pairs([
+            ("trace", Some(&b"t"[..])),
+            ("trace", None),
+            ("", Some(&[][..])),
+        ]),
+        // Alone larger than the small-frame path takes.
+        5 => Headers::from_pairs([("blob", Some(&big_header[..]))]),
+        _ => Ok(Headers::new()),
+    }
+    .expect("valid headers");
     Expected {
         key,
         value: stream_payload(salt, i, len),
         timestamp_us,
+        headers,
     }
 }
 
@@ -58,6 +74,7 @@ fn as_append(e: &Expected) -> Append<'_> {
         key: e.key.as_deref(),
         value: &e.value,
         timestamp_us: e.timestamp_us,
+        headers: e.headers.block(),
     }
 }
 
@@ -83,10 +100,11 @@ fn write_all(wal: &Wal) -> (u64, u64) {
                 // The plain-value paths only when the record has neither key nor timestamp.
                 _ => {
                     let e = expected(t, i);
-                    let offset = match (&e.key, e.timestamp_us, i % 2) {
-                        (None, None, 0) => wal.append(topic, &e.value).expect("append"),
-                        (None, None, _) => writers[t].append(&e.value).expect("append"),
-                        (_, _, 0) => wal.append_record(topic, as_append(&e)).expect("append"),
+                    let plain = e.key.is_none() && e.timestamp_us.is_none() && e.headers.is_empty();
+                    let offset = match (plain, i % 2) {
+                        (true, 0) => wal.append(topic, &e.value).expect("append"),
+                        (true, _) => writers[t].append(&e.value).expect("append"),
+                        (_, 0) => wal.append_record(topic, as_append(&e)).expect("append"),
                         _ => writers[t].append_record(as_append(&e)).expect("append"),
                     };
                     assert_eq!(offset, i);
@@ -107,9 +125,26 @@ fn write_all(wal: &Wal) -> (u64, u64) {
     (before - CLOCK_SLACK_US, tidelog::now_us() + CLOCK_SLACK_US)
 }
 
-fn check(topic: usize, offset: u64, key: Option<&[u8]>, value: &[u8], ts: u64, window: (u64, u64)) {
+fn check(
+    topic: usize,
+    offset: u64,
+    (key, value, headers): (Option<&[u8]>, &[u8], HeaderIter<'_>),
+    ts: u64,
+    window: (u64, u64),
+) {
     let e = expected(topic, offset);
     assert_eq!(key, e.key.as_deref(), "key of {}@{offset}", TOPICS[topic]);
+    let want: Vec<_> = e
+        .headers
+        .block()
+        .map(|b| b.iter().collect())
+        .unwrap_or_default();
+    assert_eq!(
+        headers.collect::<Vec<_>>(),
+        want,
+        "headers of {}@{offset}",
+        TOPICS[topic]
+    );
     assert!(
         value == e.value,
         "value of {}@{offset} differs",
@@ -144,7 +179,13 @@ fn verify(wal: &Wal, window: (u64, u64)) {
         let mut n = 0;
         while let Some(rec) = reader.next().expect("next") {
             assert_eq!(rec.offset, n);
-            check(t, n, rec.key, rec.value, rec.timestamp_us, window);
+            check(
+                t,
+                n,
+                (rec.key, rec.value, rec.headers()),
+                rec.timestamp_us,
+                window,
+            );
             n += 1;
         }
         assert_eq!(n, RECORDS);
@@ -158,8 +199,7 @@ fn verify(wal: &Wal, window: (u64, u64)) {
             check(
                 t,
                 offset,
-                rec.key(),
-                rec.value(),
+                (rec.key(), rec.value(), rec.headers()),
                 rec.timestamp_us(),
                 window,
             );
@@ -202,26 +242,31 @@ fn empty_key_is_distinct_from_no_key() {
     let dir = tempdir();
     let records = [
         Append {
+            headers: None,
             key: None,
             value: b"",
             timestamp_us: Some(1),
         },
         Append {
+            headers: None,
             key: Some(b""),
             value: b"",
             timestamp_us: Some(2),
         },
         Append {
+            headers: None,
             key: Some(b"k"),
             value: b"",
             timestamp_us: Some(3),
         },
         Append {
+            headers: None,
             key: Some(b""),
             value: b"v",
             timestamp_us: Some(4),
         },
         Append {
+            headers: None,
             key: None,
             value: b"v",
             timestamp_us: Some(5),
@@ -290,8 +335,7 @@ fn owned_records_outlive_reader_and_wal() {
         check(
             *t,
             rec.offset(),
-            rec.key(),
-            rec.value(),
+            (rec.key(), rec.value(), rec.headers()),
             rec.timestamp_us(),
             window,
         );
@@ -307,8 +351,7 @@ fn owned_records_outlive_reader_and_wal() {
         check(
             *t,
             rec.offset(),
-            rec.key(),
-            rec.value(),
+            (rec.key(), rec.value(), rec.headers()),
             rec.timestamp_us(),
             window,
         );
@@ -339,7 +382,13 @@ fn next_batch_respects_record_limit_and_covers_every_offset() {
             );
             for rec in &batch {
                 assert_eq!(rec.offset(), next);
-                check(t, next, rec.key(), rec.value(), rec.timestamp_us(), window);
+                check(
+                    t,
+                    next,
+                    (rec.key(), rec.value(), rec.headers()),
+                    rec.timestamp_us(),
+                    window,
+                );
                 seen.insert(next);
                 next += 1;
             }

@@ -11,6 +11,7 @@ fn fill(wal: &Wal, n: u64) {
     for i in 0..n {
         let key = (i % 3 == 0).then(|| format!("k{i}").into_bytes());
         w.append_record(Append {
+            headers: None,
             key: key.as_deref(),
             value: format!("value-{i}-{}", "x".repeat((i % 50) as usize)).as_bytes(),
             timestamp_us: Some(1_000 + i),

@@ -31,6 +31,7 @@ fn write(dir: &Path, timestamps: &[u64]) {
     for (i, &ts) in timestamps.iter().enumerate() {
         let v = value(i as u64);
         let rec = Append {
+            headers: None,
             key: None,
             value: &v,
             timestamp_us: Some(ts),
@@ -183,6 +184,7 @@ fn seek_time_with_increasing_timestamps() {
     assert!(r.next().expect("next").is_none());
     // After seeking to the end the reader still follows new appends.
     let late = Append {
+        headers: None,
         key: None,
         value: b"late",
         timestamp_us: Some(BASE + 10 * RECORDS + 7),
@@ -208,6 +210,7 @@ fn seek_time_with_out_of_order_timestamps_live() {
     for (i, &ts) in timestamps.iter().enumerate() {
         let v = value(i as u64);
         let rec = Append {
+            headers: None,
             key: None,
             value: &v,
             timestamp_us: Some(ts),
@@ -249,6 +252,7 @@ fn seek_time_finds_early_extent_when_later_extent_has_older_timestamps() {
         let ts = if i < first_extent { LATE + i } else { BASE + i };
         let v = stream_payload(5, i, LEN as usize);
         w.append_record(Append {
+            headers: None,
             key: None,
             value: &v,
             timestamp_us: Some(ts),

@@ -96,13 +96,15 @@ pub struct FrameLoc {
     pub frame_len: u64,
     pub offset: u64,
     pub key_len: u64,
+    /// Bytes between the key and the value: the headers' length and entries (0: none).
+    pub headers_bytes: u64,
     pub batch_count: u32,
 }
 
 impl FrameLoc {
     /// File position of the value's first byte.
     pub fn value_pos(&self) -> u64 {
-        self.pos + format::FRAME_HEADER_BYTES + self.key_len
+        self.pos + format::FRAME_HEADER_BYTES + self.key_len + self.headers_bytes
     }
     pub fn end(&self) -> u64 {
         self.pos + self.frame_len
@@ -162,13 +164,21 @@ pub fn frames(dir: &Path) -> Vec<FrameLoc> {
                 break;
             }
             let frame_len = u64::from(format::get_u32(h, format::FR_LEN));
+            let key_len = u64::from(format::get_u32(h, format::FR_KEY_LEN));
+            let headers_bytes = if h[format::FR_FLAGS] & format::FLAG_HEADERS != 0 {
+                let at = (pos + format::FRAME_HEADER_BYTES + key_len) as usize;
+                format::HEADERS_LEN_BYTES as u64 + u64::from(format::get_u32(&bytes, at))
+            } else {
+                0
+            };
             out.push(FrameLoc {
                 file: ext.file.clone(),
                 topic: ext.id.topic.clone(),
                 pos,
                 frame_len,
                 offset: format::get_u64(h, format::FR_OFFSET),
-                key_len: u64::from(format::get_u32(h, format::FR_KEY_LEN)),
+                key_len,
+                headers_bytes,
                 batch_count: format::get_u32(h, format::FR_BATCH_COUNT),
             });
             pos += format::align_up(frame_len, format::FRAME_ALIGN);

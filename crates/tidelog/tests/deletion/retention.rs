@@ -59,6 +59,7 @@ fn append_old(wal: &Wal, topic: &str, offset: u64) {
         .append_record(
             topic,
             Append {
+                headers: None,
                 key: None,
                 value: &v,
                 timestamp_us: Some(tidelog::now_us() - OLD_BY_US),

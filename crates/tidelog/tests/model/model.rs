@@ -25,7 +25,9 @@ use crate::common;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use tidelog::io::{DirEntry, Fault, FaultStorage, Mapping, Storage, points};
-use tidelog::{Append, Config, Durability, Error, ReaderOptions, StartPosition, Wal};
+use tidelog::{
+    Append, Config, Durability, Error, HeaderBlock, Headers, ReaderOptions, StartPosition, Wal,
+};
 
 const PAGE: usize = 4096;
 
@@ -440,9 +442,25 @@ fn op_strategy() -> impl Strategy<Value = Op> {
 // The model
 // ---------------------------------------------------------------------------------------------
 
+/// Headers for every third value: one that repeats its key, one null.
+fn headers_for(seq: u64) -> Option<Vec<u8>> {
+    if !seq.is_multiple_of(3) {
+        return None;
+    }
+    let seq = seq.to_le_bytes();
+    let h = Headers::from_pairs([("seq", Some(&seq[..])), ("seq", None)]).expect("valid");
+    h.block().map(|b| b.as_bytes().to_vec())
+}
+
+fn checked(bytes: &[u8]) -> HeaderBlock<'_> {
+    HeaderBlock::parse(bytes).expect("headers the model built")
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rec {
     key: Option<Vec<u8>>,
+    /// Encoded header entries, if any.
+    headers: Option<Vec<u8>>,
     value: Vec<u8>,
     ts: u64,
     /// Records of one batch share an id: recovery keeps all of them or none.
@@ -636,11 +654,13 @@ impl Harness {
                 self.next_batch += 1;
                 let rec = Rec {
                     key: key.clone(),
+                    headers: headers_for(self.value_seq),
                     value: value.clone(),
                     ts,
                     batch,
                 };
                 let append = Append {
+                    headers: rec.headers.as_deref().map(checked),
                     key: key.as_deref(),
                     value: &value,
                     timestamp_us: Some(ts),
@@ -669,6 +689,7 @@ impl Harness {
                     let ts = self.next_ts(name, 1);
                     recs.push(Rec {
                         key: (i % 2 == 0).then(|| vec![b'k', i as u8]),
+                        headers: headers_for(self.value_seq),
                         value,
                         ts,
                         batch,
@@ -677,6 +698,7 @@ impl Harness {
                 let appends: Vec<Append<'_>> = recs
                     .iter()
                     .map(|r| Append {
+                        headers: r.headers.as_deref().map(checked),
                         key: r.key.as_deref(),
                         value: &r.value,
                         timestamp_us: Some(r.ts),
@@ -920,6 +942,7 @@ impl Harness {
         for i in 0..n {
             let rec = self.single(topic, len + i);
             let append = Append {
+                headers: None,
                 key: None,
                 value: &rec.value,
                 timestamp_us: Some(rec.ts),
@@ -944,6 +967,7 @@ impl Harness {
         self.next_batch += 1;
         Rec {
             key: None,
+            headers: None,
             value,
             ts,
             batch,
@@ -964,6 +988,7 @@ impl Harness {
         for i in 0..n {
             let rec = self.single(topic, len + i);
             let append = [Append {
+                headers: None,
                 key: None,
                 value: &rec.value,
                 timestamp_us: Some(rec.ts),
@@ -1049,6 +1074,7 @@ impl Harness {
         ours(
             r.value() == m.value.as_slice()
                 && r.key() == m.key.as_deref()
+                && r.header_block().map(HeaderBlock::as_bytes) == m.headers.as_deref()
                 && r.timestamp_us() == m.ts,
             || {
                 format!(

@@ -26,12 +26,12 @@ use proptest::test_runner::Config as PtConfig;
 
 use crate::common::tempdir;
 use tidelog::format::{
-    self, BlockIdentity, CommitCopy, FRAME_HEADER, FileHeader, FrameFields, IndexEntry, Progress,
-    ProgressState,
+    self, BlockIdentity, CommitCopy, FRAME_HEADER, FileHeader, FrameFields, FrameParts, IndexEntry,
+    Progress, ProgressState,
 };
 use tidelog::internals::{self, CursorRecord, ExtentFixture, SegmentHeader};
 use tidelog::ring::format as rf;
-use tidelog::{Append, RingWal};
+use tidelog::{Append, HeaderBlock, Headers, RingWal};
 
 // ---- Harness. ----------------------------------------------------------------------------------
 
@@ -535,11 +535,35 @@ struct FrameCase {
     offset: u64,
     timestamp_us: u64,
     key: Option<Vec<u8>>,
+    /// Encoded header entries (built by `tidelog::Headers`), if any.
+    headers: Option<Vec<u8>>,
     value: Vec<u8>,
     batch_count: u32,
     salt: u32,
     /// Bytes before the frame in the slice it is decoded from.
     position: usize,
+}
+
+type HeaderPairs = Vec<(String, Option<Vec<u8>>)>;
+
+/// Up to four headers (none half the time), keys repeating, values sometimes null.
+fn header_pairs() -> impl Strategy<Value = HeaderPairs> {
+    prop_oneof![
+        Just(Vec::new()),
+        proptest::collection::vec(
+            (
+                "[a-cé]{0,3}",
+                proptest::option::of(proptest::collection::vec(any::<u8>(), 0..140)),
+            ),
+            1..4,
+        ),
+    ]
+}
+
+fn encode_headers(pairs: &HeaderPairs) -> Option<Vec<u8>> {
+    let h = Headers::from_pairs(pairs.iter().map(|(k, v)| (k.as_str(), v.as_deref())))
+        .expect("valid headers");
+    h.block().map(|b| b.as_bytes().to_vec())
 }
 
 fn frame_case() -> impl Strategy<Value = FrameCase> {
@@ -552,17 +576,21 @@ fn frame_case() -> impl Strategy<Value = FrameCase> {
         any::<u32>(),
         any::<u32>(),
         0usize..48,
+        header_pairs(),
     )
         .prop_map(
-            |(topic_id, offset, timestamp_us, key, value, batch_count, salt, position)| FrameCase {
-                topic_id,
-                offset,
-                timestamp_us,
-                key,
-                value,
-                batch_count,
-                salt,
-                position,
+            |(topic_id, offset, timestamp_us, key, value, batch_count, salt, position, pairs)| {
+                FrameCase {
+                    topic_id,
+                    offset,
+                    timestamp_us,
+                    key,
+                    headers: encode_headers(&pairs),
+                    value,
+                    batch_count,
+                    salt,
+                    position,
+                }
             },
         )
 }
@@ -573,14 +601,20 @@ impl FrameCase {
             topic_id: self.topic_id,
             offset: self.offset,
             timestamp_us: self.timestamp_us,
-            key_len: self.key.as_ref().map(|k| k.len() as u32),
-            value_len: self.value.len() as u32,
             batch_count: self.batch_count,
         }
     }
 
+    fn parts(&self) -> FrameParts<'_> {
+        FrameParts {
+            key: self.key.as_deref(),
+            headers: self.headers.as_deref(),
+            value: &self.value,
+        }
+    }
+
     fn payload(&self) -> usize {
-        self.key.as_ref().map_or(0, Vec::len) + self.value.len()
+        self.parts().payload_len() as usize
     }
 
     /// The slice: `position` filler bytes, then the padded frame.
@@ -591,8 +625,7 @@ impl FrameCase {
             &mut b[self.position..],
             &self.fields(),
             self.salt,
-            self.key.as_deref().unwrap_or(&[]),
-            &self.value,
+            &self.parts(),
         );
         assert_eq!(n, padded);
         b
@@ -639,8 +672,17 @@ impl FrameCase {
 /// A frame view checked against the bytes it points into: ranges inside the slice.
 fn check_view(b: &[u8], v: &format::FrameView) -> Result<(), TestCaseError> {
     prop_assert!(v.value.start <= v.value.end && v.value.end <= b.len());
+    let after_key = match &v.headers {
+        Some(h) => {
+            prop_assert!(h.start < h.end && h.end == v.value.start);
+            // The entries parse, as every reader of them assumes.
+            prop_assert!(tidelog::HeaderBlock::parse(&b[h.clone()]).is_ok());
+            h.start - format::HEADERS_LEN_BYTES
+        }
+        None => v.value.start,
+    };
     if let Some(k) = &v.key {
-        prop_assert!(k.start <= k.end && k.end == v.value.start);
+        prop_assert!(k.start <= k.end && k.end == after_key);
     }
     prop_assert!(v.next_position >= v.value.end);
     Ok(())
@@ -657,6 +699,7 @@ proptest! {
         prop_assert_eq!(v.timestamp_us, c.timestamp_us);
         prop_assert_eq!(v.batch_count, c.batch_count);
         prop_assert_eq!(v.key.clone().map(|k| b[k].to_vec()), c.key.clone());
+        prop_assert_eq!(v.headers.clone().map(|h| b[h].to_vec()), c.headers.clone());
         prop_assert_eq!(&b[v.value.clone()], &c.value[..]);
         prop_assert_eq!(v.next_position, b.len());
     }
@@ -702,6 +745,10 @@ fn frame_every_bit_flip_is_rejected_and_padding_is_ignored() {
         offset: 42,
         timestamp_us: 1_700_000_000_000_000,
         key: Some(b"key".to_vec()),
+        headers: encode_headers(&vec![
+            ("trace".to_owned(), Some(b"t1".to_vec())),
+            ("empty".to_owned(), None),
+        ]),
         value: b"some value".to_vec(),
         batch_count: 1,
         salt: 0xABCD,
@@ -769,12 +816,11 @@ proptest! {
             topic_id: 0,
             offset: index,
             timestamp_us: 3,
-            key_len: None,
-            value_len: value.len() as u32,
             batch_count: 1,
         };
+        let parts = FrameParts { key: None, headers: None, value: &value };
         let mut b = vec![0u8; format::frame_padded_len(value.len() as u64) as usize];
-        format::encode_frame_into(&mut b, &fields, 0x5A17, &[], &value);
+        format::encode_frame_into(&mut b, &fields, 0x5A17, &parts);
         let v = rel.decode_frame(&b, 0, FIXTURE_FIRST_OFFSET + index, true)
             .map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
         prop_assert_eq!(v.offset, FIXTURE_FIRST_OFFSET + index);
@@ -1056,6 +1102,7 @@ struct JournalRecord {
     key: Option<Vec<u8>>,
     value: Vec<u8>,
     timestamp_us: u64,
+    headers: Option<Vec<u8>>,
 }
 
 fn journal_records() -> impl Strategy<Value = Vec<JournalRecord>> {
@@ -1064,11 +1111,13 @@ fn journal_records() -> impl Strategy<Value = Vec<JournalRecord>> {
             proptest::option::of(proptest::collection::vec(any::<u8>(), 0..16)),
             proptest::collection::vec(any::<u8>(), 0..32),
             any::<u64>(),
+            prop_oneof![3 => Just(Vec::new()), 1 => header_pairs()],
         )
-            .prop_map(|(key, value, timestamp_us)| JournalRecord {
+            .prop_map(|(key, value, timestamp_us, pairs)| JournalRecord {
                 key,
                 value,
                 timestamp_us,
+                headers: encode_headers(&pairs),
             }),
         1..6,
     )
@@ -1078,6 +1127,10 @@ fn encode_journal(name: &str, first: u64, records: &[JournalRecord]) -> Vec<u8> 
     let appends: Vec<Append<'_>> = records
         .iter()
         .map(|r| Append {
+            headers: r
+                .headers
+                .as_deref()
+                .map(|h| HeaderBlock::parse(h).expect("valid headers")),
             key: r.key.as_deref(),
             value: &r.value,
             timestamp_us: Some(r.timestamp_us),
@@ -1099,6 +1152,7 @@ fn journal_canonical(b: Vec<u8>) -> Result<bool, String> {
                 key: a.key.map(<[u8]>::to_vec),
                 value: a.value.to_vec(),
                 timestamp_us: a.timestamp_us.unwrap_or(0),
+                headers: a.headers.map(|h| h.as_bytes().to_vec()),
             })
             .collect();
         if tidelog::validate_name(topic).is_err() || records.is_empty() {
@@ -1130,6 +1184,7 @@ proptest! {
             prop_assert_eq!(a.key, r.key.as_deref());
             prop_assert_eq!(a.value, &r.value[..]);
             prop_assert_eq!(a.timestamp_us, Some(r.timestamp_us));
+            prop_assert_eq!(a.headers.map(HeaderBlock::as_bytes), r.headers.as_deref());
         }
     }
 

@@ -67,6 +67,7 @@ fn record_of(topic: &str, offset: u64) -> (Option<Vec<u8>>, Vec<u8>) {
 fn append(wal: &Wal, topic: &str, offset: u64) {
     let (k, v) = record_of(topic, offset);
     let rec = Append {
+        headers: None,
         key: k.as_deref(),
         value: &v,
         timestamp_us: None,
@@ -164,6 +165,7 @@ fn large_records_survive_restart_and_crash() {
         let batch: Vec<Append<'_>> = recs
             .iter()
             .map(|(k, v)| Append {
+                headers: None,
                 key: k.as_deref(),
                 value: v,
                 timestamp_us: None,

@@ -35,6 +35,7 @@ fn write_unsealed(wal: &Wal) {
         let v = value(i, 60 + i as usize);
         let k = key(i);
         let rec = tidelog::Append {
+            headers: None,
             key: Some(&k),
             value: &v,
             timestamp_us: None,

@@ -40,6 +40,7 @@ fn append(wal: &Wal, i: u64) {
         .append_record(
             TOPIC,
             Append {
+                headers: None,
                 key: key.as_deref(),
                 value: &value,
                 timestamp_us: Some(1_000 + i),
@@ -72,6 +73,7 @@ fn child_process_entry() {
             let appends: Vec<Append<'_>> = recs
                 .iter()
                 .map(|(k, v)| Append {
+                    headers: None,
                     key: k.as_deref(),
                     value: v,
                     timestamp_us: Some(7),

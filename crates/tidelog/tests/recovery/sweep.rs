@@ -68,6 +68,7 @@ fn write_sample(wal: &Wal, always: bool) {
                 let batch: Vec<Append<'_>> = recs
                     .iter()
                     .map(|(k, v)| Append {
+                        headers: None,
                         key: k.as_deref(),
                         value: v,
                         timestamp_us: Some(1_000_000 + i),
@@ -78,6 +79,7 @@ fn write_sample(wal: &Wal, always: bool) {
             } else {
                 let (k, v) = record(t, i);
                 let rec = Append {
+                    headers: None,
                     key: k.as_deref(),
                     value: &v,
                     timestamp_us: Some(1_000_000 + i),
@@ -404,6 +406,7 @@ fn stage_job(dir: &Path) -> Vec<(Option<Vec<u8>>, Vec<u8>)> {
         for i in 0..n {
             let (k, v) = staged_record(p, i);
             let rec = Append {
+                headers: None,
                 key: k.as_deref(),
                 value: &v,
                 timestamp_us: Some(2_000_000 + i),

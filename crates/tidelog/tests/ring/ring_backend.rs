@@ -337,6 +337,7 @@ fn a_failed_checkpoint_keeps_the_ring_for_the_replay() {
         wal.append_record(
             "events",
             Append {
+                headers: None,
                 key: Some(b"k"),
                 value: &value(1, o),
                 timestamp_us: Some(1000 + o),

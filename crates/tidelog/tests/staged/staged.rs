@@ -31,6 +31,7 @@ fn stage_part(dir: &std::path::Path, job: &str, part: &str, topics: &[&str], n: 
                     key: (k % 2 == 0).then_some(&b"k"[..]),
                     value: v,
                     timestamp_us: Some(1_000 + k as u64),
+                    headers: None,
                 })
                 .collect();
             w.append(topic, &records).expect("stage");

@@ -54,6 +54,7 @@ fn stage(dir: &Path, job: &str, part: &str, topics: &[&str], n: u64) -> u64 {
                 .iter()
                 .zip(from..)
                 .map(|((k, v), i)| Append {
+                    headers: None,
                     key: k.as_deref(),
                     value: v,
                     timestamp_us: Some(timestamp(i)),
@@ -126,6 +127,7 @@ fn append_before(wal: &Wal, n: u64) {
         wal.append_record(
             "a",
             Append {
+                headers: None,
                 key: None,
                 value: format!("before {i}").as_bytes(),
                 timestamp_us: Some(10 + i),

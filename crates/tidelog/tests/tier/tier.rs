@@ -633,6 +633,7 @@ fn a_remote_log_reads_every_record_from_the_bucket_alone() {
     for i in 0..5u64 {
         let key = format!("k{i}");
         let record = Append {
+            headers: None,
             key: Some(key.as_bytes()),
             value: b"v",
             timestamp_us: Some(1_000 + i),
@@ -873,10 +874,17 @@ fn a_remote_reader_seeks_by_offset_and_time_and_reads_ahead_across_objects() {
     // Timestamps 10 apart, so each record has its own.
     for i in 0..1_000u64 {
         let v = value("t", i);
+        let id = i.to_le_bytes();
+        let headers = if i % 4 == 1 {
+            tidelog::Headers::from_pairs([("id", Some(&id[..])), ("none", None)]).unwrap()
+        } else {
+            tidelog::Headers::new()
+        };
         let record = Append {
             key: (i % 3 == 0).then_some(&b"k"[..]),
             value: &v,
             timestamp_us: Some(1_000_000 + 10 * i),
+            headers: headers.block(),
         };
         assert_eq!(w.append_record(record).unwrap(), i);
     }
@@ -897,6 +905,12 @@ fn a_remote_reader_seeks_by_offset_and_time_and_reads_ahead_across_objects() {
             (r.offset, r.timestamp_us, r.key.as_deref(), &r.value[..]),
             (l.offset(), l.timestamp_us(), l.key(), l.value())
         );
+        let local_headers: Vec<_> = l
+            .headers()
+            .map(|(k, v)| (k.to_owned(), v.map(<[u8]>::to_vec)))
+            .collect();
+        assert_eq!(r.headers, local_headers);
+        assert_eq!(r.headers.len(), if offset % 4 == 1 { 2 } else { 0 });
     }
     assert_eq!(reader.next().unwrap(), None);
     assert_eq!(reader.lag().unwrap(), 0);
@@ -1181,6 +1195,7 @@ fn stage_in_bucket(tier: &TierConfig, job: &str, part: &str, topic: &str, from: 
     let records: Vec<tidelog::Append<'_>> = values
         .iter()
         .map(|v| tidelog::Append {
+            headers: None,
             key: None,
             value: v,
             timestamp_us: None,
@@ -1407,6 +1422,7 @@ fn a_staged_part_bigger_than_one_put_goes_up_in_parts_and_back_whole() {
     let records: Vec<tidelog::Append<'_>> = values
         .iter()
         .map(|v| tidelog::Append {
+            headers: None,
             key: None,
             value: v,
             timestamp_us: None,
