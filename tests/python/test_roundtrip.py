@@ -292,6 +292,33 @@ def test_delete_group(wal: tidelog.Wal) -> None:
         assert r.position == 0
 
 
+def test_delete_records(tmp_path: Path, wal: tidelog.Wal) -> None:
+    wal.append_batch("t", [b"v%d" % i for i in range(100)])
+    with wal.reader("t", "g") as r:
+        r.commit(10)
+    assert wal.delete_records("t", 40) == 40
+    assert wal.topic_info("t").first_offset == 40
+    with pytest.raises(tidelog.OffsetOutOfRangeError):
+        wal.read("t", 39)
+    assert bytes(wal.read("t", 40).value) == b"v40"
+    with wal.reader("t", "g") as r:  # committed below: resumes at the start
+        assert r.position == 40
+    assert wal.read_arrow("t", 40).column("offset").to_pylist()[0] == 40
+    assert wal.delete_records("t", 5) == 40  # never backwards
+    with pytest.raises(tidelog.OffsetOutOfRangeError):
+        wal.delete_records("t", 101)
+    with pytest.raises(tidelog.UnknownTopicError):
+        wal.delete_records("nope", 0)
+    with pytest.raises((OverflowError, TypeError)):
+        wal.delete_records("t", -1)
+    path = wal.path
+    wal.close()
+    with tidelog.open(path, readonly=True) as ro:
+        assert ro.topic_info("t").first_offset == 40
+        with pytest.raises(tidelog.ReadOnlyError):
+            ro.delete_records("t", 50)
+
+
 def test_disk_usage(wal: tidelog.Wal) -> None:
     wal.append("t", payload(0, 1000))
     usage = wal.disk_usage()

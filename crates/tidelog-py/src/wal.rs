@@ -479,6 +479,12 @@ impl PyWal {
         detached(py, || self.wal.delete_group(topic, group))
     }
 
+    /// Kafka's DeleteRecords: the topic's records below `before_offset` go; returns the
+    /// topic's first offset after the call.
+    fn delete_records(&self, py: Python<'_>, topic: &str, before_offset: u64) -> PyResult<u64> {
+        detached(py, || self.wal.delete_records(topic, before_offset))
+    }
+
     fn refresh(&self, py: Python<'_>) -> PyResult<()> {
         detached(py, || self.wal.refresh())
     }

@@ -41,6 +41,10 @@ pub struct Allocation {
     pub file: Arc<DataFile>,
     pub block_index: u32,
     pub extent_count: u32,
+    /// Bytes from the extent's start backed by disk space: the block header, the first
+    /// frame and [`crate::extent::RESERVE_AHEAD_BYTES`] (at most the extent); the rest is
+    /// reserved as records reach it (`Extent::ensure_reserved`).
+    pub reserved_bytes: u64,
 }
 
 /// Hands out extents of consecutive blocks, file after file.
@@ -273,7 +277,12 @@ impl BlockAllocator {
             self.disk_bytes.fetch_sub(want - len, Ordering::AcqRel);
         }
         file.counters.disk_bytes.fetch_add(len, Ordering::AcqRel);
-        if let Err(e) = storage.allocate(&file.file, &file.path, start, len) {
+        let reserved_bytes = format::align_up(
+            format::BLOCK_HEADER_BYTES + frame_bytes + crate::extent::RESERVE_AHEAD_BYTES,
+            format::PAGE_BYTES,
+        )
+        .min(len);
+        if let Err(e) = storage.allocate(&file.file, &file.path, start, reserved_bytes) {
             self.identity_written(file.seq);
             // The blocks stay unused (never holding our identity slot, recovery skips them)
             // and count as consumed, so the file can still be deleted.
@@ -283,7 +292,7 @@ impl BlockAllocator {
             if e.raw_os_error() == Some(libc::ENOSPC) {
                 return Err(Error::DiskFull {
                     path: file.path.clone(),
-                    requested_bytes: len,
+                    requested_bytes: reserved_bytes,
                 });
             }
             return Err(Error::io("fallocate", &file.path, e));
@@ -292,6 +301,7 @@ impl BlockAllocator {
             file,
             block_index,
             extent_count,
+            reserved_bytes,
         })
     }
 

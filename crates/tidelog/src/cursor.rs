@@ -171,7 +171,23 @@ pub struct CursorFile {
 
 impl CursorFile {
     fn load(storage: &dyn Storage, dir: &Path, topic: &str, group: &str) -> Result<CursorFile> {
-        let path = dir.join(cursor_file_name(topic, group));
+        CursorFile::load_at(
+            storage,
+            dir.join(cursor_file_name(topic, group)),
+            topic,
+            group,
+        )
+    }
+
+    /// The two-slot file at `path` (in an existing directory) of `topic` and `group`, read
+    /// if it exists (another use of the same format: `crate::start`).
+    pub(crate) fn load_at(
+        storage: &dyn Storage,
+        path: PathBuf,
+        topic: &str,
+        group: &str,
+    ) -> Result<CursorFile> {
+        let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut newest = None;
         let inode = inode_of(storage, &path);
         // Read-only here; the first commit opens the file for writing.
@@ -192,7 +208,7 @@ impl CursorFile {
             topic: topic.to_owned(),
             group: group.to_owned(),
             path,
-            dir: dir.to_owned(),
+            dir,
             inner: Mutex::new(CursorInner {
                 file: None,
                 inode,
@@ -222,6 +238,16 @@ impl CursorFile {
     /// processes (shared mode) take turns on the file, each after reading the newest commit
     /// on disk: the newest is never overwritten, and the last commit wins.
     pub fn commit(&self, storage: &dyn Storage, offset: u64) -> Result<()> {
+        self.write(storage, offset, false).map(drop)
+    }
+
+    /// Durably moves the offset forward to `offset`, never back: a newer commit already at
+    /// or past it (from any process) stays. Returns the offset now committed.
+    pub(crate) fn advance(&self, storage: &dyn Storage, offset: u64) -> Result<u64> {
+        self.write(storage, offset, true)
+    }
+
+    fn write(&self, storage: &dyn Storage, offset: u64, forward_only: bool) -> Result<u64> {
         let mut inner = self.inner.lock().recover();
         if inner.deleted {
             return Err(Error::UnknownGroup {
@@ -247,8 +273,12 @@ impl CursorFile {
             }
             None => None,
         };
-        if inner.newest.as_ref().is_some_and(|r| r.offset == offset) {
-            return Ok(());
+        if let Some(newest) = inner
+            .newest
+            .as_ref()
+            .filter(|r| r.offset == offset || (forward_only && r.offset > offset))
+        {
+            return Ok(newest.offset);
         }
         let generation = inner.newest.as_ref().map_or(0, |r| r.generation + 1);
         let record = CursorRecord {
@@ -275,7 +305,7 @@ impl CursorFile {
             .map_err(|e| Error::io("fdatasync cursor", &self.path, e))?;
         drop(turn);
         inner.newest = Some(record);
-        Ok(())
+        Ok(offset)
     }
 
     /// Reads the newest commit on disk again (when the file exists).

@@ -83,7 +83,19 @@ pub struct Extent {
     /// frame that starts below its end is read here, any other from the mapping. Its bytes
     /// are what the file holds once a writable open repairs it, so it never goes stale.
     image: OnceLock<Arc<[u8]>>,
+    /// Bytes from the extent's start this process knows are backed by disk space
+    /// (`fallocate`d): nothing is stored into the mapping past them (a store to a page the
+    /// file system cannot back is `SIGBUS`). 0 when unknown (a recovered extent, or one
+    /// another process made): the next write reserves from the start again, which costs
+    /// nothing where space is already allocated.
+    reserved: AtomicU64,
+    /// Serializes this process's reservations of the extent.
+    reserving: Mutex<()>,
 }
+
+/// Disk space is reserved this far ahead of a topic's records, in one `fallocate`: a topic
+/// holds at most about this much beyond its data, instead of a whole extent.
+pub const RESERVE_AHEAD_BYTES: u64 = 1 << 20;
 
 impl Extent {
     #[expect(
@@ -121,6 +133,50 @@ impl Extent {
             writer_held: AtomicBool::new(false),
             consumed: AtomicBool::new(false),
             image: OnceLock::new(),
+            reserved: AtomicU64::new(0),
+            reserving: Mutex::new(()),
+        }
+    }
+
+    /// Bytes from the extent's start backed by disk space, as far as this process knows.
+    #[inline]
+    pub fn reserved(&self) -> u64 {
+        self.reserved.load(Ordering::Acquire)
+    }
+
+    /// Records that the allocator reserved the first `bytes` of the extent.
+    pub fn note_reserved(&self, bytes: u64) {
+        self.reserved
+            .fetch_max(bytes.min(self.len), Ordering::AcqRel);
+    }
+
+    /// Makes sure disk space backs the extent's first `end` bytes, reserving up to
+    /// [`RESERVE_AHEAD_BYTES`] beyond them (never past the extent) in one `fallocate`, so
+    /// the next appends find their space reserved. A full disk is `DiskFull`, before
+    /// anything is stored there. No lock but the extent's own reservation lock is held.
+    pub fn ensure_reserved(&self, storage: &dyn Storage, end: u64) -> Result<()> {
+        if end <= self.reserved() {
+            return Ok(());
+        }
+        let _one = self.reserving.lock().recover();
+        let have = self.reserved();
+        if end <= have {
+            return Ok(());
+        }
+        assert!(end <= self.len, "reservation past the extent");
+        let target = format::align_up(end.saturating_add(RESERVE_AHEAD_BYTES), format::PAGE_BYTES)
+            .min(self.len);
+        let path = &self.file.path;
+        match storage.allocate(&self.file.file, path, self.start + have, target - have) {
+            Ok(()) => {
+                self.reserved.fetch_max(target, Ordering::AcqRel);
+                Ok(())
+            }
+            Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Err(Error::DiskFull {
+                path: path.clone(),
+                requested_bytes: target - have,
+            }),
+            Err(e) => Err(Error::io("fallocate", path, e)),
         }
     }
 
@@ -289,8 +345,8 @@ impl Extent {
         let payload = parts.payload_len();
         let padded = format::frame_padded_len(payload);
         assert!(
-            position + padded <= self.data_limit,
-            "frame past the extent's data limit"
+            position + padded <= self.data_limit.min(self.reserved()),
+            "frame past the extent's data limit or its disk space"
         );
         let pad_len = (padded - format::FRAME_HEADER_BYTES - payload) as usize;
         let pad = [0u8; format::FRAME_ALIGN as usize];
@@ -315,8 +371,8 @@ impl Extent {
     #[inline]
     pub fn write_encoded(&self, position: u64, frame: &[u8]) {
         assert!(
-            position + frame.len() as u64 <= self.data_limit,
-            "frame past the extent's data limit"
+            position + frame.len() as u64 <= self.data_limit.min(self.reserved()),
+            "frame past the extent's data limit or its disk space"
         );
         #[expect(unsafe_code, reason = "writes into the mapped file")]
         // SAFETY: `[position, position + len)` was reserved for this caller under the topic
@@ -646,6 +702,8 @@ impl Extent {
         }
         let footer = if sealing {
             let footer = self.footer(topic, end)?;
+            // Reserved at the roll for extents this process wrote; a recovered one's here.
+            self.ensure_reserved(storage, end + footer.bytes.len() as u64)?;
             self.file.map.write_header(self.abs(end), &footer.bytes);
             Some(footer)
         } else {
@@ -674,6 +732,19 @@ impl Extent {
         st.sealed_on_disk = sealing;
         st.clean_on_disk = clean;
         Ok(sealing)
+    }
+
+    /// At most the bytes of the index footer a seal writes after records ending at `end`.
+    pub fn footer_bytes_bound(&self, end: u64) -> u64 {
+        let entries = self
+            .index
+            .read()
+            .recover()
+            .as_ref()
+            .map_or(u64::MAX, |e| e.len() as u64);
+        entries
+            .saturating_mul(format::IX_LEN as u64)
+            .min(self.len.saturating_sub(end))
     }
 
     /// The index footer of this extent, ended at `end`, as a seal writes it right after the
@@ -880,8 +951,9 @@ impl Extent {
         }
         crate::process::crash_point("seal-checked");
         let footer = self.footer(topic, end)?;
-        self.file.map.write_header(self.abs(end), &footer.bytes);
         let footer_end = end + footer.bytes.len() as u64;
+        self.ensure_reserved(storage, footer_end)?;
+        self.file.map.write_header(self.abs(end), &footer.bytes);
         self.sync_data(&mut self.sync_state(), storage, footer_end)?;
         crate::process::crash_point("seal-footer");
         let progress = Progress {

@@ -62,6 +62,7 @@ pub mod ring;
 mod shared;
 mod spin;
 pub mod stage;
+mod start;
 mod status;
 mod sync;
 mod tier;

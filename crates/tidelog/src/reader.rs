@@ -351,6 +351,10 @@ impl Reader {
             && let Some(mut below) = RemoteReader::below(tier, &self.topic.name, first)?
             && below.seek_time(timestamp_us)? < local_first
         {
+            if below.position() < first {
+                // Before the log start: the first record kept comes first.
+                below.seek(first)?;
+            }
             self.next_offset = below.position();
             self.below = Some(below);
             self.block = None;
@@ -358,6 +362,8 @@ impl Reader {
         }
         self.below = None;
         match self.topic.seek_time(timestamp_us)? {
+            // Below the log start: the first record kept is the first at or after the time.
+            Some((_, _, offset)) if offset < first => self.seek(first)?,
             Some((block, pos, offset)) => {
                 self.block = Some(block);
                 self.pos = pos;
@@ -411,6 +417,22 @@ impl Reader {
         Ok(())
     }
 
+    /// `OffsetOutOfRange` once `delete_records` moved the log start past the position
+    /// (by this handle or another process): those records are gone, as after retention.
+    #[inline]
+    fn check_log_start(&self) -> Result<()> {
+        let start = self.topic.log_start();
+        if self.next_offset >= start {
+            return Ok(());
+        }
+        Err(Error::OffsetOutOfRange {
+            topic: self.topic.name.clone(),
+            offset: self.next_offset,
+            first: start,
+            next: self.topic.next_offset(),
+        })
+    }
+
     /// Finds the extent holding `next_offset`; false when it is not published yet.
     fn resolve(&mut self) -> Result<bool> {
         if self.next_offset >= self.visible_next() {
@@ -432,6 +454,7 @@ impl Reader {
     /// Positions on the next published record without consuming it or committing; returns its
     /// frame (checksum verified when `verify`), `None` at the end.
     fn peek(&mut self, verify: bool) -> Result<Option<FrameView>> {
+        self.check_log_start()?;
         if self.use_below()? {
             let Some(below) = self.below.as_mut() else {
                 return Ok(None);
@@ -659,17 +682,29 @@ pub(crate) fn visible_next(topic: &Topic, visibility: Visibility) -> u64 {
     }
 }
 
-/// The first offset of `topic` a reader may read: on disk, or in the bucket of `tier`.
+/// The first offset of `topic` a reader may read: on disk, or in the bucket of `tier`, and
+/// not below the log start (`Wal::delete_records`).
 pub(crate) fn first_readable(topic: &Topic, tier: Option<&Tier>) -> u64 {
     let local = topic.first_offset();
-    tier.and_then(|tier| RemoteReader::first_below(tier, &topic.name))
-        .map_or(local, |remote| remote.min(local))
+    let stored = tier
+        .and_then(|tier| RemoteReader::first_below(tier, &topic.name))
+        .map_or(local, |remote| remote.min(local));
+    stored.max(topic.log_start())
 }
 
 /// Reads the single record at `offset` of `topic`.
 pub(crate) fn read_at(topic: &Topic, tier: Option<&Arc<Tier>>, offset: u64) -> Result<Record> {
     let first = topic.first_offset();
     let next = topic.next_offset();
+    let start = topic.log_start();
+    if offset < start {
+        return Err(Error::OffsetOutOfRange {
+            topic: topic.name.clone(),
+            offset,
+            first: start,
+            next,
+        });
+    }
     if offset < first
         && let Some(tier) = tier
         && let Some(mut below) = RemoteReader::below(tier, &topic.name, offset)?

@@ -119,12 +119,13 @@ impl Reclaimer {
         let _pass = topic.reclaim_lock();
         let committed = self.cursors.min_committed(&topic.name);
         let retention = self.config.local_retention_for(&topic.name);
-        if committed.is_none() && retention.is_unlimited() {
+        let start = topic.log_start();
+        if committed.is_none() && retention.is_unlimited() && start <= topic.first_offset() {
             return false;
         }
         let now = crate::clock::now_us();
         let n = topic.with_chain(|chain| {
-            let n = consumable_prefix(chain, committed, retention, now);
+            let n = consumable_prefix(chain, committed, start, retention, now);
             self.uploaded_prefix(&topic.name, &chain[..n])
         });
         if n == 0 {
@@ -254,13 +255,15 @@ impl Reclaimer {
 /// How many extents at the front of `chain` are consumed.
 ///
 /// `committed_min` is the lowest committed offset over the topic's registered groups (`None`
-/// when it has none: then only retention consumes). Only extents that take no more records
+/// when it has none: then only retention consumes); an extent wholly below `log_start`
+/// (`Wal::delete_records`) goes whatever the groups and retention say. Only extents that take no more records
 /// qualify, and never the topic's newest extent, so its next offset survives a restart. Both
 /// rules only ever grow the prefix: committed offsets only advance, ages only grow, and a
 /// topic's bytes only shrink by this prefix.
 pub fn consumable_prefix(
     chain: &[Arc<Extent>],
     committed_min: Option<u64>,
+    log_start: u64,
     retention: Retention,
     now_us: u64,
 ) -> usize {
@@ -275,6 +278,7 @@ pub fn consumable_prefix(
         };
         let bytes = end - format::BLOCK_HEADER_BYTES;
         let by_cursors = committed_min.is_some_and(|c| block.first_offset + count <= c);
+        let by_start = block.first_offset + count <= log_start;
         // An extent's max timestamp is the topic's running maximum, so ages are monotone.
         let by_age = retention.max_age_ms.is_some_and(|age_ms| {
             block
@@ -285,7 +289,7 @@ pub fn consumable_prefix(
         let by_bytes = retention
             .max_bytes
             .is_some_and(|max| remaining - bytes >= max);
-        if !(by_cursors || by_age || by_bytes) {
+        if !(by_cursors || by_start || by_age || by_bytes) {
             break;
         }
         remaining -= bytes;

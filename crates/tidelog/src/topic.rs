@@ -178,6 +178,9 @@ pub struct Topic {
     /// Shared mode: the slot's publish sequence after this handle's last publish or
     /// line-up; the same value under the append lock means nobody published since.
     lined_seq: AtomicU64,
+    /// The log start as this handle knows it (`Wal::delete_records`; only grows); the
+    /// slot's word carries other processes' moves.
+    log_start: AtomicU64,
 }
 
 impl Topic {
@@ -197,6 +200,23 @@ impl Topic {
             durable_next: AtomicU64::new(0),
             slot: OnceLock::new(),
             lined_seq: AtomicU64::new(u64::MAX),
+            log_start: AtomicU64::new(0),
+        }
+    }
+
+    /// The first offset readers may read after `Wal::delete_records` (0: never moved). It
+    /// may lie inside the first extent of the chain, or past it until retention drops it.
+    pub fn log_start(&self) -> u64 {
+        let own = self.log_start.load(Ordering::Acquire);
+        self.slot().map_or(own, |s| own.max(s.log_start()))
+    }
+
+    /// Raises the log start to `offset` (never lowers it), in this handle and for every
+    /// process sharing the directory.
+    pub fn raise_log_start(&self, offset: u64) {
+        self.log_start.fetch_max(offset, Ordering::AcqRel);
+        if let Some(slot) = self.slot() {
+            slot.raise_log_start(offset);
         }
     }
 
@@ -225,6 +245,7 @@ impl Topic {
             );
         }
         slot.note_durable(self.durable_next());
+        slot.raise_log_start(self.log_start.load(Ordering::Acquire));
         let _ = self.slot.set(slot);
     }
 
@@ -695,7 +716,8 @@ impl Topic {
         self.published_next.load(Ordering::Acquire)
     }
 
-    /// First offset still stored.
+    /// First offset still stored on disk (the chain's first; records below the log start
+    /// may still be stored, unreadable, until their extent goes).
     pub fn first_offset(&self) -> u64 {
         let chain = self.chain.read().recover();
         chain
@@ -818,7 +840,19 @@ impl Topic {
                 .as_ref()
                 .is_some_and(|b| tail.pos + total <= b.data_limit);
             if fits {
-                break tail;
+                // Disk space ahead of the records is reserved in steps, with the tail lock
+                // released (a `fallocate`); then the reservation is looked at again.
+                let short = tail
+                    .block
+                    .as_ref()
+                    .filter(|b| tail.pos + total > b.reserved())
+                    .map(|b| (Arc::clone(b), tail.pos + total));
+                let Some((block, end)) = short else {
+                    break tail;
+                };
+                drop(tail);
+                block.ensure_reserved(ctx.storage, end)?;
+                continue;
             }
             drop(tail);
             if let Some(tail) = self.roll(ctx, total, &mut slow)? {
@@ -1062,7 +1096,7 @@ impl Topic {
         if took {
             *slow = Some(self.slow_lock());
         }
-        let first = {
+        let (first, ending) = {
             let mut tail = self.tail();
             let fits = tail
                 .block
@@ -1077,10 +1111,15 @@ impl Topic {
             }
             debug_assert!(!tail.busy, "busy only under `slow`");
             tail.busy = true;
-            tail.next_offset
+            (tail.next_offset, tail.block.clone().map(|b| (b, tail.pos)))
         };
         // Nobody reserves, closes or starts an ingest until the tail is no longer busy.
         let busy = Busy(self);
+        // The extent that ends gets its index footer's space now: its seal then stores
+        // nothing where disk space may lack. A full disk fails this append, nothing changed.
+        if let Some((old, end)) = &ending {
+            old.ensure_reserved(ctx.storage, *end + old.footer_bytes_bound(*end))?;
+        }
         let interval = ctx.config.index_interval_bytes;
         let extent = ctx
             .alloc
@@ -1095,6 +1134,7 @@ impl Topic {
             interval,
             Some(Vec::new()),
         ));
+        block.note_reserved(extent.reserved_bytes);
         let written = block.write_identity(&self.name);
         ctx.alloc.identity_written(block.file.seq);
         written?;
@@ -1154,7 +1194,10 @@ impl Topic {
             return None;
         }
         let from = tail.prefaulted_to.max(tail.pos);
-        let to = (tail.pos + PREFAULT_AHEAD_BYTES).min(block.data_limit);
+        // Never past the disk space reserved (a populate there would allocate it).
+        let to = (tail.pos + PREFAULT_AHEAD_BYTES)
+            .min(block.data_limit)
+            .min(block.reserved());
         if to <= from {
             return None;
         }

@@ -38,7 +38,7 @@ pub const STATE_FILE: &str = "tidelog.state";
 /// `b"TIDESHM1"` read as a little-endian u64.
 pub const MAGIC: u64 = u64::from_le_bytes(*b"TIDESHM1");
 /// Bumped whenever a byte of the layout below changes meaning.
-pub const LAYOUT_VERSION: u32 = 6;
+pub const LAYOUT_VERSION: u32 = 7;
 /// Bytes of the header page.
 pub const HEADER_BYTES: usize = 4096;
 /// Where the process table starts, and the bytes of one process slot.

@@ -79,6 +79,9 @@ pub const S_DELETING: usize = S_PUBLISHER + 4;
 /// footer and the `Sealed` slot that names the footer's checksum, so a seal's msyncs run
 /// without the append lock and no other process writes a footer of its own meanwhile.
 pub const S_SEAL_LOCK: usize = S_DELETING + 4;
+/// The topic's log start (`Wal::delete_records`; only grows): every process reads no record
+/// below it. Its durable copy is the topic's log start file (`crate::start`).
+pub const S_LOG_START: usize = S_SEAL_LOCK + 4;
 
 pub const SLOT_BYTES: usize = 256;
 pub const KEY_TAG: u64 = 1 << 32;
@@ -90,7 +93,8 @@ const _: () = assert!(S_SYNC_TURN + 4 == S_ROLL_SEQ);
 const _: () = assert!(S_PUBLISHER == S_REPAIR + 4);
 const _: () = assert!(S_DELETING == S_PUBLISHER + 4);
 const _: () = assert!(S_SEAL_LOCK == S_DELETING + 4);
-const _: () = assert!(S_SEAL_LOCK + 4 <= SLOT_BYTES);
+const _: () = assert!(S_LOG_START == S_SEAL_LOCK + 4 && S_LOG_START.is_multiple_of(8));
+const _: () = assert!(S_LOG_START + 8 <= SLOT_BYTES);
 
 /// `file_seq` of an [`ExtentEnd`] that names no extent (a topic with none yet).
 pub const NO_EXTENT: u64 = u64::MAX;
@@ -395,6 +399,16 @@ impl TopicSlot {
         }
     }
 
+    /// Raises the topic's log start to `offset` (never lowers it).
+    pub fn raise_log_start(&self, offset: u64) {
+        self.word64(S_LOG_START).fetch_max(offset, Ordering::AcqRel);
+    }
+
+    /// The topic's log start as any process raised it (0: none).
+    pub fn log_start(&self) -> u64 {
+        self.load(S_LOG_START, Ordering::Acquire)
+    }
+
     /// The writer records that a roll closed `extent` at its end.
     pub fn note_final(&self, extent: ExtentEnd) {
         let seq = self.word64(S_ROLL_SEQ);
@@ -547,7 +561,7 @@ impl TopicSlot {
     /// Resets the slot to `key` with nothing published (a claim), keeping its futex words
     /// (sleepers re-check what they wait for).
     pub(super) fn reset(&self, key: u64) {
-        for field in [S_DURABLE_NEXT, S_ROLLS] {
+        for field in [S_DURABLE_NEXT, S_ROLLS, S_LOG_START] {
             self.word64(field).store(0, Ordering::Relaxed);
         }
         for field in (S_COPIES..S_DURABLE_NEXT).step_by(8) {

@@ -164,6 +164,23 @@ impl RemoteTopic {
         kept.filter(|(i, _)| *i > 0).map(|(_, first)| first)
     }
 
+    /// Where a trim for the log start `start` (`Wal::delete_records`) cuts: at the first
+    /// object holding a record at or after it; never past the last object, and `None` when
+    /// the first object holds one.
+    pub fn trim_below(&self, start: u64) -> Option<u64> {
+        let candidates = self.objects.len().saturating_sub(1);
+        let below = self
+            .objects
+            .values()
+            .take(candidates)
+            .take_while(|o| o.next_offset() <= start)
+            .count();
+        if below == 0 {
+            return None;
+        }
+        self.objects.values().nth(below).map(|o| o.first_offset)
+    }
+
     /// The offset after its last object's records, if it has one.
     pub fn next_offset(&self) -> Option<u64> {
         self.objects
@@ -899,6 +916,14 @@ mod tests {
         assert_eq!(t.trim_point(age, 1_007), None);
         assert_eq!(t.trim_point(age, 1_008), Some(20));
         assert_eq!(t.trim_point(Retention::default(), u64::MAX), None);
+        // By a log start: at the first object holding a record at or past it, never past
+        // the last object.
+        assert_eq!(t.trim_below(0), None);
+        assert_eq!(t.trim_below(9), None);
+        assert_eq!(t.trim_below(10), Some(10));
+        assert_eq!(t.trim_below(25), Some(20));
+        assert_eq!(t.trim_below(30), Some(20));
+        assert_eq!(t.trim_below(u64::MAX), Some(20));
     }
 
     proptest! {

@@ -131,6 +131,9 @@ impl RemoteReader {
     pub fn seek_time(&mut self, _timestamp_us: u64) -> crate::Result<u64> {
         match *self {}
     }
+    pub fn seek(&mut self, _offset: u64) -> crate::Result<()> {
+        match *self {}
+    }
     pub fn peek(&mut self, _verify: bool) -> crate::Result<Option<crate::format::FrameView>> {
         match *self {}
     }

@@ -19,6 +19,7 @@ use crate::format::{ProgressState, validate_name};
 use crate::poison::PanicGuard;
 use crate::recovery;
 use crate::shared::TopicSlot;
+use crate::start;
 use crate::topic::Topic;
 
 /// Longest a deletion beside other processes waits for a publish (or another deletion) to
@@ -155,6 +156,9 @@ fn retire_all(state: &State, topic: &Topic, locked: bool) -> Result<()> {
             crate::process::crash_point("delete-marked");
         }
     }
+    // After the first mark (the deletion's commit point), so a crash before it keeps the
+    // topic with its start; a crash after it leaves a file the next open removes.
+    start::remove(state.storage.as_ref(), &state.dir, &topic.name)?;
     if let Some(block) = active {
         let (count, end) = block.published();
         block.set_final(count, end);
@@ -198,4 +202,54 @@ pub(super) fn delete_group(state: &State, topic: &str, group: &str) -> Result<()
         state.reclaim.reclaim_topic(&t);
     }
     Ok(())
+}
+
+/// Moves the log start of `topic` to `before` (Kafka's DeleteRecords): records below it
+/// are no longer read, and the extents wholly below it go as consumed ones do. The records
+/// below are made durable first, then the start is recorded durably (its file, the commit
+/// point), then every process sees it. Returns the topic's first readable offset.
+pub(super) fn delete_records(state: &State, name: &str, before: u64) -> Result<u64> {
+    state.check_writable()?;
+    let _panic = PanicGuard::new(&state.sync.poison, "delete_records (it panicked)");
+    let topic = find(state, name)?;
+    if state.topics.is_shared_mode() {
+        follow::catch_up(state, &topic)?;
+    }
+    let next = topic.next_offset();
+    if before > next {
+        return Err(Error::OffsetOutOfRange {
+            topic: name.to_owned(),
+            offset: before,
+            first: super::reader::first_readable(&topic, state.tier.as_deref()),
+            next,
+        });
+    }
+    if before > topic.log_start() {
+        // A start past records a crash could lose would stand above the topic's end.
+        if topic.durable_next() < before {
+            state.durable.flush_all(&state.flusher)?;
+        }
+        if topic.durable_next() < before {
+            return Err(Error::invalid(
+                "before_offset",
+                format!(
+                    "records below {before} of {name} are not durable yet (durable below {}): \
+                     flush, then retry",
+                    topic.durable_next()
+                ),
+            ));
+        }
+        // Under the pass lock a deletion of the topic holds while it retires the extents
+        // and removes the start: either this start is removed with it, or none is written.
+        let recorded = {
+            let _pass = topic.reclaim_lock();
+            if topic.is_gone() {
+                return Err(unknown(name));
+            }
+            start::advance(state.storage.as_ref(), &state.dir, name, before)?
+        };
+        topic.raise_log_start(recorded);
+        state.reclaim.reclaim_topic(&topic);
+    }
+    Ok(super::reader::first_readable(&topic, state.tier.as_deref()))
 }

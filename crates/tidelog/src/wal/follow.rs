@@ -94,7 +94,8 @@ pub(super) fn refresh(state: &State) -> Result<()> {
         }
     }
     note_reported_durable(state);
-    Ok(())
+    // The writer's delete_records since: records below a start are not read.
+    state.load_log_starts(false)
 }
 
 /// Shared mode, a handle alone at its close (no other process holds the directory): lines

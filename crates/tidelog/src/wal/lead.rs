@@ -88,6 +88,7 @@ pub(super) fn leader_pass(
     for topic in state.topics.every()? {
         if state.config.local_retention_for(&topic.name).is_unlimited()
             && state.cursors.min_committed(&topic.name).is_none()
+            && topic.log_start() <= topic.first_offset()
         {
             continue;
         }

@@ -350,7 +350,7 @@ impl Wal {
         Ok(TopicInfo {
             name: t.name.clone(),
             first_offset: reader::first_readable(&t, state.tier.as_deref()),
-            local_first_offset: t.first_offset(),
+            local_first_offset: t.first_offset().max(t.log_start()),
             next_offset: t.next_offset(),
             durable_offset: t.durable_next().min(t.next_offset()),
             bytes: t.bytes(),
@@ -414,6 +414,17 @@ impl Wal {
     /// append creates a new, empty topic of that name.
     pub fn delete_topic(&self, topic: &str) -> Result<()> {
         delete::delete_topic(&self.state, topic)
+    }
+
+    /// Deletes the records of `topic` below `before_offset` (Kafka's DeleteRecords): the
+    /// topic's first offset becomes `before_offset` (at most its next offset), reads below it
+    /// fail with [`Error::OffsetOutOfRange`](crate::Error::OffsetOutOfRange) in every
+    /// process, groups committed below it resume there, and the extents wholly below it are
+    /// freed. Durable when it returns (the records below are synced first). Returns the
+    /// topic's first offset after the call; a `before_offset` at or below the current start
+    /// changes nothing.
+    pub fn delete_records(&self, topic: &str, before_offset: u64) -> Result<u64> {
+        delete::delete_records(&self.state, topic, before_offset)
     }
 
     /// Deletes the cursor of `group` on `topic`: the group no longer holds records back.

@@ -252,7 +252,7 @@ fn assemble(
         record_bytes_max: config.effective_max_record_bytes(),
         batch_bytes_max: config.effective_max_batch_bytes(),
     };
-    Ok(State {
+    let state = State {
         dir: dir.to_owned(),
         config,
         storage,
@@ -274,7 +274,12 @@ fn assemble(
         dir_lock,
         follow,
         tier,
-    })
+    };
+    if read_only {
+        // A writable handle loads them once the ring is replayed (`prepare_writable`).
+        state.load_log_starts(false)?;
+    }
+    Ok(state)
 }
 
 /// The tier of a writable handle whose configuration has one (`Fenced` when another
@@ -365,6 +370,8 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
         state.ingest_committed(false)?;
     }
     state.remove_abandoned_staged()?;
+    // After the replay: a start may stand above what the data files held before it.
+    state.load_log_starts(true)?;
     // Rebuild consumption from the persisted cursors and retention; delete what is done, so
     // space from before the restart comes back now.
     state.cursors.load_all(state.storage.as_ref(), &state.dir)?;

@@ -182,6 +182,28 @@ impl State {
 }
 
 impl State {
+    /// Gives each topic the log start its file records (`Wal::delete_records`). A start past
+    /// the topic's next offset is a leftover of a deletion a crash cut short (the topic came
+    /// back since): with `remove_stale` (a writable handle alone) its file goes, as do files of
+    /// topics that no longer exist; otherwise the start is capped at what this handle knows
+    /// (a reader behind the writer).
+    pub(super) fn load_log_starts(&self, remove_stale: bool) -> Result<()> {
+        let storage = self.storage.as_ref();
+        for (name, start) in crate::start::read_all(storage, &self.dir)? {
+            match self.topics.get_live(&name) {
+                Ok(topic) if start <= topic.next_offset() || !remove_stale => {
+                    topic.raise_log_start(start.min(topic.next_offset()));
+                }
+                Ok(_) | Err(Error::UnknownTopic { .. }) if remove_stale => {
+                    crate::start::remove(storage, &self.dir, &name)?;
+                }
+                Ok(_) | Err(Error::UnknownTopic { .. }) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
     /// Housekeeping's turn: `Some` while no other process shares the directory (always for
     /// an exclusive handle), holding off new opens until dropped. Retention, publishing
     /// staged jobs and file deletion run only then, so every process's view agrees.

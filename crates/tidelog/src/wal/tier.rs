@@ -244,7 +244,8 @@ fn end_old_tails(state: &State, after: Duration, tails: &mut Tails) -> Result<()
 }
 
 /// Trims each topic of the manifest by its retention (the directory's, `retention_ms` /
-/// `retention_bytes` and per topic): one delta for all of them.
+/// `retention_bytes` and per topic) and by its log start (`Wal::delete_records`): one delta
+/// for all of them.
 fn trim_pass(state: &State, tier: &Tier, epoch: u64) -> Result<()> {
     let now_us = crate::clock::now_us();
     let entries: Vec<Entry> = tier.with_manifest(|m| {
@@ -252,14 +253,17 @@ fn trim_pass(state: &State, tier: &Tier, epoch: u64) -> Result<()> {
             .iter()
             .filter_map(|(id, t)| {
                 let retention = state.config.retention_for(&t.name);
-                if retention.is_unlimited() {
-                    return None;
-                }
-                t.trim_point(retention, now_us)
-                    .map(|first_offset| Entry::Trim {
-                        topic: *id,
-                        first_offset,
-                    })
+                let by_retention = if retention.is_unlimited() {
+                    None
+                } else {
+                    t.trim_point(retention, now_us)
+                };
+                let start = state.topics.get_live(&t.name).map_or(0, |l| l.log_start());
+                let by_start = (start > 0).then(|| t.trim_below(start)).flatten();
+                by_retention.max(by_start).map(|first_offset| Entry::Trim {
+                    topic: *id,
+                    first_offset,
+                })
             })
             .collect()
     });

@@ -9,6 +9,7 @@ mod common;
 
 mod bad_input;
 mod cursors;
+mod delete_records;
 mod durability_modes;
 mod duration_max;
 mod follow;
@@ -22,6 +23,7 @@ mod many_topics;
 mod processes;
 mod read_only;
 mod reopen;
+mod reservation;
 mod round_trip;
 mod scan;
 mod seek;

@@ -1441,3 +1441,46 @@ fn a_staged_part_bigger_than_one_put_goes_up_in_parts_and_back_whole() {
     }
     wal.close().unwrap();
 }
+
+#[test]
+fn delete_records_trims_the_bucket_below_the_start() {
+    use tidelog::RemoteLog;
+    let dir = tempdir();
+    let bucket = tempdir();
+    let tier = TierConfig::new(file_url(bucket.path())).delete_delay_ms(0);
+    let wal = Wal::open_with(dir.path(), config(tier.clone())).unwrap();
+    append(&wal, "d", 0, 600);
+    wal.tier_flush(WAIT).unwrap();
+    assert_eq!(
+        RemoteLog::open(&tier)
+            .unwrap()
+            .topic_info("d")
+            .unwrap()
+            .first_offset,
+        0
+    );
+    assert_eq!(wal.delete_records("d", 450).unwrap(), 450);
+    // The handle's reads stop at the start at once, the bucket's below it too.
+    assert!(matches!(
+        wal.read("d", 449),
+        Err(Error::OffsetOutOfRange { .. })
+    ));
+    assert_eq!(wal.read("d", 450).unwrap().value(), value("d", 450));
+    // The bucket drops the objects wholly below the start at the next round.
+    eventually("the bucket was never trimmed to the start", || {
+        RemoteLog::open(&tier)
+            .unwrap()
+            .topic_info("d")
+            .unwrap()
+            .first_offset
+            > 0
+    });
+    let first = RemoteLog::open(&tier)
+        .unwrap()
+        .topic_info("d")
+        .unwrap()
+        .first_offset;
+    assert!(first <= 450, "trimmed past the start: {first}");
+    assert_eq!(wal.topic_info("d").unwrap().first_offset, 450);
+    wal.close().unwrap();
+}
