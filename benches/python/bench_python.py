@@ -187,6 +187,17 @@ def tl_read_arrow(wal: tidelog.Wal, n: int) -> float:
     return t.seconds
 
 
+def tl_scan(wal: tidelog.Wal, n: int) -> float:
+    """Every record as Arrow batches through the C stream (`scan`), as pyarrow reads it."""
+    got = 0
+    with Timer() as t:
+        reader = pa.RecordBatchReader.from_stream(wal.scan(TOPIC, 0, n))
+        for batch in reader:
+            got += batch.num_rows
+    check(got == n, f"scan returned {got} records, expected {n}")
+    return t.seconds
+
+
 # --- baselines -----------------------------------------------------------------------------
 
 
@@ -390,9 +401,12 @@ def main(argv: list[str] | None = None) -> int:
             arrow_out = Measure(
                 f"Wal.read_arrow, {ARROW_BATCH}/call", lambda: tl_read_arrow(reads, n), n
             )
+            scan = Measure(
+                f"Wal.scan (Arrow C stream), {ARROW_BATCH}/batch", lambda: tl_scan(reads, n), n
+            )
             file_read = Measure("file read + slicing", lambda: file_iterate(plain, n), n)
             sql_read = Measure("sqlite SELECT iteration", lambda: sqlite_iterate(sql, n), n)
-            rounds([speed, iterate, file_read, iterate_raw, arrow_out, sql_read])
+            rounds([speed, iterate, file_read, iterate_raw, arrow_out, scan, sql_read])
         finally:
             reads.close()
 
@@ -413,8 +427,9 @@ def main(argv: list[str] | None = None) -> int:
         (iterate_raw, file_read, None),
         (arrow_out, file_read, TARGET_ARROW),
         (arrow_out, sql_read, TARGET_ARROW),
+        (scan, file_read, TARGET_ARROW),
     ]
-    everything = [*appends, iterate, iterate_raw, arrow_out, file_read, sql_read]
+    everything = [*appends, iterate, iterate_raw, arrow_out, scan, file_read, sql_read]
     drift = max(speed.rates) / min(speed.rates) - 1
     print()
     print(table(rows))

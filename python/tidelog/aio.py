@@ -169,6 +169,10 @@ class Wal:
         """Makes every record appended so far durable."""
         await self._waiter.submit(self.wal.flush)
 
+    async def delete_records(self, topic: str, before_offset: int) -> int:
+        """`Wal.delete_records` (it syncs), off the event loop."""
+        return await self._waiter.submit(lambda: self.wal.delete_records(topic, before_offset))
+
     async def close(self) -> None:
         """Closes the handle and its readers; waits in progress end with `ClosedError`."""
         for reader in self._readers:

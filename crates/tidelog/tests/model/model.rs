@@ -364,6 +364,11 @@ enum Op {
     DeleteTopic {
         topic: usize,
     },
+    /// `delete_records` below `pick` mod (records + 1).
+    DeleteRecords {
+        topic: usize,
+        pick: usize,
+    },
     /// A read-only handle (as another process opens one) reads the topic: every record
     /// published, through the shared state file; its durable readers at least what was
     /// acknowledged durable.
@@ -425,6 +430,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::Seek { topic, pick }),
         1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::SeekTime { topic, pick }),
         1 => topic.clone().prop_map(|topic| Op::DeleteTopic { topic }),
+        1 => (topic.clone(), any::<usize>()).prop_map(|(topic, pick)| Op::DeleteRecords { topic, pick }),
         2 => topic.clone().prop_map(|topic| Op::Follow { topic }),
         2 => Just(Op::Flush),
         2 => (topic.clone(), 1usize..5, 0usize..3000, any::<bool>(), prop::bool::weighted(0.7))
@@ -481,6 +487,10 @@ struct TopicModel {
     maybe_groups: BTreeMap<String, u64>,
     /// A deletion of the topic failed: it may be gone.
     maybe_deleted: bool,
+    /// The log start `delete_records` acknowledged: nothing below is read again.
+    start: u64,
+    /// A `delete_records` that failed may have moved the start this far.
+    maybe_start: u64,
     /// Timestamp of the newest record (timestamps never decrease).
     last_ts: u64,
 }
@@ -491,10 +501,11 @@ impl TopicModel {
         // A group whose only commit failed may not exist after a reopen (a cursor file with
         // no commit registers nothing), so it bounds reclaim only when no other group does.
         let maybe = |g: &String| self.maybe_groups.get(g).copied().unwrap_or(0);
-        match self.groups.iter().map(|(g, &c)| c.max(maybe(g))).min() {
+        let by_groups = match self.groups.iter().map(|(g, &c)| c.max(maybe(g))).min() {
             Some(min) => min,
             None => self.maybe_groups.values().copied().max().unwrap_or(0),
-        }
+        };
+        by_groups.max(self.start).max(self.maybe_start)
     }
 }
 
@@ -731,6 +742,7 @@ impl Harness {
                 }
                 let committed = t.groups.get(GROUPS[group]).copied();
                 let durable = t.durable as u64;
+                let (start_lo, start_hi) = (t.start, t.maybe_start);
                 let mut reader = self
                     .wal()
                     .reader(name, GROUPS[group])
@@ -744,8 +756,12 @@ impl Harness {
                             reader.committed()
                         )
                     })?;
-                    ours(start == c, || {
-                        format!("{name}: reader starts at {start}, committed {c}")
+                    // A group committed below the log start resumes there.
+                    ours((c.max(start_lo)..=c.max(start_hi)).contains(&start), || {
+                        format!(
+                            "{name}: reader starts at {start}, committed {c}, log start \
+                             {start_lo} (maybe {start_hi})"
+                        )
                     })?;
                 }
                 for _ in 0..n {
@@ -829,6 +845,33 @@ impl Harness {
                 })
             }
             Op::DeleteTopic { topic } => self.delete_topic(topic, None),
+            Op::DeleteRecords { topic, pick } => {
+                let name = TOPICS[topic];
+                let len = self.len(name);
+                if len == 0 {
+                    return Ok(());
+                }
+                let before = (pick % (len + 1)) as u64;
+                let result = self.wal().delete_records(name, before);
+                let t = self.topics.get_mut(name).unwrap();
+                match result {
+                    Ok(first) => {
+                        t.start = t.start.max(before);
+                        t.maybe_start = t.maybe_start.max(t.start);
+                        // Made durable before the start was recorded.
+                        t.durable = t.durable.max(before as usize);
+                        ours(first >= t.start && first <= t.reclaimable_below(), || {
+                            format!("{name}: delete_records({before}) gave first {first}")
+                        })?;
+                        self.check_read(name, before.saturating_sub(1))?;
+                        self.check_read(name, before)
+                    }
+                    Err(e) => {
+                        t.maybe_start = t.maybe_start.max(before);
+                        Err(Outcome::Engine(e))
+                    }
+                }
+            }
             Op::OtherDelete { topic } => {
                 let other = self.open_other()?;
                 let result = self.delete_topic(topic, Some(&other));
@@ -1044,6 +1087,12 @@ impl Harness {
     fn first(&self, name: &str) -> Result<u64, Outcome> {
         let info = self.wal().topic_info(name).map_err(Outcome::Engine)?;
         let t = &self.topics[name];
+        ours(info.first_offset >= t.start, || {
+            format!(
+                "{name}: first offset {} below the log start {}",
+                info.first_offset, t.start
+            )
+        })?;
         ours(info.first_offset <= t.reclaimable_below(), || {
             format!(
                 "{name}: first offset {} but groups {:?}",
@@ -1109,6 +1158,18 @@ impl Harness {
             }
             Err(e) => Err(Outcome::Engine(e)),
         }
+        .and_then(|()| {
+            // Below an acknowledged log start nothing is read, whatever else holds.
+            let start = self.topics.get(name).map_or(0, |t| t.start);
+            ours(offset >= start || !self.read_ok(name, offset), || {
+                format!("{name}: read {offset} below the log start {start}")
+            })
+        })
+    }
+
+    /// Whether `Wal::read` returns a record at `offset` of `name` now.
+    fn read_ok(&self, name: &str, offset: u64) -> bool {
+        self.wal().read(name, offset).is_ok()
     }
 
     /// A read-only handle on the live directory reads `name`: exactly the model's records
@@ -1325,6 +1386,14 @@ impl Harness {
                 "{name}: first offset {first} but groups {:?}",
                 t.groups
             );
+            check!(
+                first >= t.start.min(n as u64),
+                "{name}: first offset {first} after reopen, below the log start {}",
+                t.start
+            );
+            // What the open found decides a failed delete_records.
+            t.start = t.start.max(first);
+            t.maybe_start = t.start;
             t.recs = all[..n].to_vec();
             t.maybe.clear();
             // What a writable open recovered is on disk: it survives the next crash.
