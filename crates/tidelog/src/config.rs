@@ -25,6 +25,11 @@ const SYNC_INTERVAL_MAX_MS: u64 = 3_600_000;
 const GROUP_WAIT_MAX_US: u64 = 1_000_000;
 /// Longest wait for disk space (one hour).
 const SPACE_WAIT_MAX_MS: u64 = 3_600_000;
+/// Most threads [`Config::recovery_threads`] may ask for.
+pub const RECOVERY_THREADS_MAX: usize = 64;
+/// Threads a recovery uses by default (`recovery_threads` 0).
+pub const RECOVERY_THREADS_DEFAULT: usize = 8;
+
 /// Default record and batch limit with the ring backend: every batch is one ring entry, and
 /// the ring's block buffers are sized for the largest (see [`RingBackend`]).
 const RING_PAYLOAD_DEFAULT: u64 = 4 * MIB;
@@ -272,6 +277,11 @@ pub struct Config {
     pub exclusive: bool,
     /// Object storage behind the directory (`None`, the default: the directory alone).
     pub tier: Option<TierConfig>,
+    /// Threads an open (or a read-only refresh) uses to check topics and to sync the slots
+    /// of the extents it resumes, several topics at a time. 0 (the default) means 8, also
+    /// on fewer CPUs: recovery mostly waits for the device. 1 takes the topics one by one.
+    /// At most 64.
+    pub recovery_threads: usize,
 }
 
 impl Default for Config {
@@ -297,6 +307,7 @@ impl Default for Config {
             staged_adopt_bytes_min: STAGED_ADOPT_BYTES_DEFAULT,
             exclusive: false,
             tier: None,
+            recovery_threads: 0,
         }
     }
 }
@@ -423,6 +434,18 @@ impl Config {
             None => all,
         }
     }
+    /// Sets [`Config::recovery_threads`].
+    pub fn recovery_threads(mut self, threads: usize) -> Self {
+        self.recovery_threads = threads;
+        self
+    }
+    /// The threads a recovery uses: [`Config::recovery_threads`], or its default.
+    pub fn effective_recovery_threads(&self) -> usize {
+        match self.recovery_threads {
+            0 => RECOVERY_THREADS_DEFAULT,
+            n => n,
+        }
+    }
     /// Sets [`Config::index_interval_bytes`].
     pub fn index_interval_bytes(mut self, bytes: u64) -> Self {
         self.index_interval_bytes = bytes;
@@ -542,8 +565,8 @@ impl Config {
         Ok(())
     }
 
-    /// Checks the record, batch and topic limits: a record within one frame and one file of
-    /// this geometry, a batch within one file, counts within 32 bits.
+    /// Checks the record, batch and topic limits (a record within one frame and one file of
+    /// this geometry, a batch within one file, counts within 32 bits) and recovery's threads.
     fn validate_limits(&self) -> Result<()> {
         let payload_max = self.extent_payload_max().min(format::FRAME_PAYLOAD_MAX);
         let record_max = self.effective_max_record_bytes();
@@ -573,6 +596,14 @@ impl Config {
         }
         if self.max_topics == 0 || self.max_topics > u64::from(u32::MAX) {
             return Err(Error::invalid("max_topics", "must be between 1 and 2^32-1"));
+        }
+        if self.recovery_threads > RECOVERY_THREADS_MAX {
+            return Err(Error::invalid(
+                "recovery_threads",
+                format!(
+                    "must be at most {RECOVERY_THREADS_MAX} (0: the default, {RECOVERY_THREADS_DEFAULT})"
+                ),
+            ));
         }
         Ok(())
     }

@@ -60,6 +60,8 @@ pub mod points {
     pub const LOCK: &str = "lock";
     /// Removing a directory and everything in it (a staged job's files).
     pub const REMOVE_DIR_ALL: &str = "remove_dir_all";
+    /// A read-ahead hint (recovery's pages ahead of its reads).
+    pub const PREFETCH: &str = "prefetch";
 }
 
 /// One entry of a directory listing ([`Storage::read_dir`]).
@@ -165,6 +167,12 @@ pub trait Storage: Send + Sync + fmt::Debug + 'static {
             Err(fs::TryLockError::WouldBlock) => Err(io::ErrorKind::WouldBlock.into()),
             Err(fs::TryLockError::Error(e)) => Err(e),
         }
+    }
+    /// Hints that `[offset, offset + len)` of `file` will be read soon, so the kernel reads
+    /// it into the page cache in the background, many such ranges at once. Only a hint: it
+    /// reads nothing for the caller, and a failure costs only time. The default does nothing.
+    fn prefetch(&self, _file: &File, _path: &Path, _offset: u64, _len: u64) -> io::Result<()> {
+        Ok(())
     }
     /// True when callers may bypass this trait and submit writes on the file descriptor
     /// directly (the ring's io_uring path). Only the real file system says yes, so every
@@ -346,9 +354,35 @@ impl Storage for StdStorage {
         fs::remove_file(path)
     }
 
+    fn prefetch(&self, file: &File, _path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        // One `WILLNEED` reads at most the device's read-ahead window (as little as 128 KiB),
+        // silently dropping the rest: longer ranges go in pieces of that size.
+        const PIECE: u64 = 128 << 10;
+        let end = offset.saturating_add(len);
+        let mut at = offset;
+        while at < end {
+            let piece = PIECE.min(end - at);
+            let (Ok(off), Ok(l)) = (i64::try_from(at), i64::try_from(piece)) else {
+                return Err(io::Error::from_raw_os_error(libc::EFBIG));
+            };
+            let rc = fadvise_willneed(file.as_raw_fd(), off, l);
+            if rc != 0 {
+                return Err(io::Error::from_raw_os_error(rc));
+            }
+            at += piece;
+        }
+        Ok(())
+    }
+
     fn allows_direct_submission(&self) -> bool {
         true
     }
+}
+
+#[expect(unsafe_code, reason = "posix_fadvise has no safe wrapper in std")]
+fn fadvise_willneed(fd: i32, offset: i64, len: i64) -> i32 {
+    // SAFETY: posix_fadvise takes no pointers; an invalid fd only yields EBADF.
+    unsafe { libc::posix_fadvise(fd, offset, len, libc::POSIX_FADV_WILLNEED) }
 }
 
 #[expect(unsafe_code, reason = "fallocate has no safe wrapper in std")]
@@ -609,5 +643,9 @@ impl Storage for FaultStorage {
     fn try_lock(&self, file: &File, path: &Path) -> io::Result<()> {
         self.fail(points::LOCK, path)?;
         StdStorage.try_lock(file, path)
+    }
+    fn prefetch(&self, file: &File, path: &Path, offset: u64, len: u64) -> io::Result<()> {
+        self.fail(points::PREFETCH, path)?;
+        StdStorage.prefetch(file, path, offset, len)
     }
 }

@@ -2,6 +2,7 @@
 //! offset order, sealed ones trusted, the others scanned and their torn tails cut.
 
 use super::*;
+use crate::poison::Recover;
 
 /// What every step of one recovery works with.
 pub(super) struct Recovery<'a> {
@@ -18,6 +19,8 @@ pub(super) struct Recovery<'a> {
     pub(super) track_unsynced: bool,
     /// This open's `index_interval_bytes`.
     pub(super) interval: u64,
+    /// Read-ahead hints for the scans' records.
+    pub(super) ahead: std::sync::Mutex<Ahead<'a>>,
 }
 
 /// Where the extent after the one being placed starts, and whether any later extent
@@ -407,6 +410,10 @@ impl Recovery<'_> {
         max_ts: u64,
         report: &mut RecoveryReport,
     ) -> Scan {
+        self.ahead
+            .lock()
+            .recover()
+            .reach_extent(f.file.seq, f.id.block_index);
         let (count, pos) = block.published();
         let index = if self.known.contains_key(&(f.file.seq, f.id.block_index)) {
             block.index_snapshot()

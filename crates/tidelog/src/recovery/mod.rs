@@ -4,6 +4,8 @@
 //! Cost is one identity and one progress slot per extent, plus a scan of each extent that is
 //! not sealed on disk. Sealed extents are trusted from their progress slot (it is written only
 //! after their data is durable) and their index is loaded from the footer on first seek.
+//! An open hints those pages to the kernel ahead of its reads (`ahead`), and checks topics
+//! on a few threads (`workers`), so a cold open waits for many reads at once.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
@@ -19,12 +21,15 @@ use crate::format::{
 use crate::io::Storage;
 use crate::topic::Tail;
 
+mod ahead;
 mod chain;
 mod scan;
 mod slots;
+mod workers;
 
 pub use slots::{file_retired, mark_topic_deleted};
 
+use ahead::*;
 use chain::*;
 use scan::*;
 use slots::*;
@@ -73,6 +78,45 @@ pub struct RecoveryReport {
     pub ring_records_replayed: u64,
     /// Ring backend: records in the ring that the data files already held.
     pub ring_records_held: u64,
+}
+
+impl RecoveryReport {
+    /// Adds `other`'s counts (a topic's, recovered on another thread).
+    fn add(&mut self, other: &RecoveryReport) {
+        // Every field named: a new one must be added here too.
+        let RecoveryReport {
+            files,
+            extents,
+            sealed_extents,
+            scanned_extents,
+            scanned_bytes,
+            torn_tails,
+            torn_records,
+            records_past_tear,
+            damaged_progress_slots,
+            deleted_remnants,
+            dropped_extents,
+            repaired_from_copies,
+            damaged_commit_copies,
+            ring_records_replayed,
+            ring_records_held,
+        } = other;
+        self.files += files;
+        self.extents += extents;
+        self.sealed_extents += sealed_extents;
+        self.scanned_extents += scanned_extents;
+        self.scanned_bytes += scanned_bytes;
+        self.torn_tails += torn_tails;
+        self.torn_records += torn_records;
+        self.records_past_tear += records_past_tear;
+        self.damaged_progress_slots += damaged_progress_slots;
+        self.deleted_remnants += deleted_remnants;
+        self.dropped_extents += dropped_extents;
+        self.repaired_from_copies += repaired_from_copies;
+        self.damaged_commit_copies += damaged_commit_copies;
+        self.ring_records_replayed += ring_records_replayed;
+        self.ring_records_held += ring_records_held;
+    }
 }
 
 /// One topic as recovered.
@@ -171,7 +215,8 @@ pub struct Scope {
 ///
 /// The steps: list the files, read each one's identity and progress slots, group the
 /// extents by topic, build and check each topic's chain (repairing as it goes when
-/// `writable`), then place the allocator.
+/// `writable`; topics on up to `recovery_threads` threads, the report and the first error as
+/// one by one), then place the allocator.
 #[expect(
     clippy::too_many_arguments,
     reason = "what a recovery reuses and covers, each from its caller's state"
@@ -192,12 +237,16 @@ pub fn recover(
         remove_unfinished(storage, &unfinished)?;
     }
     let map_writable = writable || scope.map_writable;
+    // An open reads ahead (see `ahead`); a refresh, knowing the files, finds what it reads
+    // in the page cache: the writer wrote it.
+    let read_ahead = known_files.is_empty();
     let listing = open_files(
         storage,
         &listed,
         map_writable,
         writable,
         known_files,
+        read_ahead,
         &mut out,
     )?;
     let mut grouped = group_by_topic(listing.found, writable, &mut out.next_topic_id)?;
@@ -206,6 +255,11 @@ pub fn recover(
             .by_topic
             .retain(|_, extents| extents.iter().any(|f| f.id.topic_id == id));
     }
+    let ahead = if read_ahead {
+        scan_ranges(storage, writable, known, published, &grouped)
+    } else {
+        Ahead::none(storage)
+    };
     let recovery = Recovery {
         storage,
         writable,
@@ -213,13 +267,21 @@ pub fn recover(
         published,
         interval: config.index_interval_bytes,
         track_unsynced: map_writable,
+        ahead: std::sync::Mutex::new(ahead),
     };
-    for (name, extents) in std::mem::take(&mut grouped.by_topic) {
-        let topic = recovery.recover_topic(name, extents, &grouped, &mut out.report)?;
+    let threads = config.effective_recovery_threads();
+    let topics: Vec<_> = std::mem::take(&mut grouped.by_topic).into_iter().collect();
+    let recovered = workers::map(topics, threads, "recovery thread", |(name, extents)| {
+        let mut report = RecoveryReport::default();
+        let topic = recovery.recover_topic(name, extents, &grouped, &mut report)?;
+        Ok((topic, report))
+    })?;
+    for (topic, report) in recovered {
+        out.report.add(&report);
         out.topics.extend(topic);
     }
     if writable {
-        resume_in_place(storage, &out.topics)?;
+        resume_in_place(storage, &out.topics, threads)?;
     }
     place_allocation(storage, writable, &listing.used_end, &mut out)?;
     Ok(out)
@@ -233,12 +295,16 @@ pub fn recover(
 /// over the same positions could end right before a frame of the lost ones, which a later
 /// scan reads as records. Each slot is synced on its own: with one msync over the span of
 /// a file's slots, the file's block count moved by a page after the open had read it for
-/// the disk account (`deletion/retention.rs` failed every time; why, not pinned down).
-fn resume_in_place(storage: &dyn Storage, topics: &[RecoveredTopic]) -> Result<()> {
-    for t in topics {
-        let Some(block) = &t.tail.block else {
-            continue;
-        };
+/// the disk account (`deletion/retention.rs` failed every time; probably that msync also
+/// wrote the zero pages the prefault thread dirties ahead of each tail). Slots are synced
+/// on up to `threads` threads at once.
+fn resume_in_place(storage: &dyn Storage, topics: &[RecoveredTopic], threads: usize) -> Result<()> {
+    let resumed: Vec<_> = topics
+        .iter()
+        .filter_map(|t| t.tail.block.as_ref().map(|b| (t, b)))
+        .collect();
+    // Each sync waits for the device (a write and a cache flush): several at once.
+    workers::map(resumed, threads, "recovery thread", |(t, block)| {
         let (count, end) = block.published();
         let progress = Progress {
             state: ProgressState::Open,
@@ -248,8 +314,8 @@ fn resume_in_place(storage: &dyn Storage, topics: &[RecoveredTopic]) -> Result<(
             footer_count: 0,
             footer_crc: 0,
         };
-        block.write_progress(storage, &t.name, &progress)?;
-    }
+        block.write_progress(storage, &t.name, &progress)
+    })?;
     Ok(())
 }
 
@@ -280,14 +346,38 @@ fn open_files(
     writable: bool,
     repair: bool,
     known_files: &BTreeMap<u64, Arc<DataFile>>,
+    read_ahead: bool,
     out: &mut Recovered,
 ) -> Result<Listing> {
     let mut listing = Listing::default();
-    for (seq, path) in listed {
+    // Every file is opened first, so the slots of the files after the one being walked are
+    // read ahead; an error opening one is reported in its turn, as if opened then.
+    let opened: Vec<_> = listed
+        .iter()
+        .map(|(seq, path)| {
+            (
+                *seq,
+                open_listed(storage, *seq, path, writable, known_files),
+            )
+        })
+        .collect();
+    let mut ahead = if read_ahead {
+        let files = opened
+            .iter()
+            .filter_map(|(_, f)| f.as_ref().ok().and_then(Option::as_ref).cloned())
+            .collect();
+        slot_pages(storage, files)
+    } else {
+        Ahead::none(storage)
+    };
+    let mut step = 0;
+    for (seq, file) in opened {
         out.next_seq = out.next_seq.max(seq + 1);
-        let Some(file) = open_listed(storage, *seq, path, writable, known_files)? else {
+        let Some(file) = file? else {
             continue;
         };
+        ahead.reach(step);
+        step += 1;
         out.report.files += 1;
         find_extents(storage, &file, repair, &mut listing, &mut out.report)?;
         out.files.insert(file.seq, file);

@@ -13,6 +13,7 @@ mod fault_injection;
 mod full_disk;
 mod large_records;
 mod panics;
+mod parallel;
 mod recover_corruption;
 mod recover_races;
 mod recover_torn_tail;
