@@ -150,17 +150,28 @@ impl Extent {
             .fetch_max(bytes.min(self.len), Ordering::AcqRel);
     }
 
+    /// Whether the reservation should grow before records reach `end`: less than half of
+    /// [`RESERVE_AHEAD_BYTES`] would be left beyond it (and the extent is not all reserved).
+    /// Growing early keeps the prefault window (which stops at the reservation) ahead of
+    /// the appender.
+    #[inline]
+    pub fn reserve_due(&self, end: u64) -> bool {
+        self.reserved() < end.saturating_add(RESERVE_AHEAD_BYTES / 2).min(self.len)
+    }
+
     /// Makes sure disk space backs the extent's first `end` bytes, reserving up to
-    /// [`RESERVE_AHEAD_BYTES`] beyond them (never past the extent) in one `fallocate`, so
-    /// the next appends find their space reserved. A full disk is `DiskFull`, before
-    /// anything is stored there. No lock but the extent's own reservation lock is held.
+    /// [`RESERVE_AHEAD_BYTES`] beyond them (never past the extent) in one `fallocate` once
+    /// less than half of that is left, so the next appends find their space reserved. A
+    /// full disk is `DiskFull` when `end` itself is not backed, before anything is stored
+    /// there; when only the room ahead is lacking the call succeeds (a later one retries).
+    /// No lock but the extent's own reservation lock is held.
     pub fn ensure_reserved(&self, storage: &dyn Storage, end: u64) -> Result<()> {
-        if end <= self.reserved() {
+        if !self.reserve_due(end) {
             return Ok(());
         }
         let _one = self.reserving.lock().recover();
         let have = self.reserved();
-        if end <= have {
+        if !self.reserve_due(end) {
             return Ok(());
         }
         assert!(end <= self.len, "reservation past the extent");
@@ -172,6 +183,8 @@ impl Extent {
                 self.reserved.fetch_max(target, Ordering::AcqRel);
                 Ok(())
             }
+            // The bytes asked for are backed: only the room ahead is not, for now.
+            Err(_) if end <= have => Ok(()),
             Err(e) if e.raw_os_error() == Some(libc::ENOSPC) => Err(Error::DiskFull {
                 path: path.clone(),
                 requested_bytes: target - have,

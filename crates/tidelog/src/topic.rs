@@ -808,6 +808,7 @@ impl Topic {
         // A ring-fronted append holds `slow` from here to its reservation: its journal write
         // runs with the tail lock released (see below).
         let mut slow = ctx.reserved.map(|_| self.slow_lock());
+        let mut reserved_ahead = false;
         // Reserve: offsets, positions and index entries, under the tail lock.
         let mut tail = loop {
             let tail = self.tail();
@@ -841,17 +842,21 @@ impl Topic {
                 .is_some_and(|b| tail.pos + total <= b.data_limit);
             if fits {
                 // Disk space ahead of the records is reserved in steps, with the tail lock
-                // released (a `fallocate`); then the reservation is looked at again.
+                // released (a `fallocate`); then the reservation is looked at again. Once
+                // tried, only bytes not backed yet make it try again (a disk that is full
+                // ahead but not here lets the append go on).
+                let end = tail.pos + total;
                 let short = tail
                     .block
                     .as_ref()
-                    .filter(|b| tail.pos + total > b.reserved())
-                    .map(|b| (Arc::clone(b), tail.pos + total));
-                let Some((block, end)) = short else {
+                    .filter(|b| b.reserve_due(end) && (!reserved_ahead || end > b.reserved()))
+                    .map(Arc::clone);
+                let Some(block) = short else {
                     break tail;
                 };
                 drop(tail);
                 block.ensure_reserved(ctx.storage, end)?;
+                reserved_ahead = true;
                 continue;
             }
             drop(tail);
