@@ -5,9 +5,9 @@ use std::fmt::Write as _;
 use std::io::Write as _;
 use std::path::Path;
 
-use tidelog::{ReaderOptions, StartPosition, Wal};
+use tidelog::{ReaderOptions, StartPosition};
 
-use crate::log::{committed, open_read_only};
+use crate::log::{committed, open_existing, open_read_only};
 use crate::{Failure, Out, quote, write_err};
 
 /// Where `groups reset` moves a group's cursor.
@@ -153,17 +153,6 @@ pub(crate) fn delete(
     }
     .map_err(write_err)?;
     Ok(0)
-}
-
-/// Opens an existing directory for writing (a missing one is an error, not created).
-fn open_existing(dir: &Path) -> Result<Wal, Failure> {
-    if !dir.is_dir() {
-        return Err(Failure::Usage(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
-    }
-    Ok(Wal::open(dir)?)
 }
 
 /// Microseconds since the Unix epoch of an ISO 8601 date and time:

@@ -113,6 +113,18 @@ enum Command {
         #[arg(long, global = true)]
         json: bool,
     },
+    /// Deletes TOPIC's records below --before, as kafka-delete-records does: its first
+    /// offset moves there for every reader (opens the directory for writing).
+    DeleteRecords {
+        dir: PathBuf,
+        #[arg(long)]
+        topic: String,
+        /// The new first offset (at most the topic's next offset).
+        #[arg(long)]
+        before: u64,
+        #[arg(long)]
+        json: bool,
+    },
     /// Reads every record and checks every checksum; exits 1 naming each corrupt record.
     Verify {
         /// The log directory (or give --ring).
@@ -291,6 +303,12 @@ where
             }) => groups::target(to_offset, to_earliest, to_latest, to_datetime.as_deref())
                 .and_then(|target| groups::reset(&mut out, &dir, &topic, &group, &target, json)),
         },
+        Command::DeleteRecords {
+            dir,
+            topic,
+            before,
+            json,
+        } => log::delete_records(&mut out, &dir, &topic, before, json),
         Command::Verify { dir, ring, json } => match (dir, ring) {
             (_, Some(ring)) => ring::verify(&mut out, &ring, json),
             (Some(dir), None) => log::verify(&mut out, &dir, json),

@@ -12,13 +12,48 @@ use crate::{Failure, Fsync, InputFormat, Out, quote, write_err};
 
 /// Opens `dir` read-only, refusing a missing directory with a clear message.
 pub(crate) fn open_read_only(dir: &Path) -> Result<Wal, Failure> {
-    if !dir.is_dir() {
-        return Err(Failure::Usage(format!(
-            "{} is not a directory",
-            dir.display()
-        )));
-    }
+    existing(dir)?;
     Ok(Wal::open_read_only(dir)?)
+}
+
+/// Opens an existing directory for writing (a missing one is an error, not created).
+pub(crate) fn open_existing(dir: &Path) -> Result<Wal, Failure> {
+    existing(dir)?;
+    Ok(Wal::open(dir)?)
+}
+
+fn existing(dir: &Path) -> Result<(), Failure> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    Err(Failure::Usage(format!(
+        "{} is not a directory",
+        dir.display()
+    )))
+}
+
+/// `tidelog delete-records`, as kafka-delete-records: TOPIC's records below BEFORE go.
+pub(crate) fn delete_records(
+    out: &mut Out<'_>,
+    dir: &Path,
+    topic: &str,
+    before: u64,
+    json: bool,
+) -> Result<u8, Failure> {
+    let wal = open_existing(dir)?;
+    let first = wal.delete_records(topic, before)?;
+    wal.close()?;
+    if json {
+        writeln!(
+            out,
+            "{{\"topic\":{},\"first_offset\":{first}}}",
+            quote(topic)
+        )
+    } else {
+        writeln!(out, "{topic}: records below {first} deleted")
+    }
+    .map_err(write_err)?;
+    Ok(0)
 }
 
 pub(crate) fn produce(

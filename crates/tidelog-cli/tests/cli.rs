@@ -473,3 +473,45 @@ fn dump_shows_headers() {
     );
     assert!(dump.contains("\"headers\":[],"), "{dump}");
 }
+
+#[test]
+fn delete_records_moves_the_first_offset() {
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let dir = dir_arg(&tmp.path().join("log"));
+    let values: String = (0..20).map(|i| format!("v{i}\n")).collect();
+    let out = tidelog(&["produce", &dir, "t", "--fsync", "always"], &values);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let out = tidelog(
+        &["delete-records", &dir, "--topic", "t", "--before", "12"],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "t: records below 12 deleted\n");
+    let out = tidelog(&["consume", &dir, "t", "--from", "earliest"], "");
+    assert_eq!(text(&out.stdout).lines().next(), Some("v12"));
+    let out = tidelog(
+        &[
+            "delete-records",
+            &dir,
+            "--topic",
+            "t",
+            "--before",
+            "5",
+            "--json",
+        ],
+        "",
+    );
+    assert_eq!(text(&out.stdout), "{\"topic\":\"t\",\"first_offset\":12}\n");
+    // Past the end, or an unknown topic: an error naming it, exit status non-zero.
+    let out = tidelog(
+        &["delete-records", &dir, "--topic", "t", "--before", "99"],
+        "",
+    );
+    assert!(!out.status.success());
+    let out = tidelog(
+        &["delete-records", &dir, "--topic", "nope", "--before", "1"],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
+}
