@@ -89,6 +89,39 @@ pub fn newest_slot(bytes: &[u8], path: &Path) -> Result<CursorRecord> {
         })
 }
 
+/// The newest valid slot of every `*.SUFFIX` file in `dir`, with the file's name (none when
+/// `dir` does not exist). A file removed since it was listed (its group or topic deleted by
+/// another process) is skipped; one with no valid slot is `Corruption`.
+pub(crate) fn newest_in_dir(
+    storage: &dyn Storage,
+    dir: &Path,
+    suffix: &str,
+) -> Result<Vec<(String, CursorRecord)>> {
+    let entries = match storage.read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(Error::io("list", dir, e)),
+    };
+    let suffix = format!(".{suffix}");
+    let mut found = Vec::new();
+    for entry in entries {
+        let Ok(name) = entry.name.into_string() else {
+            continue;
+        };
+        if !name.ends_with(&suffix) {
+            continue;
+        }
+        let path = dir.join(&name);
+        let bytes = match storage.read_file(&path) {
+            Ok(bytes) => bytes,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(Error::io("read", &path, e)),
+        };
+        found.push((name, newest_slot(&bytes, &path)?));
+    }
+    Ok(found)
+}
+
 /// Longest file name most Linux filesystems accept.
 const FILE_NAME_MAX: usize = 255;
 
@@ -418,27 +451,7 @@ impl CursorTable {
     /// Registers every group that has committed at least once (a writable open).
     pub fn load_all(&self, storage: &dyn Storage, data_dir: &Path) -> Result<()> {
         let dir = data_dir.join(CURSOR_DIR);
-        let entries = match storage.read_dir(&dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(Error::io("list cursors", &dir, e)),
-        };
-        let suffix = format!(".{CURSOR_SUFFIX}");
-        for entry in entries {
-            let Ok(name) = entry.name.into_string() else {
-                continue;
-            };
-            if !name.ends_with(&suffix) {
-                continue;
-            }
-            let path = dir.join(&name);
-            let bytes = match storage.read_file(&path) {
-                Ok(bytes) => bytes,
-                // Removed since it was listed (another process deleted its group or topic).
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(Error::io("read cursor", &path, e)),
-            };
-            let r = newest_slot(&bytes, &path)?;
+        for (name, r) in newest_in_dir(storage, &dir, CURSOR_SUFFIX)? {
             if cursor_file_name(&r.topic, &r.group) == name {
                 self.get(storage, data_dir, &r.topic, &r.group)?;
             }

@@ -5,7 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::cursor::{CursorFile, newest_slot};
+use crate::cursor::{CursorFile, newest_in_dir};
 use crate::error::{Error, Result};
 use crate::io::Storage;
 
@@ -46,33 +46,14 @@ pub fn advance(storage: &dyn Storage, data_dir: &Path, topic: &str, offset: u64)
 /// which would bring deleted records back).
 pub fn read_all(storage: &dyn Storage, data_dir: &Path) -> Result<Vec<(String, u64)>> {
     let dir = data_dir.join(START_DIR);
-    let entries = match storage.read_dir(&dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
-        Err(e) => return Err(Error::io("list log starts", &dir, e)),
-    };
     let suffix = format!(".{START_SUFFIX}");
-    let mut starts = Vec::new();
-    for entry in entries {
-        let Ok(name) = entry.name.into_string() else {
-            continue;
-        };
-        let Some(topic) = name.strip_suffix(&suffix) else {
-            continue;
-        };
-        let path = dir.join(&name);
-        let bytes = match storage.read_file(&path) {
-            Ok(bytes) => bytes,
-            // Removed since it was listed (its topic was deleted).
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(Error::io("read log start", &path, e)),
-        };
-        let record = newest_slot(&bytes, &path)?;
-        if record.topic == topic && record.group.is_empty() {
-            starts.push((record.topic, record.offset));
-        }
-    }
-    Ok(starts)
+    Ok(newest_in_dir(storage, &dir, START_SUFFIX)?
+        .into_iter()
+        .filter(|(name, r)| {
+            name.strip_suffix(&suffix) == Some(r.topic.as_str()) && r.group.is_empty()
+        })
+        .map(|(_, r)| (r.topic, r.offset))
+        .collect())
 }
 
 /// Removes the log start file of `topic` (its deletion), if there is one.
