@@ -572,6 +572,7 @@ def open(
     local_retention_bytes: int | None = None,
     tier_delete_delay_ms: int | None = 60000,
     tail_upload_ms: int | None = None,
+    recovery_threads: int | None = None,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -610,7 +611,8 @@ def open(
     (`TopicInfo.first_offset` counts them; `local_first_offset` is the disk's).
     `tail_upload_ms`: at most this long after an append its record is in the bucket (open
     extents are ended and uploaded; a short time makes many small objects). A read-only
-    handle has no tier.
+    handle has no tier. `recovery_threads`: topics an open checks at once (default 8, 1: one
+    at a time, at most 64).
     """
 
 @final

@@ -413,11 +413,18 @@ def test_every_documented_option_is_accepted(tmp_path: Path) -> None:
         "space_wait_ms": 10,
         "group_wait_us": 100,
         "group_bytes_max": 1 << 20,
+        "recovery_threads": 2,
     }
     with tidelog.open(tmp_path, **options) as wal:
         assert wal.append("short", b"x") == 0
         assert wal.writer("short").fsync == "always"
         assert wal.append_batch("t", [b"y"] * 100) == range(0, 100)
+    with tidelog.open(tmp_path, recovery_threads=1, readonly=True) as ro:
+        assert ro.topic_info("t").next_offset == 100
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.open(tmp_path, recovery_threads=65)
+    with pytest.raises((OverflowError, TypeError)):
+        tidelog.open(tmp_path, recovery_threads=-1)
 
 
 @pytest.mark.mmap_only(

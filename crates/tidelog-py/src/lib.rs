@@ -63,6 +63,7 @@ use crate::options::OpenOptions;
     local_retention_bytes = None,
     tier_delete_delay_ms = None,
     tail_upload_ms = None,
+    recovery_threads = None,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -72,7 +73,7 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
     staged_adopt_bytes=None, exclusive=False, tier=None, storage_options=None, \
     tier_takeover=False, local_retention_ms=None, local_retention_bytes=None, \
-    tier_delete_delay_ms=60000, tail_upload_ms=None)")]
+    tier_delete_delay_ms=60000, tail_upload_ms=None, recovery_threads=None)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -109,6 +110,7 @@ fn open(
     local_retention_bytes: Option<u64>,
     tier_delete_delay_ms: Option<u64>,
     tail_upload_ms: Option<u64>,
+    recovery_threads: Option<usize>,
 ) -> PyResult<wal::PyWal> {
     let local = (local_retention_ms.is_some() || local_retention_bytes.is_some())
         .then(|| options::retention(local_retention_ms, local_retention_bytes));
@@ -146,6 +148,10 @@ fn open(
     .staged_ttl_ms(staged_ttl_ms)
     .staged_adopt_bytes_min(staged_adopt_bytes_min)
     .exclusive(exclusive);
+    let config = match recovery_threads {
+        Some(threads) => config.recovery_threads(threads),
+        None => config,
+    };
     let config = match tier {
         Some(tier) => config.tier(tier),
         None => config,
