@@ -11,7 +11,7 @@ use tidelog::{Append, ReaderOptions, StartPosition, Wal};
 
 use crate::buffer::InputBytes;
 use crate::call::detached;
-use crate::columns::{Columns, Row, too_large};
+use crate::columns::{Columns, Row, schema, too_large};
 use crate::error::to_py;
 use crate::stream::PyArrowBatch;
 
@@ -162,7 +162,7 @@ fn batch<'py>(
     c: Columns,
 ) -> PyResult<Bound<'py, PyAny>> {
     let batch = c
-        .into_batch(topic)
+        .into_batch(topic, schema())
         .map_err(|e| invalid("data", e.to_string()))?;
     helper.call_method1("record_batch", (PyArrowBatch::new(batch),))
 }

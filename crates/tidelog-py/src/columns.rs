@@ -183,12 +183,12 @@ impl Columns {
     /// full, and the caller continues from this row.
     pub fn push(&mut self, row: &Row<'_>) -> bool {
         let header_bytes = row.headers.map_or(0, |h| h.as_bytes().len());
-        let header_count = row.headers.map_or(0, |h| h.iter().count());
         if !self.values.fits(row.value.len())
             || !self.keys.fits(row.key.map_or(0, <[u8]>::len))
             || !self.header_keys.fits(header_bytes)
             || !self.header_values.fits(header_bytes)
-            || self.header_keys.len + header_count > BINARY_BYTES_MAX
+            // A record holds at most HEADER_COUNT_MAX headers: no parse needed to bound them.
+            || self.header_keys.len + tidelog::HEADER_COUNT_MAX > BINARY_BYTES_MAX
         {
             return false;
         }
@@ -222,8 +222,8 @@ impl Columns {
         self.offsets.len()
     }
 
-    /// The batch of `topic`'s rows.
-    pub fn into_batch(self, topic: &str) -> Result<RecordBatch, ArrowError> {
+    /// The batch of `topic`'s rows, of `schema` (the one [`schema`] returns).
+    pub fn into_batch(self, topic: &str, schema: SchemaRef) -> Result<RecordBatch, ArrowError> {
         let n = self.len();
         let header_struct = StructArray::try_new(
             header_fields(),
@@ -250,7 +250,7 @@ impl Columns {
             Arc::new(self.values.into_binary()?),
             Arc::new(headers),
         ];
-        RecordBatch::try_new(schema(), columns)
+        RecordBatch::try_new(schema, columns)
     }
 }
 
@@ -291,7 +291,7 @@ mod tests {
         for r in &rows {
             assert!(c.push(r));
         }
-        let batch = c.into_batch("t").expect("batch");
+        let batch = c.into_batch("t", schema()).expect("batch");
         assert_eq!(batch.num_rows(), 2);
         let headers = batch
             .column(5)

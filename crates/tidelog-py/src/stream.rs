@@ -81,7 +81,7 @@ impl Iterator for Batches {
             // Nothing more published before the end.
             return None;
         }
-        Some(columns.into_batch(&self.topic))
+        Some(columns.into_batch(&self.topic, Arc::clone(&self.schema)))
     }
 }
 
