@@ -19,6 +19,9 @@ benchmarks measure the same code):
       (per-call rows) and executemany of 1000 rows per transaction (batch rows);
   reads: slicing length-prefixed records out of a plain file with Python, and iterating a
   sqlite SELECT.
+Record formats: tidelog writes record format 2 (batch frames); the rows marked "format 1"
+run the same operations on a log opened with record_format=1 (a 40-byte frame per record,
+the format before), the before/after of the format change in one run.
 A host speed probe (a Python loop calling len()) runs once per round; its spread shows how
 much the (shared, virtual) host drifted during the run.
 
@@ -331,8 +334,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"appends: {n:,} records per repetition", flush=True)
         interval = tidelog.open(root / "interval", fsync="interval")
         never = tidelog.open(root / "never", fsync="never")
+        v1 = tidelog.open(root / "format1", fsync="interval", record_format=1)
         topics = {"wal": interval, "writer": interval, "batch": interval, "arrow": interval}
-        for topic, wal in [*topics.items(), ("never", never)]:
+        topics_v1 = {"batch": v1, "arrow": v1}
+        for topic, wal in [*topics.items(), ("never", never), *topics_v1.items()]:
             wal.append(topic, d.recs[0])
         time.sleep(SETTLE_S)
         try:
@@ -353,6 +358,16 @@ def main(argv: list[str] | None = None) -> int:
                 lambda: tl_append_arrow(interval, "arrow", d),
                 n,
             )
+            batch_v1 = Measure(
+                f"Wal.append_batch, {BATCH}/call, format 1",
+                lambda: tl_append_batch(v1, "batch", d),
+                n,
+            )
+            arrow_in_v1 = Measure(
+                f"Wal.append_arrow, {ARROW_BATCH}/call, format 1",
+                lambda: tl_append_arrow(v1, "arrow", d),
+                n,
+            )
             file_d1 = Measure(
                 f"(a) file write, fdatasync/{BATCH}", lambda: file_append(root, d, True), n
             )
@@ -365,24 +380,28 @@ def main(argv: list[str] | None = None) -> int:
             )
             speed = Measure("host speed probe (Python loop + len())", lambda: probe(d), n)
             appends = [speed, wal_append, file_d1, wal_never, file_d0, writer_append, sql_row]
-            appends += [batch, sql_many, arrow_in]
+            appends += [batch, sql_many, arrow_in, batch_v1, arrow_in_v1]
             rounds(appends)
-            for topic, wal in [*topics.items(), ("never", never)]:
+            for topic, wal in [*topics.items(), ("never", never), *topics_v1.items()]:
                 stored = wal.topic_info(topic).records
                 check(stored == 1 + REPS * n, f"{topic}: {stored} records, expected {1 + REPS * n}")
         finally:
             interval.close()
             never.close()
-        shutil.rmtree(root / "interval")
-        shutil.rmtree(root / "never")
+            v1.close()
+        for name in ["interval", "never", "format1"]:
+            shutil.rmtree(root / name)
 
         # Reads of the same N records, written untimed, all hot in the page cache.
         print(f"reads: {n:,} records per repetition", flush=True)
         reads = tidelog.open(root / "reads")
+        reads_v1 = tidelog.open(root / "reads1", record_format=1)
         try:
-            for b in d.batches:
-                reads.append_batch(TOPIC, b)
-            reads.flush()
+            for log in (reads, reads_v1):
+                for b in d.batches:
+                    log.append_batch(TOPIC, b)
+                log.flush()
+            stored = {f: log.topic_info(TOPIC).bytes for f, log in [(2, reads), (1, reads_v1)]}
             plain = root / "plain-read.log"
             with PlainFile(plain) as f:
                 for b in d.frames:
@@ -404,11 +423,26 @@ def main(argv: list[str] | None = None) -> int:
             scan = Measure(
                 f"Wal.scan (Arrow C stream), {ARROW_BATCH}/batch", lambda: tl_scan(reads, n), n
             )
+            iterate_v1 = Measure(
+                "Reader iteration, format 1", lambda: tl_iterate(reads_v1, n, True), n
+            )
+            arrow_out_v1 = Measure(
+                f"Wal.read_arrow, {ARROW_BATCH}/call, format 1",
+                lambda: tl_read_arrow(reads_v1, n),
+                n,
+            )
+            scan_v1 = Measure(
+                f"Wal.scan (Arrow C stream), {ARROW_BATCH}/batch, format 1",
+                lambda: tl_scan(reads_v1, n),
+                n,
+            )
             file_read = Measure("file read + slicing", lambda: file_iterate(plain, n), n)
             sql_read = Measure("sqlite SELECT iteration", lambda: sqlite_iterate(sql, n), n)
-            rounds([speed, iterate, file_read, iterate_raw, arrow_out, scan, sql_read])
+            reads_all = [speed, iterate, iterate_v1, file_read, iterate_raw, arrow_out]
+            rounds([*reads_all, arrow_out_v1, scan, scan_v1, sql_read])
         finally:
             reads.close()
+            reads_v1.close()
 
     rows: list[tuple[Measure, Measure, int | None]] = [
         (wal_append, file_d1, TARGET_APPEND),
@@ -428,8 +462,14 @@ def main(argv: list[str] | None = None) -> int:
         (arrow_out, file_read, TARGET_ARROW),
         (arrow_out, sql_read, TARGET_ARROW),
         (scan, file_read, TARGET_ARROW),
+        (batch, batch_v1, TARGET_BATCH),
+        (arrow_in, arrow_in_v1, None),
+        (iterate, iterate_v1, TARGET_ITER),
+        (arrow_out, arrow_out_v1, TARGET_ARROW),
+        (scan, scan_v1, TARGET_ARROW),
     ]
     everything = [*appends, iterate, iterate_raw, arrow_out, scan, file_read, sql_read]
+    everything += [iterate_v1, arrow_out_v1, scan_v1]
     drift = max(speed.rates) / min(speed.rates) - 1
     print()
     print(table(rows))
@@ -452,6 +492,10 @@ def main(argv: list[str] | None = None) -> int:
             if drift > 0.25
             else ""
         )
+    )
+    print(
+        f"- disk per {RECORD_BYTES} B record (batches of {BATCH}): "
+        f"{stored[2] / n:.1f} B in record format 2, {stored[1] / n:.1f} B in format 1"
     )
     print()
     print("Repetitions (M records/s):")

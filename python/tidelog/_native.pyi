@@ -573,6 +573,7 @@ def open(
     tier_delete_delay_ms: int | None = 60000,
     tail_upload_ms: int | None = None,
     recovery_threads: int | None = None,
+    record_format: Literal[1, 2] = 2,
 ) -> Wal:
     """Opens (creating if needed) the log directory at `path`.
 
@@ -613,6 +614,10 @@ def open(
     extents are ended and uploaded; a short time makes many small objects). A read-only
     handle has no tier. `recovery_threads`: topics an open checks at once (default 8, 1: one
     at a time, at most 64).
+
+    `record_format`: how the data files this handle creates store records. 2 (the default):
+    one batch frame per append, a few bytes per record; 1: a 40-byte frame per record, which
+    builds before format 2 can read. Every build reads both, in any mix.
     """
 
 @final

@@ -259,7 +259,8 @@ def test_topics_and_topic_info(wal: tidelog.Wal) -> None:
     assert info.first_offset == 0
     assert info.next_offset == 3
     assert info.records == 3
-    assert info.bytes >= 3 * 40  # every frame has a 40-byte header
+    # One batch frame: a 36-byte header, 6 bytes per 1-byte record, padded to 8.
+    assert info.bytes == 56
     assert info.extents >= 1
     assert info.groups == ["g1", "g2"]
     assert wal.topic_info("a").groups == []
@@ -444,3 +445,49 @@ def test_append_handle_waits_for_durability(tmp_path: Path) -> None:
         strict = wal.writer("t", fsync="always").append_async(b"strict")
         assert strict.wait(timeout=5) is True
         assert strict.offset == 1
+
+
+Row = tuple[bytes | None, bytes, list[tuple[str, bytes]]]
+
+
+def _record_format_rows(n: int, first: int) -> list[Row]:
+    return [
+        (
+            f"k{i}".encode() if i % 3 == 0 else None,
+            payload(i, 50 + i % 300),
+            [("i", str(i).encode())] if i % 4 == 0 else [],
+        )
+        for i in range(first, first + n)
+    ]
+
+
+def test_record_formats_mix_in_one_directory(tmp_path: Path) -> None:
+    """A directory written with record_format=1 reads whole, through every read path, after
+    an open that writes format 2 and goes on appending."""
+    rows = _record_format_rows(400, 0) + _record_format_rows(1200, 400)
+    with open_small(tmp_path, record_format=1) as wal:
+        for key, value, headers in rows[:400]:
+            wal.append("t", value, key=key, headers=headers)
+    with open_small(tmp_path) as wal:
+        batch = rows[400:]
+        for i in range(0, len(batch), 100):
+            for key, value, headers in batch[i : i + 100]:
+                wal.append("t", value, key=key, headers=headers)
+            wal.append_batch("u", [v for _, v, _ in batch[i : i + 100]])
+        wal.flush()
+    with open_small(tmp_path) as wal:
+        got = [(r.key, r.value, r.headers) for r in wal.reader("t", start="earliest")]
+        assert got == [(k, v, h) for k, v, h in rows]
+        table = wal.read_arrow("t", 0, len(rows))
+        assert table.column("value").to_pylist() == [v for _, v, _ in rows]
+        assert wal.read("t", 123).value == rows[123][1]
+        assert wal.read("t", 1234).value == rows[1234][1]
+        assert [r.value for r in wal.reader("u", start="earliest")] == [v for _, v, _ in batch]
+
+
+@pytest.mark.parametrize("bad", [0, 3, -1])
+def test_record_format_must_be_1_or_2(tmp_path: Path, bad: int) -> None:
+    with pytest.raises(tidelog.InvalidArgumentError, match="record_format"):
+        tidelog.open(tmp_path, record_format=bad)  # type: ignore[arg-type]
+    with pytest.raises(TypeError):
+        tidelog.open(tmp_path, record_format="2")  # type: ignore[arg-type]

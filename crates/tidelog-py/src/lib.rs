@@ -64,6 +64,7 @@ use crate::options::OpenOptions;
     tier_delete_delay_ms = None,
     tail_upload_ms = None,
     recovery_threads = None,
+    record_format = 2,
 ),
 text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     block_size=None, file_size=None, max_record_bytes=None, max_batch_records=None, \
@@ -73,7 +74,7 @@ text_signature = "(path, *, fsync=None, fsync_interval_ms=200, readonly=False, \
     format=False, staged_ttl_ms=86400000, staged_adopt_bytes_min=4194304, \
     staged_adopt_bytes=None, exclusive=False, tier=None, storage_options=None, \
     tier_takeover=False, local_retention_ms=None, local_retention_bytes=None, \
-    tier_delete_delay_ms=60000, tail_upload_ms=None, recovery_threads=None)")]
+    tier_delete_delay_ms=60000, tail_upload_ms=None, recovery_threads=None, record_format=2)")]
 #[expect(clippy::too_many_arguments, reason = "mirrors Python keyword options")]
 fn open(
     py: Python<'_>,
@@ -111,7 +112,9 @@ fn open(
     tier_delete_delay_ms: Option<u64>,
     tail_upload_ms: Option<u64>,
     recovery_threads: Option<usize>,
+    record_format: i64,
 ) -> PyResult<wal::PyWal> {
+    let record_format = options::record_format(record_format)?;
     let local = (local_retention_ms.is_some() || local_retention_bytes.is_some())
         .then(|| options::retention(local_retention_ms, local_retention_bytes));
     let tier = options::tier(
@@ -148,6 +151,7 @@ fn open(
     .staged_ttl_ms(staged_ttl_ms)
     .staged_adopt_bytes_min(staged_adopt_bytes_min)
     .exclusive(exclusive);
+    let config = config.record_format(record_format);
     let config = match recovery_threads {
         Some(threads) => config.recovery_threads(threads),
         None => config,

@@ -7,7 +7,9 @@ use std::time::{Duration, Instant};
 use pyo3::prelude::*;
 use std::path::PathBuf;
 
-use tidelog::{Config, DirectIo, Durability, IoEngine, Retention, RingBackend, RingConfig};
+use tidelog::{
+    Config, DirectIo, Durability, IoEngine, RecordFormat, Retention, RingBackend, RingConfig,
+};
 
 use crate::error::to_py;
 
@@ -20,6 +22,18 @@ pub fn durability(value: &str) -> PyResult<Durability> {
         _ => Err(to_py(tidelog::Error::InvalidArgument {
             name: "fsync",
             reason: format!("{value:?} is not one of \"interval\", \"always\", \"never\""),
+        })),
+    }
+}
+
+/// Parses `record_format=1|2`.
+pub fn record_format(value: i64) -> PyResult<RecordFormat> {
+    match value {
+        1 => Ok(RecordFormat::V1),
+        2 => Ok(RecordFormat::V2),
+        _ => Err(to_py(tidelog::Error::InvalidArgument {
+            name: "record_format",
+            reason: format!("{value} is not 1 or 2"),
         })),
     }
 }

@@ -53,6 +53,8 @@ pub struct BlockAllocator {
     dir: PathBuf,
     file_size_bytes: u64,
     block_size_bytes: u64,
+    /// Version of the files it creates (`Config::record_format`).
+    file_version: u32,
     state: SpinLock<AllocState>,
     next_seq: AtomicU64,
     /// Serializes file creation, so two threads that both find no spare make one file.
@@ -94,6 +96,7 @@ impl BlockAllocator {
             dir,
             file_size_bytes: config.file_size_bytes,
             block_size_bytes: config.block_size_bytes,
+            file_version: config.record_format.file_version(),
             state: SpinLock::new(AllocState {
                 current,
                 next_block,
@@ -462,6 +465,7 @@ impl BlockAllocator {
             seq,
             self.file_size_bytes,
             self.block_size_bytes,
+            self.file_version,
         )
         .inspect_err(|_| {
             self.disk_bytes
@@ -572,6 +576,7 @@ impl BlockAllocator {
             seq,
             self.file_size_bytes,
             self.block_size_bytes,
+            self.file_version,
         );
         let file = match created {
             Ok(f) => f,

@@ -19,6 +19,8 @@ const GIB: u64 = 1024 * MIB;
 const DEFAULT_PAYLOAD_MAX: u64 = 64 * MIB;
 /// Largest data file: positions inside a file are 32-bit.
 pub const FILE_SIZE_MAX: u64 = 4 * GIB;
+// A batch frame fits its extent, so its `u32` length field can say any batch's length.
+const _: () = assert!(FILE_SIZE_MAX <= u32::MAX as u64 + 1);
 /// Longest background flush period (one hour).
 const SYNC_INTERVAL_MAX_MS: u64 = 3_600_000;
 /// Longest group-commit wait (one second).
@@ -282,6 +284,33 @@ pub struct Config {
     /// on fewer CPUs: recovery mostly waits for the device. 1 takes the topics one by one.
     /// At most 64.
     pub recovery_threads: usize,
+    /// How new data files store records. [`RecordFormat::V2`] (the default) costs less per
+    /// record; [`RecordFormat::V1`] keeps a directory readable by builds before it.
+    pub record_format: RecordFormat,
+}
+
+/// How records are stored in the data files a handle creates (`docs/FORMAT.md`, "Record
+/// frame" and "Batch frame"). Every build since batch frames reads both; an extent keeps
+/// the format of its file, so a directory may hold both.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RecordFormat {
+    /// One 40-byte frame header per record, in data files of version 1.
+    V1,
+    /// One batch frame per append: a header and checksum per batch, a few varint bytes per
+    /// record, in data files of version 3.
+    #[default]
+    V2,
+}
+
+impl RecordFormat {
+    /// The version of the data files that store records this way.
+    pub fn file_version(self) -> u32 {
+        match self {
+            RecordFormat::V1 => crate::format::VERSION_ABSOLUTE,
+            RecordFormat::V2 => crate::format::VERSION_BATCHED,
+        }
+    }
 }
 
 impl Default for Config {
@@ -308,6 +337,7 @@ impl Default for Config {
             exclusive: false,
             tier: None,
             recovery_threads: 0,
+            record_format: RecordFormat::default(),
         }
     }
 }
@@ -434,6 +464,11 @@ impl Config {
             None => all,
         }
     }
+    /// Sets [`Config::record_format`].
+    pub fn record_format(mut self, format: RecordFormat) -> Self {
+        self.record_format = format;
+        self
+    }
     /// Sets [`Config::recovery_threads`].
     pub fn recovery_threads(mut self, threads: usize) -> Self {
         self.recovery_threads = threads;
@@ -499,12 +534,12 @@ impl Config {
     }
 
     /// Largest payload a single extent (a whole file's worth of blocks) can carry, after the
-    /// block header, one frame header and the index footer reserve.
+    /// block header, one record's framing (in either version) and the index footer reserve.
     pub(crate) fn extent_payload_max(&self) -> u64 {
         let extent = self.blocks_per_file() * self.block_size_bytes;
         extent
             .saturating_sub(format::BLOCK_HEADER_BYTES)
-            .saturating_sub(format::FRAME_HEADER_BYTES + format::FRAME_ALIGN)
+            .saturating_sub(crate::batch::RECORD_OVERHEAD_MAX)
             .saturating_sub(format::footer_bytes_max(extent, self.index_interval_bytes))
     }
 

@@ -234,7 +234,13 @@ impl Extent {
         self.file.header.version == format::VERSION_RELATIVE
     }
 
-    /// Decodes (and with `verify`, checks) the frame of `offset` at `position` of `bytes`
+    /// True for an extent of batch frames (`crate::batch`).
+    #[inline]
+    pub fn batched(&self) -> bool {
+        self.file.header.version == format::VERSION_BATCHED
+    }
+
+    /// Decodes (and with `verify`, checks) the record of `offset` at `position` of `bytes`
     /// (this extent's bytes from its start), whatever the extent's frame version.
     #[inline]
     pub fn decode_frame(
@@ -244,6 +250,16 @@ impl Extent {
         offset: u64,
         verify: bool,
     ) -> Result<FrameView, FrameError> {
+        if self.batched() {
+            return crate::batch::decode(
+                bytes,
+                position as usize,
+                self.salt,
+                self.topic_id,
+                offset,
+                verify,
+            );
+        }
         let base = if self.relative() {
             self.first_offset
         } else {
@@ -1243,12 +1259,19 @@ impl Extent {
                 .map
                 .write_header(self.abs(pos), &[0u8; format::FRAME_HEADER]);
             erased_to = pos + format::FRAME_HEADER_BYTES;
-            let magic =
-                u16::from_le_bytes([header[format::FR_MAGIC], header[format::FR_MAGIC + 1]]);
-            let len = u64::from(format::get_u32(&header, format::FR_LEN));
-            if magic != format::FRAME_MAGIC || len < format::FRAME_HEADER_BYTES {
+            let len = if self.batched() {
+                // A batch frame is longer than a version-1 header: zeroing that much of it
+                // never reaches the next frame.
+                crate::batch::frame_span(&header)
+            } else {
+                let magic =
+                    u16::from_le_bytes([header[format::FR_MAGIC], header[format::FR_MAGIC + 1]]);
+                let len = u64::from(format::get_u32(&header, format::FR_LEN));
+                (magic == format::FRAME_MAGIC && len >= format::FRAME_HEADER_BYTES).then_some(len)
+            };
+            let Some(len) = len else {
                 break;
-            }
+            };
             pos += format::align_up(len, format::FRAME_ALIGN);
         }
         if erased_to > from {

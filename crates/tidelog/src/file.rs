@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
 
 use crate::clock;
 use crate::error::{Error, Result};
-use crate::format::{self, FORMAT_VERSION, FileHeader, VERSION_ABSOLUTE};
+use crate::format::{self, FORMAT_VERSION, FileHeader};
 use crate::io::Storage;
 use crate::mmap::Mapping;
 
@@ -201,7 +201,12 @@ impl DataFile {
         seq: u64,
         file_size_bytes: u64,
         block_size_bytes: u64,
+        version: u32,
     ) -> Result<Arc<DataFile>> {
+        debug_assert!(
+            version == format::VERSION_ABSOLUTE || version == format::VERSION_BATCHED,
+            "created files hold a writer's extents"
+        );
         let path = dir.join(data_file_name(seq));
         let tmp = dir.join(format!("{}.{TMP_SUFFIX}", data_file_name(seq)));
         // A leftover of a crash at this very step of an earlier run (the open removes them
@@ -215,7 +220,7 @@ impl DataFile {
             .create_new(&tmp)
             .map_err(|e| Error::io("create data file", &tmp, e))?;
         let header = FileHeader {
-            version: VERSION_ABSOLUTE,
+            version,
             file_seq: seq,
             file_size_bytes,
             block_size_bytes,

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// The unit of mmap alignment, msync and block headers.
 pub const PAGE_BYTES: u64 = 4096;
 /// Newest data-file format version this build reads (file header and identity slots).
-pub const FORMAT_VERSION: u32 = VERSION_RELATIVE;
+pub const FORMAT_VERSION: u32 = VERSION_BATCHED;
 /// Version of the files the allocator creates and of their extents: each frame carries its
 /// topic id and its offset.
 pub const VERSION_ABSOLUTE: u32 = 1;
@@ -20,6 +20,10 @@ pub const VERSION_ABSOLUTE: u32 = 1;
 /// each carries topic id 0 and its index in the extent (the extent's `first_offset` gives
 /// the offset). A file holds extents of its own version only.
 pub const VERSION_RELATIVE: u32 = 2;
+/// Version of the files the allocator creates and of their extents: records are batch
+/// frames (`crate::batch`), which carry the topic id and absolute offsets. Files of version
+/// 1 keep version-1 frames, and a writer that continues one of their extents writes those.
+pub const VERSION_BATCHED: u32 = 3;
 /// Longest topic or group name in bytes.
 pub const TOPIC_NAME_MAX: usize = 249;
 
@@ -701,8 +705,38 @@ pub struct FrameView {
     pub headers: Option<Range<usize>>,
     /// Byte range of the value.
     pub value: Range<usize>,
-    /// Where the next frame starts.
+    /// Where the next record starts.
     pub next_position: usize,
+    /// The bytes whose checksum covers this record: its frame, or its whole batch frame. A
+    /// reader that checked them may decode the next records inside without checking again.
+    pub checked: Range<usize>,
+}
+
+/// The bytes of one extent whose checksum a walker has checked: the records of a batch frame
+/// after its first need no second check (it covers the whole batch).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Checked(Range<usize>);
+
+impl Checked {
+    /// Whether a decode at `position` must check the checksum, given the walker's `verify`.
+    #[inline]
+    pub fn needs(&self, position: u64, verify: bool) -> bool {
+        verify && !self.0.contains(&(position as usize))
+    }
+
+    /// A decode with `verified` returned `view`: its checked bytes join (replace) these.
+    #[inline]
+    pub fn note(&mut self, view: &FrameView, verified: bool) {
+        if verified {
+            self.0 = view.checked.clone();
+        }
+    }
+
+    /// The walker moved to another extent.
+    #[inline]
+    pub fn clear(&mut self) {
+        self.0 = 0..0;
+    }
 }
 
 /// Decodes and fully validates the frame at `position` of `extent` (the extent's bytes),
@@ -777,6 +811,7 @@ pub fn decode_frame(
         headers,
         value: value_start..position + frame_len,
         next_position: position + align_up(frame_len as u64, FRAME_ALIGN) as usize,
+        checked: position..position + frame_len,
     })
 }
 

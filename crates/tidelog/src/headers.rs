@@ -197,28 +197,16 @@ fn split(bytes: &[u8], at: usize) -> Option<(&[u8], &[u8])> {
 }
 
 /// Appends `v` as LEB128.
-fn put_varint(out: &mut Vec<u8>, mut v: u32) {
-    while v >= 0x80 {
-        out.push((v as u8) | 0x80);
-        v >>= 7;
-    }
-    out.push(v as u8);
+fn put_varint(out: &mut Vec<u8>, v: u32) {
+    crate::varint::put(out, u64::from(v));
 }
 
 /// Reads a LEB128 `u32` in its shortest form (so each value has one encoding).
 fn get_varint(bytes: &[u8]) -> std::result::Result<(u32, &[u8]), &'static str> {
-    let mut v: u64 = 0;
-    for (i, &b) in bytes.iter().enumerate().take(VARINT_MAX) {
-        v |= u64::from(b & 0x7F) << (7 * i);
-        if b & 0x80 == 0 {
-            if i > 0 && b == 0 {
-                return Err("header length not in its shortest form");
-            }
-            let v = u32::try_from(v).map_err(|_| "header length overflows")?;
-            return Ok((v, &bytes[i + 1..]));
-        }
-    }
-    Err("header length is cut or too long")
+    let (v, n) = crate::varint::get(bytes)
+        .ok_or("header length is cut, too long or not in its shortest form")?;
+    let v = u32::try_from(v).map_err(|_| "header length overflows")?;
+    Ok((v, &bytes[n..]))
 }
 
 #[cfg(test)]

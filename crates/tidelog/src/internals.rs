@@ -125,6 +125,7 @@ impl ExtentFixture {
             1,
             crate::format::FILE_HEADER_BYTES + u64::from(FIXTURE_BLOCKS) * FIXTURE_BLOCK_BYTES,
             FIXTURE_BLOCK_BYTES,
+            crate::format::VERSION_ABSOLUTE,
         )?;
         if relative && let Some(f) = Arc::get_mut(&mut file) {
             f.header.version = crate::format::VERSION_RELATIVE;

@@ -32,6 +32,7 @@
 #![warn(missing_docs)]
 
 mod alloc;
+pub mod batch;
 mod clock;
 mod config;
 mod cursor;
@@ -68,12 +69,14 @@ mod sync;
 mod tier;
 mod topic;
 mod uring;
+mod varint;
 mod wal;
 
 pub use config::{
     CommitMode, Config, Durability, FILE_SIZE_MAX, RING_CAPACITY_DEFAULT, RING_FILE, ReaderOptions,
-    Retention, RingBackend, SPIN_MAX, STAGED_ADOPT_BYTES_DEFAULT, STAGED_TTL_DEFAULT_MS,
-    StartPosition, TIER_DELETE_DELAY_DEFAULT_MS, TierConfig, Visibility, validate_name,
+    RecordFormat, Retention, RingBackend, SPIN_MAX, STAGED_ADOPT_BYTES_DEFAULT,
+    STAGED_TTL_DEFAULT_MS, StartPosition, TIER_DELETE_DELAY_DEFAULT_MS, TierConfig, Visibility,
+    validate_name,
 };
 pub use error::{Error, Result};
 pub use file::FileState;

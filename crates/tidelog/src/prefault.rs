@@ -107,7 +107,15 @@ mod tests {
     fn populating_keeps_bytes_and_the_thread_drains_then_stops() {
         let dir = tempfile::tempdir().unwrap();
         let block = 64 * 1024;
-        let file = DataFile::create(&StdStorage, dir.path(), 0, 4096 + 4 * block, block).unwrap();
+        let file = DataFile::create(
+            &StdStorage,
+            dir.path(),
+            0,
+            4096 + 4 * block,
+            block,
+            crate::format::VERSION_BATCHED,
+        )
+        .unwrap();
         let at = 4096 + block;
         file.map
             .write_header(usize::try_from(at).unwrap() + 10, b"kept");

@@ -8,7 +8,7 @@ use crate::config::{CommitMode, ReaderOptions, SPIN_MAX, StartPosition, Visibili
 use crate::cursor::CursorFile;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
-use crate::format::FrameView;
+use crate::format::{Checked, FrameView};
 use crate::headers::{HeaderBlock, HeaderIter};
 use crate::reclaim::Reclaimer;
 use crate::status::Status;
@@ -189,6 +189,8 @@ pub struct Reader {
     block: Option<Arc<Extent>>,
     /// Position of `next_offset` in `block`.
     pos: u64,
+    /// Bytes of `block` whose checksum this reader checked.
+    checked: Checked,
     next_offset: u64,
     /// Records returned since the last commit (auto-commit mode).
     uncommitted: u64,
@@ -232,6 +234,7 @@ impl Reader {
             spin: options.spin,
             block: None,
             pos: 0,
+            checked: Checked::default(),
             next_offset: 0,
             uncommitted: 0,
             below: None,
@@ -367,6 +370,7 @@ impl Reader {
             Some((block, pos, offset)) => {
                 self.block = Some(block);
                 self.pos = pos;
+                self.checked.clear();
                 self.next_offset = offset;
             }
             None => {
@@ -448,6 +452,7 @@ impl Reader {
         };
         self.pos = self.topic.position_in(&block, self.next_offset)?;
         self.block = Some(block);
+        self.checked.clear();
         Ok(true)
     }
 
@@ -480,11 +485,13 @@ impl Reader {
                 {
                     return Ok(None);
                 }
+                let check = self.checked.needs(self.pos, verify);
                 let view = block
-                    .frame_at(self.pos, self.next_offset, verify)
+                    .frame_at(self.pos, self.next_offset, check)
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
+                self.checked.note(&view, check);
                 return Ok(Some(view));
             }
             if block
@@ -619,11 +626,13 @@ impl Reader {
                 Visibility::Durable => self.visible_next(),
             };
             while consumed < max_records && self.pos < frames.end() && self.next_offset < limit {
+                let check = self.checked.needs(self.pos, self.verify);
                 let view = frames
-                    .frame_at(self.pos, self.next_offset, self.verify)
+                    .frame_at(self.pos, self.next_offset, check)
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
+                self.checked.note(&view, check);
                 let record =
                     RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
                 if !visit(&record) {

@@ -45,3 +45,15 @@ impl<'a> Append<'a> {
         self.parts().payload_len()
     }
 }
+
+/// `records` as a batch frame encodes them, timestamps defaulting to `now`.
+#[inline]
+pub fn batch_records<'a, 'b>(
+    records: &'b [Append<'a>],
+    now: u64,
+) -> impl Iterator<Item = crate::batch::BatchRecord<'a>> + 'b {
+    records.iter().map(move |r| crate::batch::BatchRecord {
+        parts: r.parts(),
+        timestamp_us: r.timestamp_us.unwrap_or(now),
+    })
+}

@@ -18,6 +18,7 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock, RwLock};
 use std::time::Duration;
 
 use crate::alloc::BlockAllocator;
+use crate::batch::{self, BatchHead};
 use crate::clock::{self, Clock};
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -26,6 +27,7 @@ use crate::format::{self, FrameError, FrameFields, IndexEntry};
 use crate::io::Storage;
 use crate::poison::Recover;
 use crate::prefault::{PREFAULT_AHEAD_BYTES, Prefaulter};
+use crate::record;
 pub use crate::record::Append;
 use crate::ring::RingAppend;
 use crate::shared::{ExtentEnd, NO_EXTENT, Snapshot, TopicSlot, Watch};
@@ -39,6 +41,49 @@ const PUBLISH_YIELDS: u32 = 8;
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 /// How long an append sleeps between looks while a staged job is being published.
 const INGEST_WAIT: Duration = Duration::from_micros(200);
+/// Capacity an appender thread keeps in its encoding buffer between appends.
+const ENCODE_BUF_KEEP_BYTES: usize = 4 << 20;
+
+thread_local! {
+    /// An appender thread's buffer for the batch frame it encodes before one copy into the
+    /// mapping.
+    static ENCODE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
+}
+
+/// Padded bytes an append's records take in an extent of either frame version.
+#[derive(Debug, Clone, Copy)]
+struct FramesLen {
+    /// One version-1 frame per record.
+    frames: u64,
+    /// One batch frame.
+    batch: u64,
+}
+
+impl FramesLen {
+    fn new(records: &[Append<'_>], now: u64) -> FramesLen {
+        FramesLen {
+            frames: records
+                .iter()
+                .map(|r| format::frame_padded_len(r.payload_len()))
+                .sum(),
+            batch: batch::frame_len(record::batch_records(records, now)),
+        }
+    }
+
+    /// The bytes in `block`.
+    fn in_extent(self, block: &Extent) -> u64 {
+        if block.batched() {
+            self.batch
+        } else {
+            self.frames
+        }
+    }
+
+    /// The bytes in whichever extent a roll gets.
+    fn most(self) -> u64 {
+        self.frames.max(self.batch)
+    }
+}
 
 /// Everything an append needs from its `Wal`.
 #[derive(Debug, Clone, Copy)]
@@ -799,10 +844,7 @@ impl Topic {
         } else {
             0
         };
-        let total: u64 = records
-            .iter()
-            .map(|r| format::frame_padded_len(r.payload_len()))
-            .sum();
+        let sizes = FramesLen::new(records, now);
         let interval = ctx.config.index_interval_bytes;
 
         // A ring-fronted append holds `slow` from here to its reservation: its journal write
@@ -839,13 +881,13 @@ impl Topic {
             let fits = tail
                 .block
                 .as_ref()
-                .is_some_and(|b| tail.pos + total <= b.data_limit);
+                .is_some_and(|b| tail.pos + sizes.in_extent(b) <= b.data_limit);
             if fits {
                 // Disk space ahead of the records is reserved in steps, with the tail lock
                 // released (a `fallocate`); then the reservation is looked at again. Once
                 // tried, only bytes not backed yet make it try again (a disk that is full
                 // ahead but not here lets the append go on).
-                let end = tail.pos + total;
+                let end = tail.pos + tail.block.as_ref().map_or(0, |b| sizes.in_extent(b));
                 let short = tail
                     .block
                     .as_ref()
@@ -860,7 +902,7 @@ impl Topic {
                 continue;
             }
             drop(tail);
-            if let Some(tail) = self.roll(ctx, total, &mut slow)? {
+            if let Some(tail) = self.roll(ctx, sizes, &mut slow)? {
                 break tail;
             }
         };
@@ -892,12 +934,16 @@ impl Topic {
             None => None,
         };
         let start_pos = tail.pos;
+        let total = sizes.in_extent(&block);
         let mut pos = start_pos;
         for (i, r) in records.iter().enumerate() {
             tail.max_ts = tail.max_ts.max(r.timestamp_us.unwrap_or(now));
-            if tail
-                .last_index_pos
-                .is_none_or(|last| pos - last >= interval)
+            // A batch frame's records after its first have no index entry of their own.
+            let indexable = i == 0 || !block.batched();
+            if indexable
+                && tail
+                    .last_index_pos
+                    .is_none_or(|last| pos - last >= interval)
             {
                 block.push_index(IndexEntry {
                     offset: first + i as u64,
@@ -906,8 +952,11 @@ impl Topic {
                 });
                 tail.last_index_pos = Some(pos);
             }
-            pos += format::frame_padded_len(r.payload_len());
+            if !block.batched() {
+                pos += format::frame_padded_len(r.payload_len());
+            }
         }
+        pos = start_pos + total;
         // Only lock holders write it, so a plain store suffices.
         block.set_max_timestamp(tail.max_ts);
         tail.pos = pos;
@@ -939,6 +988,20 @@ impl Topic {
             let result = self.write_through(ctx, &block, records, first, now, start_pos, total);
             reserved.publish();
             return result.map(|()| (first..first + n, ring));
+        }
+        if block.batched() {
+            ENCODE_BUF.with_borrow_mut(|buf| {
+                buf.clear();
+                self.encode_frames(&block, records, first, now, buf);
+                debug_assert_eq!(buf.len() as u64, total);
+                block.write_encoded(start_pos, buf);
+                if buf.capacity() > ENCODE_BUF_KEEP_BYTES {
+                    *buf = Vec::new();
+                }
+            });
+            crate::process::crash_point("append-copied");
+            reserved.publish();
+            return Ok((first..first + n, ring));
         }
         let mut pos = start_pos;
         let mut small = [0u8; format::SMALL_FRAME_MAX];
@@ -980,12 +1043,7 @@ impl Topic {
         total: u64,
     ) -> Result<()> {
         let mut buf = Vec::with_capacity(total as usize);
-        for (i, r) in records.iter().enumerate() {
-            let fields = self.frame_fields(records, i, first, now);
-            let at = buf.len();
-            buf.resize(at + format::frame_padded_len(r.payload_len()) as usize, 0);
-            format::encode_frame_into(&mut buf[at..], &fields, block.salt, &r.parts());
-        }
+        self.encode_frames(block, records, first, now, &mut buf);
         debug_assert_eq!(buf.len() as u64, total);
         let file = &block.file;
         let at = block.start + start_pos;
@@ -997,6 +1055,33 @@ impl Topic {
                 ctx.sync.poison(&err);
                 Err(err)
             }
+        }
+    }
+
+    /// Appends the frames of `records` (offsets from `first`) as `block` stores them to
+    /// `buf`: one batch frame, or a frame each.
+    fn encode_frames(
+        &self,
+        block: &Extent,
+        records: &[Append<'_>],
+        first: u64,
+        now: u64,
+        buf: &mut Vec<u8>,
+    ) {
+        if block.batched() {
+            let head = BatchHead {
+                topic_id: self.id,
+                base_offset: first,
+                base_timestamp_us: records[0].timestamp_us.unwrap_or(now),
+            };
+            batch::encode(buf, &head, block.salt, record::batch_records(records, now));
+            return;
+        }
+        for (i, r) in records.iter().enumerate() {
+            let fields = self.frame_fields(records, i, first, now);
+            let at = buf.len();
+            buf.resize(at + format::frame_padded_len(r.payload_len()) as usize, 0);
+            format::encode_frame_into(&mut buf[at..], &fields, block.salt, &r.parts());
         }
     }
 
@@ -1094,7 +1179,7 @@ impl Topic {
     fn roll<'t>(
         &'t self,
         ctx: &Ctx<'_>,
-        need: u64,
+        sizes: FramesLen,
         slow: &mut Option<MutexGuard<'t, ()>>,
     ) -> Result<Option<SpinGuard<'t, Tail>>> {
         let took = slow.is_none();
@@ -1106,7 +1191,7 @@ impl Topic {
             let fits = tail
                 .block
                 .as_ref()
-                .is_some_and(|b| tail.pos + need <= b.data_limit);
+                .is_some_and(|b| tail.pos + sizes.in_extent(b) <= b.data_limit);
             if fits || tail.closed || (tail.ingesting && !ctx.ingest) {
                 drop(tail);
                 if took {
@@ -1128,7 +1213,7 @@ impl Topic {
         let interval = ctx.config.index_interval_bytes;
         let extent = ctx
             .alloc
-            .allocate(ctx.storage, need, interval, ctx.space_wait)?;
+            .allocate(ctx.storage, sizes.most(), interval, ctx.space_wait)?;
         let block = Arc::new(Extent::new(
             extent.file,
             extent.block_index,

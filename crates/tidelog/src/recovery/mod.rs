@@ -50,7 +50,9 @@ pub struct RecoveryReport {
     pub scanned_bytes: u64,
     /// Torn tails cut off (an extent whose scan ended on an invalid or incomplete record).
     pub torn_tails: u64,
-    /// Records dropped from torn tails: the complete records of an incomplete batch.
+    /// Records dropped from torn tails: the complete records of an incomplete batch of
+    /// version-1 frames (a batch frame is checked whole, so none of its records is complete
+    /// on its own).
     pub torn_records: u64,
     /// Valid records found past a torn tail, cut with it: appends that were in flight when
     /// the process died (another appender's copy finished before the torn one's), or damage

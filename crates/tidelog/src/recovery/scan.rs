@@ -1,6 +1,8 @@
 //! Scanning an extent's records: where a scan stands, the batch it is in, where it stops.
 
 use super::*;
+use crate::format::Checked;
+use crate::{batch, varint};
 
 /// Result of scanning an extent's records.
 #[derive(Debug)]
@@ -141,6 +143,7 @@ pub(super) enum Bound {
 /// Scans records of `block` from `at` up to `bound`.
 pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u64) -> Scan {
     let mut batch = OpenBatch::default();
+    let mut checked = Checked::default();
     let stop = loop {
         let offset = block.first_offset + at.count;
         let extent = match bound {
@@ -148,8 +151,12 @@ pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u6
             Bound::Records(records) if at.count >= records => break FrameError::End,
             Bound::Records(_) => frame_prefix(block, at.pos),
         };
-        let view = match block.decode_frame(extent, at.pos, offset, true) {
-            Ok(view) => view,
+        let check = checked.needs(at.pos, true);
+        let view = match block.decode_frame(extent, at.pos, offset, check) {
+            Ok(view) => {
+                checked.note(&view, check);
+                view
+            }
             // Not even a header fits before the limit: the clean end of the extent.
             Err(FrameError::Truncated)
                 if matches!(bound, Bound::Bytes(limit)
@@ -184,6 +191,9 @@ pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u6
 /// The extent's bytes up to the end of the frame at `pos`, as its header gives it (the
 /// header alone when that does not fit).
 fn frame_prefix(block: &Extent, pos: u64) -> &[u8] {
+    if block.batched() {
+        return batch_prefix(block, pos);
+    }
     let head_end = pos + format::FRAME_HEADER_BYTES;
     let head = block.recovery_bytes_at(pos, head_end);
     if (head.len() as u64) < head_end {
@@ -196,12 +206,31 @@ fn frame_prefix(block: &Extent, pos: u64) -> &[u8] {
     )
 }
 
+/// [`frame_prefix`] in an extent of batch frames: up to the end of the batch frame that holds
+/// the record at `pos`.
+fn batch_prefix(block: &Extent, pos: u64) -> &[u8] {
+    let near = block.recovery_bytes_at(pos, pos + 1 + varint::VARINT_MAX as u64);
+    let Some(start) = batch::frame_start(near, pos as usize) else {
+        return near;
+    };
+    let head_end = start as u64 + batch::BATCH_HEADER as u64;
+    let head = block.recovery_bytes_at(pos, head_end.max(pos + 1));
+    let Some(len) = head.get(start..).and_then(batch::frame_span) else {
+        return head;
+    };
+    let end = start as u64 + format::align_up(len, format::FRAME_ALIGN);
+    block.recovery_bytes_at(pos, end.max(pos + 1))
+}
+
 /// Counts the valid records of `block` that lie past `from` (where a scan stopped on a bad
 /// frame), up to `limit`: frames at any 8-byte position that pass every check, with an offset
 /// at or past `next_offset`. Stale bytes never pass (the salt), so a count above zero means
 /// records were written after the bad frame: appends in flight at a crash, or damage.
 pub(super) fn records_past(block: &Extent, limit: u64, from: u64, next_offset: u64) -> u64 {
     let extent = block.recovery_bytes(limit);
+    if block.batched() {
+        return batches_past(block, extent, from, next_offset);
+    }
     let magic = format::FRAME_MAGIC.to_le_bytes();
     let base = if block.relative() {
         block.first_offset
@@ -222,6 +251,30 @@ pub(super) fn records_past(block: &Extent, limit: u64, from: u64, next_offset: u
             Ok(view) if offset >= next_offset => {
                 found += 1;
                 pos = view.next_position;
+            }
+            _ => pos += format::FRAME_ALIGN as usize,
+        }
+    }
+    found
+}
+
+/// [`records_past`] in an extent of batch frames: the records of the batch frames at any
+/// 8-byte position past `from` that pass every check.
+fn batches_past(block: &Extent, extent: &[u8], from: u64, next_offset: u64) -> u64 {
+    let mut found = 0;
+    let mut pos = from as usize + format::FRAME_ALIGN as usize;
+    while pos + batch::BATCH_HEADER <= extent.len() {
+        let head = &extent[pos..pos + batch::BATCH_HEADER];
+        if batch::frame_span(head).is_none() {
+            pos += format::FRAME_ALIGN as usize;
+            continue;
+        }
+        let base = format::get_u64(head, batch::BF_BASE_OFFSET);
+        match block.decode_frame(extent, pos as u64, base, true) {
+            Ok(view) if base >= next_offset => {
+                found += u64::from(view.batch_count);
+                pos = view.checked.end;
+                pos = format::align_up(pos as u64, format::FRAME_ALIGN) as usize;
             }
             _ => pos += format::FRAME_ALIGN as usize,
         }

@@ -41,8 +41,7 @@ const fn record_bytes_max(block_bytes: u64, blocks_max: u32) -> u64 {
     extent
         - format::BLOCK_HEADER_BYTES
         - format::footer_bytes_max(extent, SEGMENT_INDEX_INTERVAL_BYTES)
-        - format::FRAME_HEADER_BYTES
-        - format::FRAME_ALIGN
+        - crate::batch::RECORD_OVERHEAD_MAX
 }
 
 /// A part that [`StagedWriter::finish`] made durable: name it in the commit.

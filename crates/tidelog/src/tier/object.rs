@@ -21,6 +21,8 @@ pub(crate) struct LoadedObject {
     salt: u32,
     /// The topic id its frames carry (0 in relative-offset extents).
     frame_topic_id: u32,
+    /// Its records are batch frames (an extent of data-file version 3).
+    batched: bool,
     /// What its frames' stored offsets are relative to (0: absolute offsets).
     base: u64,
     /// Its index footer, offsets absolute.
@@ -66,6 +68,7 @@ impl LoadedObject {
             bytes,
             salt: identity.salt,
             frame_topic_id: if relative { 0 } else { identity.topic_id },
+            batched: identity.version == format::VERSION_BATCHED,
             base,
             footer,
             verified: false,
@@ -77,9 +80,14 @@ impl LoadedObject {
     /// it, which reports it at its offset.
     pub fn verify_all(&mut self) -> bool {
         let mut position = format::BLOCK_HEADER_BYTES;
+        let mut checked = format::Checked::default();
         for offset in self.object.first_offset..self.object.next_offset() {
-            match self.frame(position, offset, true) {
-                Ok(view) => position = view.next_position as u64,
+            let check = checked.needs(position, true);
+            match self.frame(position, offset, check) {
+                Ok(view) => {
+                    checked.note(&view, check);
+                    position = view.next_position as u64;
+                }
                 Err(_) => return false,
             }
         }
@@ -125,9 +133,12 @@ impl LoadedObject {
         let at = usize::try_from(position).map_err(|_| bad("past the object".into()))?;
         let records = self.records();
         let verify = verify && !self.verified;
-        let mut view =
+        let decoded = if self.batched {
+            crate::batch::decode(records, at, self.salt, self.frame_topic_id, stored, verify)
+        } else {
             format::decode_frame(records, at, self.salt, self.frame_topic_id, stored, verify)
-                .map_err(|e| bad(e.describe().into()))?;
+        };
+        let mut view = decoded.map_err(|e| bad(e.describe().into()))?;
         view.offset = offset;
         Ok(view)
     }

@@ -292,9 +292,14 @@ impl RemoteReader {
             };
             let stop = loaded.object.next_offset().min(end);
             let mut stopped = false;
+            let mut checked = crate::format::Checked::default();
             while consumed < max_records && self.next_offset < stop {
-                let view = match loaded.frame(position, self.next_offset, self.verify) {
-                    Ok(view) => view,
+                let check = checked.needs(position, self.verify);
+                let view = match loaded.frame(position, self.next_offset, check) {
+                    Ok(view) => {
+                        checked.note(&view, check);
+                        view
+                    }
                     Err(e) => {
                         self.current = Some((loaded, position));
                         return Err(e);

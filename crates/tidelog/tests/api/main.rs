@@ -22,6 +22,7 @@ mod locking;
 mod many_topics;
 mod processes;
 mod read_only;
+mod record_format;
 mod reopen;
 mod reservation;
 mod round_trip;

@@ -242,7 +242,16 @@ fn seek_time_finds_early_extent_when_later_extent_has_older_timestamps() {
     let room = common::BLOCK
         - format::footer_bytes_max(common::BLOCK, small().index_interval_bytes)
         - format::BLOCK_HEADER_BYTES;
-    let first_extent = room / format::frame_padded_len(LEN);
+    let value = vec![0u8; LEN as usize];
+    let one = tidelog::batch::BatchRecord {
+        parts: format::FrameParts {
+            key: None,
+            headers: None,
+            value: &value,
+        },
+        timestamp_us: 0,
+    };
+    let first_extent = room / tidelog::batch::frame_len(std::iter::once(one));
 
     let dir = tempdir();
     let wal = Wal::open_with(dir.path(), small()).expect("open");

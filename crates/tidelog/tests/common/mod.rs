@@ -96,15 +96,15 @@ pub struct FrameLoc {
     pub frame_len: u64,
     pub offset: u64,
     pub key_len: u64,
-    /// Bytes between the key and the value: the headers' length and entries (0: none).
-    pub headers_bytes: u64,
+    /// File position of the value's first byte.
+    pub value_at: u64,
     pub batch_count: u32,
 }
 
 impl FrameLoc {
     /// File position of the value's first byte.
     pub fn value_pos(&self) -> u64 {
-        self.pos + format::FRAME_HEADER_BYTES + self.key_len + self.headers_bytes
+        self.value_at
     }
     pub fn end(&self) -> u64 {
         self.pos + self.frame_len
@@ -155,6 +155,10 @@ pub fn frames(dir: &Path) -> Vec<FrameLoc> {
     let mut out = Vec::new();
     for ext in extents(dir) {
         let bytes = std::fs::read(&ext.file).unwrap();
+        if ext.id.version == format::VERSION_BATCHED {
+            out.extend(batched_frames(&ext, &bytes));
+            continue;
+        }
         let mut pos = ext.start + format::BLOCK_HEADER_BYTES;
         while pos + format::FRAME_HEADER_BYTES <= ext.start + ext.len {
             let h = &bytes[pos as usize..pos as usize + format::FRAME_HEADER];
@@ -178,11 +182,39 @@ pub fn frames(dir: &Path) -> Vec<FrameLoc> {
                 frame_len,
                 offset: format::get_u64(h, format::FR_OFFSET),
                 key_len,
-                headers_bytes,
+                value_at: pos + format::FRAME_HEADER_BYTES + key_len + headers_bytes,
                 batch_count: format::get_u32(h, format::FR_BATCH_COUNT),
             });
             pos += format::align_up(frame_len, format::FRAME_ALIGN);
         }
+    }
+    out
+}
+
+/// The records of an extent of batch frames (`ext`, in its file's `bytes`), walked with the
+/// engine's decoder, checksums unchecked: a record's "frame" is its bytes in its batch frame
+/// (the batch header with its first entry, or its entry).
+fn batched_frames(ext: &ExtentLoc, bytes: &[u8]) -> Vec<FrameLoc> {
+    let extent = &bytes[ext.start as usize..(ext.start + ext.len) as usize];
+    let mut out = Vec::new();
+    let mut pos = format::BLOCK_HEADER_BYTES as usize;
+    let mut offset = ext.id.first_offset;
+    while let Ok(v) =
+        tidelog::batch::decode(extent, pos, ext.id.salt, ext.id.topic_id, offset, false)
+    {
+        let at = |p: usize| ext.start + p as u64;
+        out.push(FrameLoc {
+            file: ext.file.clone(),
+            topic: ext.id.topic.clone(),
+            pos: at(pos),
+            frame_len: (v.value.end - pos) as u64,
+            offset,
+            key_len: v.key.as_ref().map_or(0, |k| k.len() as u64),
+            value_at: at(v.value.start),
+            batch_count: v.batch_count,
+        });
+        pos = v.next_position;
+        offset += 1;
     }
     out
 }

@@ -41,8 +41,17 @@ const BLOCKS_PER_FILE: u32 = 8;
 const FILE_BYTES: u64 = 4096 + 8 * 64 * 1024;
 use crate::common::DELETE_DEADLINE as DEADLINE;
 
+/// Bytes a single append of the record takes: a batch frame of one.
 fn padded(topic: &str, offset: u64) -> u64 {
-    format::frame_padded_len(topic_value(topic, offset).len() as u64)
+    let value = topic_value(topic, offset);
+    tidelog::batch::frame_len(std::iter::once(tidelog::batch::BatchRecord {
+        parts: format::FrameParts {
+            key: None,
+            headers: None,
+            value: &value,
+        },
+        timestamp_us: 0,
+    }))
 }
 
 fn retained() -> Config {

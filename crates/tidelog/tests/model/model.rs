@@ -26,7 +26,8 @@ use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use tidelog::io::{DirEntry, Fault, FaultStorage, Mapping, Storage, points};
 use tidelog::{
-    Append, Config, Durability, Error, HeaderBlock, Headers, ReaderOptions, StartPosition, Wal,
+    Append, Config, Durability, Error, HeaderBlock, Headers, ReaderOptions, RecordFormat,
+    StartPosition, Wal,
 };
 
 const PAGE: usize = 4096;
@@ -512,6 +513,9 @@ impl TopicModel {
 struct Harness {
     base: PathBuf,
     generation: u32,
+    /// Opens since the first: every other one writes version-1 frames, so the directory
+    /// holds both record formats.
+    opens: u32,
     dir: PathBuf,
     storage: Arc<CrashStorage>,
     wal: Option<Wal>,
@@ -570,6 +574,7 @@ impl Harness {
         Harness {
             base: base.to_owned(),
             generation: 0,
+            opens: 0,
             dir,
             storage,
             wal: Some(wal),
@@ -970,7 +975,7 @@ impl Harness {
     fn open_other(&self) -> Result<Wal, Outcome> {
         Wal::open_with_storage(
             &self.dir,
-            config(self.interval_ms),
+            self.config(),
             self.storage.clone() as Arc<dyn Storage>,
         )
         .map_err(|e| Outcome::Fail(fail(format!("a second handle failed to open: {e}"))))
@@ -1240,6 +1245,16 @@ impl Harness {
         })
     }
 
+    /// The configuration of the next open: [`config`], in the record format of its turn.
+    fn config(&self) -> Config {
+        let format = if self.opens % 2 == 1 {
+            RecordFormat::V1
+        } else {
+            RecordFormat::V2
+        };
+        config(self.interval_ms).record_format(format)
+    }
+
     /// Power loss: the durable image goes to a new directory, a fresh `Wal` opens there.
     fn crash(&mut self, torn: Option<u64>) -> Result<(), TestCaseError> {
         self.generation += 1;
@@ -1280,9 +1295,10 @@ impl Harness {
     fn open_and_check(&mut self) -> Result<(), TestCaseError> {
         self.faulted = false;
         self.pending_fault = None;
+        self.opens += 1;
         let wal = Wal::open_with_storage(
             &self.dir,
-            config(self.interval_ms),
+            self.config(),
             self.storage.clone() as Arc<dyn Storage>,
         )
         .map_err(|e| fail(format!("reopen failed: {e}")))?;

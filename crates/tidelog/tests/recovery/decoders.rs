@@ -1873,3 +1873,167 @@ proptest! {
         prop_assert_eq!(got, Some(batch));
     }
 }
+
+// ---- Batch frames: tidelog::batch. ------------------------------------------------------------
+
+/// One record of a [`BatchCase`]: key, encoded header entries, value, timestamp.
+type BatchRecordCase = (Option<Vec<u8>>, Option<Vec<u8>>, Vec<u8>, u64);
+
+#[derive(Debug, Clone)]
+struct BatchCase {
+    topic_id: u32,
+    base_offset: u64,
+    salt: u32,
+    /// Bytes before the frame in the slice it is decoded from.
+    position: usize,
+    records: Vec<BatchRecordCase>,
+}
+
+fn batch_case() -> impl Strategy<Value = BatchCase> {
+    let record = (
+        proptest::option::of(proptest::collection::vec(any::<u8>(), 0..24)),
+        header_pairs(),
+        proptest::collection::vec(any::<u8>(), 0..300),
+        any::<u64>(),
+    )
+        .prop_map(|(key, pairs, value, ts)| (key, encode_headers(&pairs), value, ts));
+    (
+        any::<u32>(),
+        0..u64::MAX - 64,
+        any::<u32>(),
+        0usize..24,
+        proptest::collection::vec(record, 1..12),
+    )
+        .prop_map(
+            |(topic_id, base_offset, salt, position, records)| BatchCase {
+                topic_id,
+                base_offset,
+                salt,
+                position,
+                records,
+            },
+        )
+}
+
+impl BatchCase {
+    fn records(&self) -> impl Iterator<Item = tidelog::batch::BatchRecord<'_>> + '_ {
+        self.records
+            .iter()
+            .map(|(k, h, v, ts)| tidelog::batch::BatchRecord {
+                parts: format::FrameParts {
+                    key: k.as_deref(),
+                    headers: h.as_deref(),
+                    value: v,
+                },
+                timestamp_us: *ts,
+            })
+    }
+
+    /// The frame after `position` bytes of 0xEE, then 64 zero bytes (the end of the log).
+    fn encode(&self) -> Vec<u8> {
+        let mut out = vec![0xEE; self.position];
+        let head = tidelog::batch::BatchHead {
+            topic_id: self.topic_id,
+            base_offset: self.base_offset,
+            base_timestamp_us: self.records[0].3,
+        };
+        let n = tidelog::batch::encode(&mut out, &head, self.salt, self.records());
+        assert_eq!(n as u64, tidelog::batch::frame_len(self.records()));
+        out.resize(out.len() + 64, 0);
+        out
+    }
+
+    /// Every record from the frame's start, then the end; the first error otherwise.
+    fn walk(&self, b: &[u8], verify: bool) -> Result<Vec<format::FrameView>, format::FrameError> {
+        let mut pos = self.position;
+        let mut out = Vec::new();
+        loop {
+            let offset = self.base_offset + out.len() as u64;
+            match tidelog::batch::decode(b, pos, self.salt, self.topic_id, offset, verify) {
+                Err(format::FrameError::End) => return Ok(out),
+                Err(e) => return Err(e),
+                Ok(v) => {
+                    pos = v.next_position;
+                    out.push(v);
+                }
+            }
+        }
+    }
+}
+
+/// A record decoded from a batch frame stays inside the frame, its parts in order.
+fn check_batch_view(b: &[u8], v: &format::FrameView) -> Result<(), TestCaseError> {
+    prop_assert!(v.checked.end <= b.len());
+    let mut at = v.checked.start;
+    for part in [&v.key, &v.headers, &Some(v.value.clone())]
+        .into_iter()
+        .flatten()
+    {
+        prop_assert!(at <= part.start && part.start <= part.end && part.end <= v.checked.end);
+        at = part.end;
+    }
+    if let Some(h) = &v.headers {
+        prop_assert!(tidelog::HeaderBlock::parse(&b[h.clone()]).is_ok());
+    }
+    prop_assert!(v.next_position >= v.value.end);
+    Ok(())
+}
+
+proptest! {
+    #![proptest_config(config(1))]
+
+    #[test]
+    fn batch_round_trips_from_every_record_position(c in batch_case()) {
+        let b = c.encode();
+        let views = c.walk(&b, true).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        prop_assert_eq!(views.len(), c.records.len());
+        for (i, (v, (k, h, val, ts))) in views.iter().zip(&c.records).enumerate() {
+            check_batch_view(&b, v)?;
+            prop_assert_eq!(v.offset, c.base_offset + i as u64);
+            prop_assert_eq!(v.timestamp_us, *ts);
+            prop_assert_eq!(v.key.clone().map(|r| b[r].to_vec()), k.clone());
+            prop_assert_eq!(v.headers.clone().map(|r| b[r].to_vec()), h.clone());
+            prop_assert_eq!(&b[v.value.clone()], &val[..]);
+            prop_assert_eq!(v.batch_count, if i == 0 { c.records.len() as u32 } else { 0 });
+        }
+        // Each record position decodes on its own, checksum and all.
+        let mut pos = c.position;
+        for (i, v) in views.iter().enumerate() {
+            let offset = c.base_offset + i as u64;
+            let alone = tidelog::batch::decode(&b, pos, c.salt, c.topic_id, offset, true);
+            prop_assert_eq!(alone.as_ref(), Ok(v));
+            pos = v.next_position;
+        }
+    }
+
+    #[test]
+    fn batch_rejects_every_changed_byte(c in batch_case(), at in any::<usize>(), mask in 1u8..) {
+        let b = c.encode();
+        let first = c.walk(&b, true).map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+        let checked = first[0].checked.clone();
+        let i = checked.start + at % checked.len();
+        let mut bad = b.clone();
+        bad[i] ^= mask;
+        prop_assert!(c.walk(&bad, true).is_err(), "byte {} changed, accepted", i);
+        // Unchecked decoding stays inside the bytes whatever it reads.
+        if let Ok(views) = c.walk(&bad, false) {
+            for v in &views {
+                check_batch_view(&bad, v)?;
+            }
+        }
+    }
+
+    #[test]
+    fn batch_takes_any_bytes(
+        b in proptest::collection::vec(any::<u8>(), 0..200),
+        position in prop_oneof![0usize..220, Just(usize::MAX)],
+        salt in any::<u32>(),
+        topic_id in any::<u32>(),
+        offset in any::<u64>(),
+        verify in any::<bool>(),
+    ) {
+        if let Ok(v) = tidelog::batch::decode(&b, position, salt, topic_id, offset, verify) {
+            check_batch_view(&b, &v)?;
+        }
+    }
+}

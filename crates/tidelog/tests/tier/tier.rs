@@ -135,18 +135,24 @@ fn check_bucket(bucket: &Path, topic: &str, next: u64) {
         let bytes = std::fs::read(bucket.join(&add.key)).unwrap();
         assert_eq!(bytes.len() as u64, add.bytes);
         assert_eq!(&bytes[..8], b"TDLBLOCK");
-        // The frames, from the records' start to the footer.
+        // The records (batch frames), from the records' start to the footer, checked.
+        let identity = tidelog::format::BlockIdentity::decode(&bytes).expect("identity");
+        assert_eq!(identity.version, tidelog::format::VERSION_BATCHED);
+        let records = &bytes[..add.footer_position as usize];
         let mut pos = 4096usize;
         let mut offset = add.first;
-        while (pos as u64) < add.footer_position {
-            let frame_len = u32::from_le_bytes(bytes[pos + 8..pos + 12].try_into().unwrap());
-            let at = u64::from_le_bytes(bytes[pos + 16..pos + 24].try_into().unwrap());
-            assert_eq!(at, offset);
-            let crc = u32::from_le_bytes(bytes[pos..pos + 4].try_into().unwrap());
-            assert_ne!(crc, 0);
-            let value = &bytes[pos + 40..pos + frame_len as usize];
-            assert_eq!(value, value_of(topic, offset).as_slice());
-            pos += (frame_len as usize).div_ceil(8) * 8;
+        while pos < records.len() {
+            let view = tidelog::batch::decode(
+                records,
+                pos,
+                identity.salt,
+                identity.topic_id,
+                offset,
+                true,
+            )
+            .unwrap_or_else(|e| panic!("offset {offset} at {pos}: {e:?}"));
+            assert_eq!(&records[view.value], value_of(topic, offset).as_slice());
+            pos = view.next_position;
             offset += 1;
         }
         assert_eq!(offset, add.first + add.records);

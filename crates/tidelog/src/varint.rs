@@ -1,0 +1,97 @@
+//! LEB128 integers in their shortest form, so each value has exactly one encoding (a
+//! checksum then covers one byte string per value).
+
+/// Longest LEB128 encoding of a `u64`.
+pub const VARINT_MAX: usize = 10;
+
+/// Appends `v` as LEB128.
+#[inline]
+pub fn put(out: &mut Vec<u8>, mut v: u64) {
+    while v >= 0x80 {
+        out.push((v as u8) | 0x80);
+        v >>= 7;
+    }
+    out.push(v as u8);
+}
+
+/// Bytes [`put`] writes for `v`.
+#[inline]
+pub const fn len(v: u64) -> usize {
+    let bits = 64 - (v | 1).leading_zeros() as usize;
+    bits.div_ceil(7)
+}
+
+/// Reads the LEB128 integer at the start of `bytes`: its value and length. `None` when cut,
+/// longer than [`VARINT_MAX`], past 64 bits or not in its shortest form.
+#[inline]
+pub fn get(bytes: &[u8]) -> Option<(u64, usize)> {
+    let mut v: u64 = 0;
+    for (i, &b) in bytes.iter().enumerate().take(VARINT_MAX) {
+        let low = u64::from(b & 0x7F);
+        if i == VARINT_MAX - 1 && low > 1 {
+            return None;
+        }
+        v |= low << (7 * i);
+        if b & 0x80 == 0 {
+            if i > 0 && b == 0 {
+                return None;
+            }
+            return Some((v, i + 1));
+        }
+    }
+    None
+}
+
+/// Maps a signed value to an unsigned one, small magnitudes to small numbers.
+#[inline]
+pub const fn zigzag(v: i64) -> u64 {
+    ((v << 1) ^ (v >> 63)) as u64
+}
+
+/// Inverse of [`zigzag`].
+#[inline]
+pub const fn unzigzag(v: u64) -> i64 {
+    ((v >> 1) as i64) ^ -((v & 1) as i64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn round_trip_and_lengths() {
+        for v in [
+            0,
+            1,
+            127,
+            128,
+            16_383,
+            16_384,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            let mut b = Vec::new();
+            put(&mut b, v);
+            assert_eq!(b.len(), len(v), "{v}");
+            assert_eq!(get(&b), Some((v, b.len())), "{v}");
+            assert!(get(&b[..b.len() - 1]).is_none(), "cut {v}");
+        }
+        for v in [0i64, 1, -1, 63, -64, i64::MAX, i64::MIN] {
+            assert_eq!(unzigzag(zigzag(v)), v);
+        }
+        assert_eq!(zigzag(-1), 1);
+        assert_eq!(zigzag(1), 2);
+    }
+
+    #[test]
+    fn only_the_shortest_form_reads() {
+        assert_eq!(get(&[0x80, 0x00]), None);
+        assert_eq!(get(&[0x81, 0x00]), None);
+        assert_eq!(get(&[0xFF; 11]), None);
+        // 2^64 does not fit.
+        let mut over = [0xFF; 10];
+        over[9] = 0x02;
+        assert_eq!(get(&over), None);
+    }
+}
