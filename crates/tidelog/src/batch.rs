@@ -110,19 +110,22 @@ fn ts_delta(timestamp_us: u64, base_us: u64) -> u64 {
     varint::zigzag(timestamp_us.wrapping_sub(base_us) as i64)
 }
 
-/// Appends the batch frame of `records` (header, entries, zero padding) to `out`,
-/// checksummed with the extent's `salt`; returns its padded length.
+/// Encodes the batch frame of `records` (header, entries, zero padding) into `out`, which is
+/// exactly its padded length ([`frame_len`] of the same records), checksummed with the
+/// extent's `salt`. Panics when `out` is not that length.
 pub fn encode<'a>(
-    out: &mut Vec<u8>,
+    out: &mut [u8],
     head: &BatchHead,
     salt: u32,
     records: impl Iterator<Item = BatchRecord<'a>>,
-) -> usize {
-    let start = out.len();
-    out.resize(start + BATCH_HEADER, 0);
+) {
+    let mut w = SliceWriter {
+        out: &mut *out,
+        at: BATCH_HEADER,
+    };
     let mut count: u32 = 0;
     for r in records {
-        let at = (out.len() - start) as u64;
+        let at = w.at as u64;
         let mut marker = ENTRY_MARKER;
         if r.parts.key.is_some() {
             marker |= FLAG_KEY;
@@ -130,36 +133,67 @@ pub fn encode<'a>(
         if r.parts.headers.is_some() {
             marker |= FLAG_HEADERS;
         }
-        out.push(marker);
-        varint::put(out, at);
-        varint::put(out, u64::from(count));
-        varint::put(out, ts_delta(r.timestamp_us, head.base_timestamp_us));
+        w.byte(marker);
+        w.varint(at);
+        w.varint(u64::from(count));
+        w.varint(ts_delta(r.timestamp_us, head.base_timestamp_us));
         for part in [r.parts.key, r.parts.headers, Some(r.parts.value)]
             .into_iter()
             .flatten()
         {
-            varint::put(out, part.len() as u64);
-            out.extend_from_slice(part);
+            w.varint(part.len() as u64);
+            w.bytes(part);
         }
         count += 1;
     }
+    let len = w.at;
     assert!(count > 0, "a batch has records");
-    let len = out.len() - start;
+    assert_eq!(
+        format::align_up(len as u64, FRAME_ALIGN),
+        out.len() as u64,
+        "the frame fills `out` to its padding"
+    );
     let len_u32 = u32::try_from(len).expect("a batch frame fits its extent, below 4 GiB");
-    let frame = &mut out[start..];
-    frame[BF_MAGIC..BF_VERSION].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
-    frame[BF_VERSION] = BATCH_VERSION;
-    frame[BF_FLAGS] = 0;
-    put_u32(frame, BF_LEN, len_u32);
-    put_u32(frame, BF_TOPIC_ID, head.topic_id);
-    put_u32(frame, BF_COUNT, count);
-    put_u64(frame, BF_BASE_OFFSET, head.base_offset);
-    put_u64(frame, BF_BASE_TIMESTAMP, head.base_timestamp_us);
-    let crc = checksum(frame, salt);
-    put_u32(frame, BF_CRC, crc);
-    let padded = format::align_up(len as u64, FRAME_ALIGN) as usize;
-    out.resize(start + padded, 0);
-    padded
+    out[len..].fill(0);
+    out[BF_MAGIC..BF_VERSION].copy_from_slice(&BATCH_MAGIC.to_le_bytes());
+    out[BF_VERSION] = BATCH_VERSION;
+    out[BF_FLAGS] = 0;
+    put_u32(out, BF_LEN, len_u32);
+    put_u32(out, BF_TOPIC_ID, head.topic_id);
+    put_u32(out, BF_COUNT, count);
+    put_u64(out, BF_BASE_OFFSET, head.base_offset);
+    put_u64(out, BF_BASE_TIMESTAMP, head.base_timestamp_us);
+    let crc = checksum(&out[..len], salt);
+    put_u32(out, BF_CRC, crc);
+}
+
+/// Writes bytes one after another into a slice sized for them.
+struct SliceWriter<'a> {
+    out: &'a mut [u8],
+    at: usize,
+}
+
+impl SliceWriter<'_> {
+    #[inline]
+    fn byte(&mut self, b: u8) {
+        self.out[self.at] = b;
+        self.at += 1;
+    }
+
+    #[inline]
+    fn varint(&mut self, mut v: u64) {
+        while v >= 0x80 {
+            self.byte((v as u8) | 0x80);
+            v >>= 7;
+        }
+        self.byte(v as u8);
+    }
+
+    #[inline]
+    fn bytes(&mut self, b: &[u8]) {
+        self.out[self.at..self.at + b.len()].copy_from_slice(b);
+        self.at += b.len();
+    }
 }
 
 /// CRC-32 of a batch frame (`frame`: exactly its bytes, padding excluded) seeded with the
@@ -183,10 +217,11 @@ pub fn decode(
     verify: bool,
 ) -> Result<FrameView, FrameError> {
     let first = *extent.get(position).ok_or(FrameError::Truncated)?;
-    let (start, entry) = if first == BATCH_MAGIC as u8 {
-        (position, position + BATCH_HEADER)
+    // Where the frame starts, the entry, and the length of its `back` when read already.
+    let (start, entry, back_len) = if first == BATCH_MAGIC as u8 {
+        (position, position + BATCH_HEADER, None)
     } else if first & !FLAGS_KNOWN == ENTRY_MARKER {
-        let (back, _) = extent
+        let (back, back_len) = extent
             .get(position + 1..)
             .and_then(varint::get)
             .ok_or(FrameError::BadLength)?;
@@ -196,7 +231,7 @@ pub fn decode(
             return Err(FrameError::BadLength);
         }
         let start = position.checked_sub(back).ok_or(FrameError::BadLength)?;
-        (start, position)
+        (start, position, Some(back_len))
     } else {
         let window = extent
             .get(position..position + BATCH_HEADER)
@@ -211,7 +246,7 @@ pub fn decode(
     if get_u32(frame, BF_TOPIC_ID) != topic_id {
         return Err(FrameError::WrongTopic);
     }
-    let entry = Entry::parse(frame, entry - start)?;
+    let entry = Entry::parse(frame, entry - start, back_len)?;
     let count = u64::from(get_u32(frame, BF_COUNT));
     let first_of_batch = position == start;
     if entry.index >= count || first_of_batch != (entry.index == 0) {
@@ -309,50 +344,36 @@ struct Entry {
 }
 
 impl Entry {
-    /// Parses the entry at `at` of `frame`, every length inside the frame.
-    fn parse(frame: &[u8], at: usize) -> Result<Entry, FrameError> {
+    /// Parses the entry at `at` of `frame`, whose `back` must say `at` (`back_len`: the
+    /// length of a `back` that was read already and led here); every length inside the frame.
+    #[inline]
+    fn parse(frame: &[u8], at: usize, back_len: Option<usize>) -> Result<Entry, FrameError> {
         let marker = *frame.get(at).ok_or(FrameError::BadLength)?;
         if marker & !FLAGS_KNOWN != ENTRY_MARKER {
             return Err(FrameError::BadFlags);
         }
-        let mut cursor = at + 1;
-        let mut next = || -> Result<u64, FrameError> {
-            let (v, n) = frame
-                .get(cursor..)
-                .and_then(varint::get)
-                .ok_or(FrameError::BadLength)?;
-            cursor += n;
-            Ok(v)
-        };
-        if next()? != at as u64 {
-            return Err(FrameError::BadLength);
+        let mut c = EntryCursor { frame, at: at + 1 };
+        match back_len {
+            Some(len) => c.at += len,
+            None if c.varint()? != at as u64 => return Err(FrameError::BadLength),
+            None => {}
         }
-        let index = next()?;
-        let ts_delta = next()?;
-        let mut part = |present: bool| -> Result<Option<std::ops::Range<usize>>, FrameError> {
-            if !present {
-                return Ok(None);
-            }
-            let (len, n) = frame
-                .get(cursor..)
-                .and_then(varint::get)
-                .ok_or(FrameError::BadLength)?;
-            let from = cursor + n;
-            let to = usize::try_from(len)
-                .ok()
-                .and_then(|len| from.checked_add(len))
-                .filter(|&to| to <= frame.len())
-                .ok_or(FrameError::BadLength)?;
-            cursor = to;
-            Ok(Some(from..to))
+        let index = c.varint()?;
+        let ts_delta = c.varint()?;
+        let key = if marker & FLAG_KEY != 0 {
+            Some(c.part()?)
+        } else {
+            None
         };
-        let key = part(marker & FLAG_KEY != 0)?;
-        let headers = part(marker & FLAG_HEADERS != 0)?;
-        let value = part(true)?.ok_or(FrameError::BadLength)?;
-        if let Some(h) = &headers {
+        let headers = if marker & FLAG_HEADERS != 0 {
+            let h = c.part()?;
             crate::headers::HeaderBlock::parse(&frame[h.clone()])
                 .map_err(|_| FrameError::BadHeaders)?;
-        }
+            Some(h)
+        } else {
+            None
+        };
+        let value = c.part()?;
         Ok(Entry {
             index,
             ts_delta,
@@ -361,6 +382,39 @@ impl Entry {
             end: value.end,
             value,
         })
+    }
+}
+
+/// Reads an entry's fields in order, never past its frame.
+struct EntryCursor<'a> {
+    frame: &'a [u8],
+    at: usize,
+}
+
+impl EntryCursor<'_> {
+    #[inline]
+    fn varint(&mut self) -> Result<u64, FrameError> {
+        let (v, n) = self
+            .frame
+            .get(self.at..)
+            .and_then(varint::get)
+            .ok_or(FrameError::BadLength)?;
+        self.at += n;
+        Ok(v)
+    }
+
+    /// A length, then that many bytes: their range.
+    #[inline]
+    fn part(&mut self) -> Result<std::ops::Range<usize>, FrameError> {
+        let len = self.varint()?;
+        let from = self.at;
+        let to = usize::try_from(len)
+            .ok()
+            .and_then(|len| from.checked_add(len))
+            .filter(|&to| to <= self.frame.len())
+            .ok_or(FrameError::BadLength)?;
+        self.at = to;
+        Ok(from..to)
     }
 }
 
@@ -409,15 +463,12 @@ mod tests {
     }
 
     fn encoded(recs: &[Rec], base: u64) -> Vec<u8> {
-        let mut out = vec![0xEE; 3];
         let head = BatchHead {
             base_timestamp_us: recs[0].3,
             ..head(base)
         };
-        let n = encode(&mut out, &head, SALT, as_batch(recs));
-        assert_eq!(n as u64, frame_len(as_batch(recs)));
-        assert_eq!(out.len(), 3 + n);
-        out.drain(..3);
+        let mut out = vec![0xEE; frame_len(as_batch(recs)) as usize];
+        encode(&mut out, &head, SALT, as_batch(recs));
         out
     }
 

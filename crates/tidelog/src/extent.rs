@@ -396,6 +396,28 @@ impl Extent {
         }
     }
 
+    /// Lets `encode` write a frame of `len` bytes in place, at `position` of its reserved
+    /// range: a batch frame encoded straight into the mapping, with no buffer between.
+    #[inline]
+    pub fn write_in_place<R>(
+        &self,
+        position: u64,
+        len: u64,
+        encode: impl FnOnce(&mut [u8]) -> R,
+    ) -> R {
+        assert!(
+            position + len <= self.data_limit.min(self.reserved()),
+            "frame past the extent's data limit or its disk space"
+        );
+        let len = usize::try_from(len).expect("a frame fits its extent");
+        #[expect(unsafe_code, reason = "writes into the mapped file")]
+        // SAFETY: `[position, position + len)` was reserved for this caller under the topic
+        // lock and is not yet published, so no reader holds a slice over it.
+        unsafe {
+            self.file.map.fill(self.abs(position), len, encode)
+        }
+    }
+
     /// Copies an already encoded, padded frame into its reserved range.
     #[inline]
     pub fn write_encoded(&self, position: u64, frame: &[u8]) {

@@ -108,6 +108,25 @@ impl Mapping {
         }
     }
 
+    /// Hands `[at, at + len)` to `fill` to write in place.
+    ///
+    /// # Safety
+    /// As [`Mapping::write`]: the range must be in bounds, reserved for this caller alone,
+    /// and not covered by any live `&[u8]` from [`Mapping::slice`] in this process.
+    pub unsafe fn fill<R>(&self, at: usize, len: usize, fill: impl FnOnce(&mut [u8]) -> R) -> R {
+        assert!(self.writable, "write to a read-only mapping");
+        assert!(
+            at.checked_add(len).is_some_and(|end| end <= self.len),
+            "write out of bounds"
+        );
+        let to = self.raw.as_mut_ptr().wrapping_add(at);
+        // SAFETY: `[at, at + len)` is in bounds (asserted above) of a writable mapping that
+        // outlives the call; the caller guarantees no other reference covers the range, so
+        // the one `&mut` handed to `fill` is exclusive for its duration.
+        let range = unsafe { std::slice::from_raw_parts_mut(to, len) };
+        fill(range)
+    }
+
     /// Borrows `[at, at + len)`.
     ///
     /// # Safety

@@ -41,15 +41,6 @@ const PUBLISH_YIELDS: u32 = 8;
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 /// How long an append sleeps between looks while a staged job is being published.
 const INGEST_WAIT: Duration = Duration::from_micros(200);
-/// Capacity an appender thread keeps in its encoding buffer between appends.
-const ENCODE_BUF_KEEP_BYTES: usize = 4 << 20;
-
-thread_local! {
-    /// An appender thread's buffer for the batch frame it encodes before one copy into the
-    /// mapping.
-    static ENCODE_BUF: std::cell::RefCell<Vec<u8>> = const { std::cell::RefCell::new(Vec::new()) };
-}
-
 /// Padded bytes an append's records take in an extent of either frame version.
 #[derive(Debug, Clone, Copy)]
 struct FramesLen {
@@ -990,14 +981,8 @@ impl Topic {
             return result.map(|()| (first..first + n, ring));
         }
         if block.batched() {
-            ENCODE_BUF.with_borrow_mut(|buf| {
-                buf.clear();
-                self.encode_frames(&block, records, first, now, buf);
-                debug_assert_eq!(buf.len() as u64, total);
-                block.write_encoded(start_pos, buf);
-                if buf.capacity() > ENCODE_BUF_KEEP_BYTES {
-                    *buf = Vec::new();
-                }
+            block.write_in_place(start_pos, total, |out| {
+                self.encode_frames(&block, records, first, now, out);
             });
             crate::process::crash_point("append-copied");
             reserved.publish();
@@ -1042,9 +1027,8 @@ impl Topic {
         start_pos: u64,
         total: u64,
     ) -> Result<()> {
-        let mut buf = Vec::with_capacity(total as usize);
+        let mut buf = vec![0u8; total as usize];
         self.encode_frames(block, records, first, now, &mut buf);
-        debug_assert_eq!(buf.len() as u64, total);
         let file = &block.file;
         let at = block.start + start_pos;
         match ctx.storage.write_at(&file.file, &file.path, &buf, at) {
@@ -1058,15 +1042,15 @@ impl Topic {
         }
     }
 
-    /// Appends the frames of `records` (offsets from `first`) as `block` stores them to
-    /// `buf`: one batch frame, or a frame each.
+    /// Encodes the frames of `records` (offsets from `first`) as `block` stores them into
+    /// `buf`, exactly their length: one batch frame, or a frame each.
     fn encode_frames(
         &self,
         block: &Extent,
         records: &[Append<'_>],
         first: u64,
         now: u64,
-        buf: &mut Vec<u8>,
+        buf: &mut [u8],
     ) {
         if block.batched() {
             let head = BatchHead {
@@ -1077,12 +1061,12 @@ impl Topic {
             batch::encode(buf, &head, block.salt, record::batch_records(records, now));
             return;
         }
+        let mut at = 0;
         for (i, r) in records.iter().enumerate() {
             let fields = self.frame_fields(records, i, first, now);
-            let at = buf.len();
-            buf.resize(at + format::frame_padded_len(r.payload_len()) as usize, 0);
-            format::encode_frame_into(&mut buf[at..], &fields, block.salt, &r.parts());
+            at += format::encode_frame_into(&mut buf[at..], &fields, block.salt, &r.parts());
         }
+        debug_assert_eq!(at, buf.len());
     }
 
     /// Header fields of record `i` of a batch starting at offset `first` (its head record

@@ -25,19 +25,31 @@ pub const fn len(v: u64) -> usize {
 /// longer than [`VARINT_MAX`], past 64 bits or not in its shortest form.
 #[inline]
 pub fn get(bytes: &[u8]) -> Option<(u64, usize)> {
+    // Most lengths and differences take one byte.
+    match bytes.first() {
+        Some(&b) if b < 0x80 => Some((u64::from(b), 1)),
+        Some(_) => get_long(bytes),
+        None => None,
+    }
+}
+
+/// [`get`] of two bytes or more.
+#[inline]
+fn get_long(bytes: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
-    for (i, &b) in bytes.iter().enumerate().take(VARINT_MAX) {
+    let mut i = 0;
+    while i < VARINT_MAX {
+        let b = *bytes.get(i)?;
         let low = u64::from(b & 0x7F);
         if i == VARINT_MAX - 1 && low > 1 {
             return None;
         }
         v |= low << (7 * i);
         if b & 0x80 == 0 {
-            if i > 0 && b == 0 {
-                return None;
-            }
-            return Some((v, i + 1));
+            // A last byte of zero would make a longer form of a shorter value.
+            return (b != 0).then_some((v, i + 1));
         }
+        i += 1;
     }
     None
 }

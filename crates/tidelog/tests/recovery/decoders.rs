@@ -1931,15 +1931,16 @@ impl BatchCase {
 
     /// The frame after `position` bytes of 0xEE, then 64 zero bytes (the end of the log).
     fn encode(&self) -> Vec<u8> {
-        let mut out = vec![0xEE; self.position];
         let head = tidelog::batch::BatchHead {
             topic_id: self.topic_id,
             base_offset: self.base_offset,
             base_timestamp_us: self.records[0].3,
         };
-        let n = tidelog::batch::encode(&mut out, &head, self.salt, self.records());
-        assert_eq!(n as u64, tidelog::batch::frame_len(self.records()));
-        out.resize(out.len() + 64, 0);
+        let len = tidelog::batch::frame_len(self.records()) as usize;
+        let mut out = vec![0xEE; self.position + len + 64];
+        out[self.position + len..].fill(0);
+        let frame = &mut out[self.position..self.position + len];
+        tidelog::batch::encode(frame, &head, self.salt, self.records());
         out
     }
 
