@@ -306,6 +306,7 @@ pub fn frame_start(extent: &[u8], position: usize) -> Option<usize> {
 
 /// The batch frame starting at `start`: its bytes (padding excluded), header checked, and
 /// with `verify` its checksum.
+#[inline(always)]
 fn frame_at(extent: &[u8], start: usize, salt: u32, verify: bool) -> Result<&[u8], FrameError> {
     let h = extent
         .get(start..start + BATCH_HEADER)
@@ -346,7 +347,7 @@ struct Entry {
 impl Entry {
     /// Parses the entry at `at` of `frame`, whose `back` must say `at` (`back_len`: the
     /// length of a `back` that was read already and led here); every length inside the frame.
-    #[inline]
+    #[inline(always)]
     fn parse(frame: &[u8], at: usize, back_len: Option<usize>) -> Result<Entry, FrameError> {
         let marker = *frame.get(at).ok_or(FrameError::BadLength)?;
         if marker & !FLAGS_KNOWN != ENTRY_MARKER {
@@ -392,7 +393,7 @@ struct EntryCursor<'a> {
 }
 
 impl EntryCursor<'_> {
-    #[inline]
+    #[inline(always)]
     fn varint(&mut self) -> Result<u64, FrameError> {
         let (v, n) = self
             .frame
@@ -404,7 +405,7 @@ impl EntryCursor<'_> {
     }
 
     /// A length, then that many bytes: their range.
-    #[inline]
+    #[inline(always)]
     fn part(&mut self) -> Result<std::ops::Range<usize>, FrameError> {
         let len = self.varint()?;
         let from = self.at;

@@ -23,7 +23,7 @@ pub const fn len(v: u64) -> usize {
 
 /// Reads the LEB128 integer at the start of `bytes`: its value and length. `None` when cut,
 /// longer than [`VARINT_MAX`], past 64 bits or not in its shortest form.
-#[inline]
+#[inline(always)]
 pub fn get(bytes: &[u8]) -> Option<(u64, usize)> {
     // Most lengths and differences take one byte.
     match bytes.first() {
@@ -34,7 +34,7 @@ pub fn get(bytes: &[u8]) -> Option<(u64, usize)> {
 }
 
 /// [`get`] of two bytes or more.
-#[inline]
+#[inline(always)]
 fn get_long(bytes: &[u8]) -> Option<(u64, usize)> {
     let mut v: u64 = 0;
     let mut i = 0;
