@@ -217,9 +217,9 @@ pub fn decode(
     verify: bool,
 ) -> Result<FrameView, FrameError> {
     let first = *extent.get(position).ok_or(FrameError::Truncated)?;
-    // Where the frame starts, the entry, and the length of its `back` when read already.
-    let (start, entry, back_len) = if first == BATCH_MAGIC as u8 {
-        (position, position + BATCH_HEADER, None)
+    // Where the frame starts, and the length of the entry's `back` when read already.
+    let (start, back_len) = if first == BATCH_MAGIC as u8 {
+        (position, None)
     } else if first & !FLAGS_KNOWN == ENTRY_MARKER {
         let (back, back_len) = extent
             .get(position + 1..)
@@ -231,7 +231,7 @@ pub fn decode(
             return Err(FrameError::BadLength);
         }
         let start = position.checked_sub(back).ok_or(FrameError::BadLength)?;
-        (start, position, Some(back_len))
+        (start, Some(back_len))
     } else {
         let window = extent
             .get(position..position + BATCH_HEADER)
@@ -246,7 +246,43 @@ pub fn decode(
     if get_u32(frame, BF_TOPIC_ID) != topic_id {
         return Err(FrameError::WrongTopic);
     }
-    let entry = Entry::parse(frame, entry - start, back_len)?;
+    record_in(frame, start, position, back_len, expected_offset)
+}
+
+/// [`decode`] of a record after the first of a batch frame that a walker decoded (and
+/// checked, if it checks) already: `frame` is its byte range in `extent`. Only the entry at
+/// `position` is read.
+#[inline]
+pub fn decode_in(
+    extent: &[u8],
+    position: usize,
+    frame: std::ops::Range<usize>,
+    expected_offset: u64,
+) -> Result<FrameView, FrameError> {
+    if position <= frame.start {
+        return Err(FrameError::BadLength);
+    }
+    let start = frame.start;
+    let frame = extent.get(frame).ok_or(FrameError::Truncated)?;
+    record_in(frame, start, position, None, expected_offset)
+}
+
+/// The record at `position` of the batch frame `frame` (its bytes, from `start`, header
+/// checked), its entry's `back` read already when `back_len` says how long it is.
+#[inline(always)]
+fn record_in(
+    frame: &[u8],
+    start: usize,
+    position: usize,
+    back_len: Option<usize>,
+    expected_offset: u64,
+) -> Result<FrameView, FrameError> {
+    let entry_at = if position == start {
+        BATCH_HEADER
+    } else {
+        position - start
+    };
+    let entry = Entry::parse(frame, entry_at, back_len)?;
     let count = u64::from(get_u32(frame, BF_COUNT));
     let first_of_batch = position == start;
     if entry.index >= count || first_of_batch != (entry.index == 0) {

@@ -240,6 +240,29 @@ impl Extent {
         self.file.header.version == format::VERSION_BATCHED
     }
 
+    /// [`Extent::decode_frame`] for a walker that remembers the frame it decoded last
+    /// (`checked`): a frame's checksum is checked once, and a batch frame's later records are
+    /// read from their entries alone.
+    #[inline]
+    pub fn decode_walking(
+        &self,
+        bytes: &[u8],
+        position: u64,
+        offset: u64,
+        verify: bool,
+        checked: &mut format::Checked,
+    ) -> Result<FrameView, FrameError> {
+        if self.batched()
+            && let Some(frame) = checked.frame_holding(position, verify)
+        {
+            return crate::batch::decode_in(bytes, position as usize, frame, offset);
+        }
+        let check = checked.needs(position, verify);
+        let view = self.decode_frame(bytes, position, offset, check)?;
+        checked.note(&view, check);
+        Ok(view)
+    }
+
     /// Decodes (and with `verify`, checks) the record of `offset` at `position` of `bytes`
     /// (this extent's bytes from its start), whatever the extent's frame version.
     #[inline]
@@ -552,6 +575,19 @@ impl Extent {
         verify: bool,
     ) -> Result<FrameView, FrameError> {
         self.published_frames().frame_at(position, offset, verify)
+    }
+
+    /// [`Extent::frame_at`] for a walker (see [`Extent::decode_walking`]).
+    #[inline]
+    pub fn frame_walking(
+        &self,
+        position: u64,
+        offset: u64,
+        verify: bool,
+        checked: &mut format::Checked,
+    ) -> Result<FrameView, FrameError> {
+        self.published_frames()
+            .frame_walking(position, offset, verify, checked)
     }
 
     /// The published bytes, loaded once, for reading many frames (a scan).
@@ -1411,6 +1447,18 @@ impl<'a> PublishedFrames<'a> {
         offset: u64,
         verify: bool,
     ) -> Result<FrameView, FrameError> {
+        self.frame_walking(position, offset, verify, &mut format::Checked::default())
+    }
+
+    /// [`PublishedFrames::frame_at`] for a walker (see [`Extent::decode_walking`]).
+    #[inline]
+    pub fn frame_walking(
+        &self,
+        position: u64,
+        offset: u64,
+        verify: bool,
+        checked: &mut format::Checked,
+    ) -> Result<FrameView, FrameError> {
         if position >= self.end {
             return Err(FrameError::End);
         }
@@ -1418,7 +1466,10 @@ impl<'a> PublishedFrames<'a> {
             Some(image) if position < image.len() as u64 => image,
             _ => self.bytes,
         };
-        match self.block.decode_frame(bytes, position, offset, verify) {
+        match self
+            .block
+            .decode_walking(bytes, position, offset, verify, checked)
+        {
             // Zero bytes inside the published range are damage, not the end.
             Err(FrameError::End) => Err(FrameError::BadMagic),
             other => other,

@@ -712,30 +712,47 @@ pub struct FrameView {
     pub checked: Range<usize>,
 }
 
-/// The bytes of one extent whose checksum a walker has checked: the records of a batch frame
-/// after its first need no second check (it covers the whole batch).
+/// The frame of one extent a walker decoded last, and whether it checked its checksum: the
+/// records of a batch frame after its first need no second check (it covers the whole batch),
+/// nor a second look at its header.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Checked(Range<usize>);
+pub struct Checked {
+    frame: Range<usize>,
+    verified: bool,
+}
 
 impl Checked {
     /// Whether a decode at `position` must check the checksum, given the walker's `verify`.
     #[inline]
     pub fn needs(&self, position: u64, verify: bool) -> bool {
-        verify && !self.0.contains(&(position as usize))
+        verify && !(self.verified && self.frame.contains(&(position as usize)))
     }
 
-    /// A decode with `verified` returned `view`: its checked bytes join (replace) these.
+    /// The frame decoded already that holds `position` after its start, when a walker that
+    /// checks (`verify`) checked it.
+    #[inline]
+    pub fn frame_holding(&self, position: u64, verify: bool) -> Option<Range<usize>> {
+        let position = position as usize;
+        (position > self.frame.start && position < self.frame.end && (self.verified || !verify))
+            .then(|| self.frame.clone())
+    }
+
+    /// A decode (checking the checksum when `verified`) returned `view`.
     #[inline]
     pub fn note(&mut self, view: &FrameView, verified: bool) {
         if verified {
-            self.0 = view.checked.clone();
+            self.frame = view.checked.clone();
+            self.verified = true;
+        } else if self.frame != view.checked {
+            self.frame = view.checked.clone();
+            self.verified = false;
         }
     }
 
     /// The walker moved to another extent.
     #[inline]
     pub fn clear(&mut self) {
-        self.0 = 0..0;
+        *self = Checked::default();
     }
 }
 

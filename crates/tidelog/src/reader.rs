@@ -485,13 +485,11 @@ impl Reader {
                 {
                     return Ok(None);
                 }
-                let check = self.checked.needs(self.pos, verify);
                 let view = block
-                    .frame_at(self.pos, self.next_offset, check)
+                    .frame_walking(self.pos, self.next_offset, verify, &mut self.checked)
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
-                self.checked.note(&view, check);
                 return Ok(Some(view));
             }
             if block
@@ -626,13 +624,11 @@ impl Reader {
                 Visibility::Durable => self.visible_next(),
             };
             while consumed < max_records && self.pos < frames.end() && self.next_offset < limit {
-                let check = self.checked.needs(self.pos, self.verify);
                 let view = frames
-                    .frame_at(self.pos, self.next_offset, check)
+                    .frame_walking(self.pos, self.next_offset, self.verify, &mut self.checked)
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
-                self.checked.note(&view, check);
                 let record =
                     RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
                 if !visit(&record) {

@@ -151,12 +151,8 @@ pub(super) fn scan(block: &Extent, bound: Bound, mut at: ScanPoint, interval: u6
             Bound::Records(records) if at.count >= records => break FrameError::End,
             Bound::Records(_) => frame_prefix(block, at.pos),
         };
-        let check = checked.needs(at.pos, true);
-        let view = match block.decode_frame(extent, at.pos, offset, check) {
-            Ok(view) => {
-                checked.note(&view, check);
-                view
-            }
+        let view = match block.decode_walking(extent, at.pos, offset, true, &mut checked) {
+            Ok(view) => view,
             // Not even a header fits before the limit: the clean end of the extent.
             Err(FrameError::Truncated)
                 if matches!(bound, Bound::Bytes(limit)
