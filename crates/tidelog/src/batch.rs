@@ -216,32 +216,7 @@ pub fn decode(
     expected_offset: u64,
     verify: bool,
 ) -> Result<FrameView, FrameError> {
-    let first = *extent.get(position).ok_or(FrameError::Truncated)?;
-    // Where the frame starts, and the length of the entry's `back` when read already.
-    let (start, back_len) = if first == BATCH_MAGIC as u8 {
-        (position, None)
-    } else if first & !FLAGS_KNOWN == ENTRY_MARKER {
-        let (back, back_len) = extent
-            .get(position + 1..)
-            .and_then(varint::get)
-            .ok_or(FrameError::BadLength)?;
-        let back = usize::try_from(back).map_err(|_| FrameError::BadLength)?;
-        if back <= BATCH_HEADER {
-            // The first entry is read through its frame's start, never on its own.
-            return Err(FrameError::BadLength);
-        }
-        let start = position.checked_sub(back).ok_or(FrameError::BadLength)?;
-        (start, Some(back_len))
-    } else {
-        let window = extent
-            .get(position..position + BATCH_HEADER)
-            .ok_or(FrameError::Truncated)?;
-        return Err(if window.iter().all(|&b| b == 0) {
-            FrameError::End
-        } else {
-            FrameError::BadMagic
-        });
-    };
+    let (start, back_len) = locate(extent, position)?;
     let frame = frame_at(extent, start, salt, verify)?;
     if get_u32(frame, BF_TOPIC_ID) != topic_id {
         return Err(FrameError::WrongTopic);
@@ -277,14 +252,14 @@ fn record_in(
     back_len: Option<usize>,
     expected_offset: u64,
 ) -> Result<FrameView, FrameError> {
-    let entry_at = if position == start {
+    let first_of_batch = position == start;
+    let entry_at = if first_of_batch {
         BATCH_HEADER
     } else {
         position - start
     };
     let entry = Entry::parse(frame, entry_at, back_len)?;
     let count = u64::from(get_u32(frame, BF_COUNT));
-    let first_of_batch = position == start;
     if entry.index >= count || first_of_batch != (entry.index == 0) {
         return Err(FrameError::BadLength);
     }
@@ -329,15 +304,38 @@ pub fn frame_span(header: &[u8]) -> Option<u64> {
 /// Where the batch frame of the record at `position` starts: there, or as far back as the
 /// record's entry says. `None` when the bytes there are neither.
 pub fn frame_start(extent: &[u8], position: usize) -> Option<usize> {
-    let first = *extent.get(position)?;
+    locate(extent, position).ok().map(|(start, _)| start)
+}
+
+/// Where the batch frame of the record at `position` starts, and, for an entry after the
+/// first, how long its `back` (read here) is. Zero bytes there are `End`.
+#[inline(always)]
+fn locate(extent: &[u8], position: usize) -> Result<(usize, Option<usize>), FrameError> {
+    let first = *extent.get(position).ok_or(FrameError::Truncated)?;
     if first == BATCH_MAGIC as u8 {
-        return Some(position);
+        return Ok((position, None));
     }
-    if first & !FLAGS_KNOWN != ENTRY_MARKER {
-        return None;
+    if first & !FLAGS_KNOWN == ENTRY_MARKER {
+        let (back, back_len) = extent
+            .get(position + 1..)
+            .and_then(varint::get)
+            .ok_or(FrameError::BadLength)?;
+        let back = usize::try_from(back).map_err(|_| FrameError::BadLength)?;
+        if back <= BATCH_HEADER {
+            // The first entry is read through its frame's start, never on its own.
+            return Err(FrameError::BadLength);
+        }
+        let start = position.checked_sub(back).ok_or(FrameError::BadLength)?;
+        return Ok((start, Some(back_len)));
     }
-    let (back, _) = extent.get(position + 1..).and_then(varint::get)?;
-    position.checked_sub(usize::try_from(back).ok()?)
+    let window = extent
+        .get(position..position + BATCH_HEADER)
+        .ok_or(FrameError::Truncated)?;
+    Err(if window.iter().all(|&b| b == 0) {
+        FrameError::End
+    } else {
+        FrameError::BadMagic
+    })
 }
 
 /// The batch frame starting at `start`: its bytes (padding excluded), header checked, and

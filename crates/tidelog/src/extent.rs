@@ -257,10 +257,9 @@ impl Extent {
         {
             return crate::batch::decode_in(bytes, position as usize, frame, offset);
         }
-        let check = checked.needs(position, verify);
-        let view = self.decode_frame(bytes, position, offset, check)?;
-        checked.note(&view, check);
-        Ok(view)
+        checked.walk(position, verify, |check| {
+            self.decode_frame(bytes, position, offset, check)
+        })
     }
 
     /// Decodes (and with `verify`, checks) the record of `offset` at `position` of `bytes`

@@ -724,7 +724,7 @@ pub struct Checked {
 impl Checked {
     /// Whether a decode at `position` must check the checksum, given the walker's `verify`.
     #[inline]
-    pub fn needs(&self, position: u64, verify: bool) -> bool {
+    fn needs(&self, position: u64, verify: bool) -> bool {
         verify && !(self.verified && self.frame.contains(&(position as usize)))
     }
 
@@ -737,9 +737,24 @@ impl Checked {
             .then(|| self.frame.clone())
     }
 
+    /// Decodes the record at `position` with `decode`, which checks the checksum when told
+    /// to: told only when the walker checks (`verify`) and has not checked this frame yet.
+    #[inline]
+    pub fn walk<E>(
+        &mut self,
+        position: u64,
+        verify: bool,
+        decode: impl FnOnce(bool) -> Result<FrameView, E>,
+    ) -> Result<FrameView, E> {
+        let check = self.needs(position, verify);
+        let view = decode(check)?;
+        self.note(&view, check);
+        Ok(view)
+    }
+
     /// A decode (checking the checksum when `verified`) returned `view`.
     #[inline]
-    pub fn note(&mut self, view: &FrameView, verified: bool) {
+    fn note(&mut self, view: &FrameView, verified: bool) {
         if verified {
             self.frame = view.checked.clone();
             self.verified = true;

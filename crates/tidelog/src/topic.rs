@@ -41,24 +41,28 @@ const PUBLISH_YIELDS: u32 = 8;
 const PARK_TIMEOUT: Duration = Duration::from_micros(200);
 /// How long an append sleeps between looks while a staged job is being published.
 const INGEST_WAIT: Duration = Duration::from_micros(200);
-/// Padded bytes an append's records take in an extent of either frame version.
+/// Padded bytes an append's records take in an extent of either frame version: one batch
+/// frame (counted once), or one version-1 frame per record (counted when an extent of those
+/// or a roll asks).
 #[derive(Debug, Clone, Copy)]
-struct FramesLen {
-    /// One version-1 frame per record.
-    frames: u64,
-    /// One batch frame.
+struct FramesLen<'r, 'a> {
+    records: &'r [Append<'a>],
     batch: u64,
 }
 
-impl FramesLen {
-    fn new(records: &[Append<'_>], now: u64) -> FramesLen {
+impl<'r, 'a> FramesLen<'r, 'a> {
+    fn new(records: &'r [Append<'a>], now: u64) -> Self {
         FramesLen {
-            frames: records
-                .iter()
-                .map(|r| format::frame_padded_len(r.payload_len()))
-                .sum(),
+            records,
             batch: batch::frame_len(record::batch_records(records, now)),
         }
+    }
+
+    fn frames(self) -> u64 {
+        self.records
+            .iter()
+            .map(|r| format::frame_padded_len(r.payload_len()))
+            .sum()
     }
 
     /// The bytes in `block`.
@@ -66,13 +70,13 @@ impl FramesLen {
         if block.batched() {
             self.batch
         } else {
-            self.frames
+            self.frames()
         }
     }
 
     /// The bytes in whichever extent a roll gets.
     fn most(self) -> u64 {
-        self.frames.max(self.batch)
+        self.frames().max(self.batch)
     }
 }
 
@@ -926,12 +930,13 @@ impl Topic {
         };
         let start_pos = tail.pos;
         let total = sizes.in_extent(&block);
+        // A batch frame's records after its first have no index entry (nor position) of
+        // their own.
+        let batched = block.batched();
         let mut pos = start_pos;
         for (i, r) in records.iter().enumerate() {
             tail.max_ts = tail.max_ts.max(r.timestamp_us.unwrap_or(now));
-            // A batch frame's records after its first have no index entry of their own.
-            let indexable = i == 0 || !block.batched();
-            if indexable
+            if (i == 0 || !batched)
                 && tail
                     .last_index_pos
                     .is_none_or(|last| pos - last >= interval)
@@ -943,10 +948,11 @@ impl Topic {
                 });
                 tail.last_index_pos = Some(pos);
             }
-            if !block.batched() {
+            if !batched {
                 pos += format::frame_padded_len(r.payload_len());
             }
         }
+        debug_assert!(batched || pos == start_pos + total);
         pos = start_pos + total;
         // Only lock holders write it, so a plain store suffices.
         block.set_max_timestamp(tail.max_ts);
@@ -1163,7 +1169,7 @@ impl Topic {
     fn roll<'t>(
         &'t self,
         ctx: &Ctx<'_>,
-        sizes: FramesLen,
+        sizes: FramesLen<'_, '_>,
         slow: &mut Option<MutexGuard<'t, ()>>,
     ) -> Result<Option<SpinGuard<'t, Tail>>> {
         let took = slow.is_none();

@@ -269,8 +269,7 @@ fn batches_past(block: &Extent, extent: &[u8], from: u64, next_offset: u64) -> u
         match block.decode_frame(extent, pos as u64, base, true) {
             Ok(view) if base >= next_offset => {
                 found += u64::from(view.batch_count);
-                pos = view.checked.end;
-                pos = format::align_up(pos as u64, format::FRAME_ALIGN) as usize;
+                pos = format::align_up(view.checked.end as u64, format::FRAME_ALIGN) as usize;
             }
             _ => pos += format::FRAME_ALIGN as usize,
         }

@@ -82,12 +82,8 @@ impl LoadedObject {
         let mut position = format::BLOCK_HEADER_BYTES;
         let mut checked = format::Checked::default();
         for offset in self.object.first_offset..self.object.next_offset() {
-            let check = checked.needs(position, true);
-            match self.frame(position, offset, check) {
-                Ok(view) => {
-                    checked.note(&view, check);
-                    position = view.next_position as u64;
-                }
+            match self.frame_walking(position, offset, true, &mut checked) {
+                Ok(view) => position = view.next_position as u64,
                 Err(_) => return false,
             }
         }
@@ -141,6 +137,20 @@ impl LoadedObject {
         let mut view = decoded.map_err(|e| bad(e.describe().into()))?;
         view.offset = offset;
         Ok(view)
+    }
+
+    /// [`LoadedObject::frame`] for a walker that remembers the frame it decoded last
+    /// (`checked`): a frame's checksum is checked once.
+    pub fn frame_walking(
+        &self,
+        position: u64,
+        offset: u64,
+        verify: bool,
+        checked: &mut format::Checked,
+    ) -> Result<FrameView> {
+        checked.walk(position, verify, |check| {
+            self.frame(position, offset, check)
+        })
     }
 
     /// The bytes of `range` of a frame [`LoadedObject::frame`] returned.

@@ -294,12 +294,13 @@ impl RemoteReader {
             let mut stopped = false;
             let mut checked = crate::format::Checked::default();
             while consumed < max_records && self.next_offset < stop {
-                let check = checked.needs(position, self.verify);
-                let view = match loaded.frame(position, self.next_offset, check) {
-                    Ok(view) => {
-                        checked.note(&view, check);
-                        view
-                    }
+                let view = match loaded.frame_walking(
+                    position,
+                    self.next_offset,
+                    self.verify,
+                    &mut checked,
+                ) {
+                    Ok(view) => view,
                     Err(e) => {
                         self.current = Some((loaded, position));
                         return Err(e);
