@@ -643,7 +643,8 @@ pub struct Running {
     child: Child,
     lines: JoinHandle<Vec<String>>,
     stderr: JoinHandle<String>,
-    first: Receiver<()>,
+    /// Each `@@` line as it comes (the collected ones are in `lines`).
+    seen: Receiver<String>,
 }
 
 /// What a child left: its `@@` lines (without the marker), how it ended, its stderr.
@@ -671,7 +672,7 @@ impl Running {
             .expect("spawn the child");
         let stdout = child.stdout.take().expect("piped stdout");
         let mut err = child.stderr.take().expect("piped stderr");
-        let (tx, first) = mpsc::channel();
+        let (tx, seen) = mpsc::channel();
         // Reads to EOF: lines still in the pipe at the kill count all the same.
         let lines = std::thread::spawn(move || {
             let mut out = Vec::new();
@@ -679,8 +680,9 @@ impl Running {
                 let Ok(line) = line else { break };
                 // The first line may share a line with libtest's "test ... child_process_entry ... ".
                 if let Some((_, rest)) = line.split_once("@@") {
-                    out.push(rest.trim().to_owned());
-                    let _ = tx.send(());
+                    let line = rest.trim().to_owned();
+                    let _ = tx.send(line.clone());
+                    out.push(line);
                 }
             }
             out
@@ -694,13 +696,27 @@ impl Running {
             child,
             lines,
             stderr,
-            first,
+            seen,
         }
     }
 
     /// Waits up to `wait` for the child's first `@@` line; false if none came.
     pub fn started(&self, wait: Duration) -> bool {
-        self.first.recv_timeout(wait).is_ok()
+        self.seen.recv_timeout(wait).is_ok()
+    }
+
+    /// Waits up to `wait` for an `@@` line that starts with `prefix` (the lines before it
+    /// are passed over here, not lost: [`Running::wait`] returns them all).
+    pub fn saw(&self, prefix: &str, wait: Duration) -> bool {
+        let deadline = Instant::now() + wait;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            match self.seen.recv_timeout(left) {
+                Ok(line) if line.starts_with(prefix) => return true,
+                Ok(_) => {}
+                Err(_) => return false,
+            }
+        }
     }
 
     /// Sends SIGKILL and returns at once (several children die as one with a power loss);
@@ -716,7 +732,7 @@ impl Running {
 
     /// Waits for the child's first `@@` line (up to a minute), then `delay`, then kills it.
     pub fn kill_after_first_line(self, delay: Duration) -> Ended {
-        let started = self.first.recv_timeout(FIRST_LINE_WAIT).is_ok();
+        let started = self.started(FIRST_LINE_WAIT);
         if started {
             std::thread::sleep(delay);
         }
