@@ -3,7 +3,7 @@
 Options and rows follow Spark's Kafka source::
 
     import tidelog.spark
-    tidelog.spark.register(spark)        # optional: the pyspark_tidelog module registers it too
+    tidelog.spark.register(spark)        # filter pushdown (pyspark_tidelog's source has none)
     df = (spark.read.format("tidelog")
           .option("subscribe", "orders,payments")
           .option("startingOffsets", "earliest")          # or "latest", or '{"orders": 42}'
@@ -52,7 +52,8 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any, overload
 
 import pyarrow as pa
@@ -65,7 +66,21 @@ from pyspark.sql.datasource import (
     DataSourceReader,
     DataSourceStreamArrowWriter,
     DataSourceStreamReader,
+    EqualNullSafe,
+    EqualTo,
+    Filter,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
     InputPartition,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    LessThanOrEqual,
+    Not,
+    StringContains,
+    StringEndsWith,
+    StringStartsWith,
     WriterCommitMessage,
 )
 from pyspark.sql.streaming.datasource import (
@@ -98,6 +113,8 @@ __all__ = [
     "StagedPart",
     "TidelogBatchWriter",
     "TidelogDataSource",
+    "TidelogFilteringReader",
+    "TidelogFilteringSource",
     "TidelogStreamWriter",
     "register",
 ]
@@ -153,6 +170,9 @@ COMMIT_TIMEOUT_MS_DEFAULT = 60_000
 MAX_TRIGGER_DELAY_DEFAULT = "15m"
 # Kafka's conventions inside offset JSON.
 EARLIEST, LATEST = -2, -1
+# Spark's setting for filter pushdown into Python data sources (off by default); Spark
+# refuses a reader that implements pushFilters while it is off.
+PUSHDOWN_CONF = "spark.sql.python.filterPushdown.enabled"
 
 
 def local_session(
@@ -162,8 +182,9 @@ def local_session(
 ) -> SparkSession:
     """A local SparkSession set up for tidelog: Python workers run this interpreter (so
     they import this tidelog and pyarrow), traffic stays on loopback, the UI and console
-    progress are off, shuffles use 2 partitions, time is UTC, logs are errors only. `conf`
-    adds or overrides Spark settings."""
+    progress are off, shuffles use 2 partitions, time is UTC, logs are errors only, and filter
+    pushdown into Python data sources is on (`register` then pushes filters). `conf` adds or
+    overrides Spark settings."""
     from pyspark.sql import SparkSession
 
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
@@ -173,6 +194,7 @@ def local_session(
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": "2",
         "spark.sql.session.timeZone": "UTC",
+        PUSHDOWN_CONF: "true",
         **(conf or {}),
     }
     builder = SparkSession.builder.master(master).appName(app_name)
@@ -183,10 +205,27 @@ def local_session(
     return session
 
 
-def register(spark: SparkSession) -> None:
-    """Registers the data source as format "tidelog" in this session. Not needed where the
-    `pyspark_tidelog` module is installed (Spark finds it), but harmless."""
-    spark.dataSource.register(TidelogDataSource)
+def register(spark: SparkSession, push_filters: bool | None = None) -> None:
+    """Registers the data source as format "tidelog" in this session (the `pyspark_tidelog`
+    module registers it too, without filter pushdown).
+
+    With `push_filters` (by default: when the session's
+    `spark.sql.python.filterPushdown.enabled` is on, as `local_session` sets it), batch reads
+    push filters on `topic`, `offset`, `timestamp`, `partition` and `timestampType` into
+    planning, which reads only the topics and offsets they allow. Spark refuses such a reader
+    while that setting is off, so asking for it then is an error."""
+    enabled = str(spark.conf.get(PUSHDOWN_CONF, "false")).strip().lower() == "true"
+    if push_filters is None:
+        push_filters = enabled
+    if push_filters and not enabled:
+        raise InvalidArgumentError(
+            f"tidelog data source: filter pushdown needs the session setting {PUSHDOWN_CONF}="
+            f'true (spark.conf.set("{PUSHDOWN_CONF}", "true")); Spark refuses readers that '
+            "push filters without it",
+            name="push_filters",
+            reason=f"{PUSHDOWN_CONF} is off",
+        )
+    spark.dataSource.register(TidelogFilteringSource if push_filters else TidelogDataSource)
 
 
 def _invalid(option: str, message: str) -> InvalidArgumentError:
@@ -776,6 +815,8 @@ class TidelogBatchReader(DataSourceReader):
 
     def __init__(self, options: _Options) -> None:
         self.options = options
+        #: What pushed filters leave to read (nothing pushed here: everything).
+        self.pushed = _Pushed()
 
     def partitions(self) -> list[TopicRange]:
         options = self.options
@@ -783,24 +824,222 @@ class TidelogBatchReader(DataSourceReader):
             bounds = options.bounds(wal)
             start = options.resolve("startingOffsets", "earliest", wal, bounds)
             end = options.resolve("endingOffsets", "latest", wal, bounds)
-        for topic in bounds:
-            if start[topic] > end[topic]:
-                raise _invalid(
-                    "endingOffsets",
-                    f"topic {topic!r}: startingOffsets ({start[topic]}) is past endingOffsets "
-                    f"({end[topic]})",
-                )
-        parts = _split(
-            {t: (start[t], end[t]) for t in bounds},
-            options.max_records_per_partition,
-            options.min_partitions,
-        )
+            for topic in bounds:
+                if start[topic] > end[topic]:
+                    raise _invalid(
+                        "endingOffsets",
+                        f"topic {topic!r}: startingOffsets ({start[topic]}) is past "
+                        f"endingOffsets ({end[topic]})",
+                    )
+            ranges = self.pushed.narrow(wal, {t: (start[t], end[t]) for t in bounds})
+        parts = _split(ranges, options.max_records_per_partition, options.min_partitions)
         # Spark wants at least one partition; an empty range reads nothing.
         return parts or [TopicRange(next(iter(bounds)), 0, 0)]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         assert isinstance(partition, TopicRange)
         return _read(self.options, partition)
+
+
+class TidelogFilteringReader(TidelogBatchReader):
+    """A batch reader that takes Spark's filters (`pushFilters`, with the session's
+    spark.sql.python.filterPushdown.enabled on): filters on `topic`, `partition`,
+    `timestampType` and `offset` are applied when planning and not evaluated again;
+    `offset IN (...)` and lower bounds on `timestamp` (found with the time index) narrow
+    what is read, and Spark still evaluates them (timestamps need not grow with offsets)."""
+
+    def pushFilters(self, filters: list[Filter]) -> Iterable[Filter]:
+        return [f for f in filters if not self.pushed.take(f)]
+
+
+class TidelogFilteringSource(TidelogDataSource):
+    """Format "tidelog" whose batch reads push filters (see `register`)."""
+
+    def reader(self, schema: StructType) -> TidelogFilteringReader:
+        options = _Options.parse(self.options)
+        _check_schema(schema, options)
+        return TidelogFilteringReader(options)
+
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_COMPARISONS = (EqualTo, EqualNullSafe, GreaterThan, GreaterThanOrEqual, LessThan, LessThanOrEqual)
+
+
+def _column(f: Filter) -> tuple[str, ...] | None:
+    """The column a filter tests (through any `Not`)."""
+    while isinstance(f, Not):
+        f = f.child
+    attribute = getattr(f, "attribute", None)
+    return tuple(attribute) if attribute is not None else None
+
+
+def _same_kind(a: Any, b: Any) -> bool:
+    """Both strings, or both integers (bool is not one): values Python compares as Spark
+    does (strings by code point, which is UTF-8 byte order)."""
+    if isinstance(a, str):
+        return isinstance(b, str)
+    return (
+        isinstance(a, int)
+        and isinstance(b, int)
+        and not isinstance(a, bool)
+        and not isinstance(b, bool)
+    )
+
+
+def _holds(f: Filter, value: str | int) -> bool | None:
+    """Whether `f` holds for a non-null column `value`; None when it cannot be decided
+    here (another kind of value, a null in an IN list, a filter this does not know)."""
+    if isinstance(f, Not):
+        inner = _holds(f.child, value)
+        return None if inner is None else not inner
+    if isinstance(f, IsNull):
+        return False
+    if isinstance(f, IsNotNull):
+        return True
+    if isinstance(f, In):
+        if not all(_same_kind(value, v) for v in f.value):
+            return None
+        return value in f.value
+    if isinstance(f, _COMPARISONS):
+        if not _same_kind(value, f.value):
+            return None
+        if isinstance(f, (EqualTo, EqualNullSafe)):
+            return bool(value == f.value)
+        if isinstance(f, GreaterThan):
+            return bool(value > f.value)
+        if isinstance(f, GreaterThanOrEqual):
+            return bool(value >= f.value)
+        if isinstance(f, LessThan):
+            return bool(value < f.value)
+        return bool(value <= f.value)
+    if isinstance(f, (StringStartsWith, StringEndsWith, StringContains)):
+        if not isinstance(value, str) or not isinstance(f.value, str):
+            return None
+        if isinstance(f, StringStartsWith):
+            return value.startswith(f.value)
+        if isinstance(f, StringEndsWith):
+            return value.endswith(f.value)
+        return f.value in value
+    return None
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _micros(value: Any) -> int | None:
+    """Microseconds since the epoch of a zone-aware datetime (as Spark passes TIMESTAMP
+    literals); None for anything else."""
+    if not isinstance(value, datetime) or value.utcoffset() is None:
+        return None
+    return (value - _EPOCH) // timedelta(microseconds=1)
+
+
+@dataclass
+class _Pushed:
+    """What a batch read's pushed filters leave to read. Plain data: pickled with the
+    reader to Spark's Python workers."""
+
+    #: Filters on `topic`, decided on each subscribed topic's name.
+    topics: list[Filter] = field(default_factory=list)
+    #: A filter on a constant column (`partition`, `timestampType`: 0) that fails: no rows.
+    nothing: bool = False
+    #: Offsets [offset_from, offset_to) (offset_to None: no upper bound).
+    offset_from: int = 0
+    offset_to: int | None = None
+    #: No record before the first whose timestamp is at or after this one matches.
+    time_from_us: int | None = None
+
+    def take(self, f: Filter) -> bool:
+        """Notes what `f` allows to skip; True when it is applied exactly (Spark need not
+        evaluate it again)."""
+        column = _column(f)
+        if column == ("topic",):
+            if _holds(f, "") is None:
+                return False
+            self.topics.append(f)
+            return True
+        if column in (("partition",), ("timestampType",)):
+            holds = _holds(f, 0)
+            if holds is None:
+                return False
+            self.nothing = self.nothing or not holds
+            return True
+        if column == ("offset",):
+            return self._take_offset(f)
+        if column == ("timestamp",):
+            return self._take_time(f)
+        return False
+
+    def _take_offset(self, f: Filter) -> bool:
+        if isinstance(f, IsNotNull):
+            return True
+        if isinstance(f, IsNull):
+            self.nothing = True
+            return True
+        if isinstance(f, In):
+            if f.value and all(_is_int(v) for v in f.value):
+                # Only the span narrows what is read; Spark keeps the rows in the list.
+                self._offsets(min(f.value), max(f.value) + 1)
+            return False
+        value = getattr(f, "value", None)
+        if not _is_int(value) or not isinstance(f, _COMPARISONS):
+            return False
+        if isinstance(f, (EqualTo, EqualNullSafe)):
+            self._offsets(value, value + 1)
+        elif isinstance(f, GreaterThan):
+            self._offsets(value + 1, None)
+        elif isinstance(f, GreaterThanOrEqual):
+            self._offsets(value, None)
+        elif isinstance(f, LessThan):
+            self._offsets(0, value)
+        else:
+            self._offsets(0, value + 1)
+        return True
+
+    def _offsets(self, lo: int, hi: int | None) -> None:
+        self.offset_from = max(self.offset_from, lo)
+        if hi is not None:
+            self.offset_to = hi if self.offset_to is None else min(self.offset_to, hi)
+
+    def _take_time(self, f: Filter) -> bool:
+        if isinstance(f, IsNotNull):
+            return True
+        if isinstance(f, IsNull):
+            self.nothing = True
+            return True
+        # Only a lower bound narrows: a record after the first at or after a time may be
+        # older (timestamps are the writer's), so upper bounds skip nothing.
+        if isinstance(f, In):
+            times = [_micros(v) for v in f.value]
+            lowest = min(times) if times and None not in times else None
+        elif isinstance(f, (EqualTo, EqualNullSafe, GreaterThanOrEqual)):
+            lowest = _micros(f.value)
+        elif isinstance(f, GreaterThan):
+            at = _micros(f.value)
+            lowest = None if at is None else at + 1
+        else:
+            lowest = None
+        if lowest is not None and lowest > 0:
+            self.time_from_us = max(self.time_from_us or 0, lowest)
+        return False
+
+    def narrow(
+        self, wal: tidelog.Wal | _Bucket, ranges: dict[str, tuple[int, int]]
+    ) -> dict[str, tuple[int, int]]:
+        """`ranges` ({topic: (start, end)}) less what the filters rule out: topics dropped,
+        offsets clamped, starts moved to the first record at or after the time bound."""
+        narrowed = {}
+        for topic, (start, end) in ranges.items():
+            if self.nothing or not all(_holds(f, topic) for f in self.topics):
+                continue
+            lo = max(start, self.offset_from)
+            hi = end if self.offset_to is None else min(end, self.offset_to)
+            if lo < hi and self.time_from_us is not None:
+                lo = max(lo, _offset_for_time(wal, topic, self.time_from_us))
+            if lo < hi:
+                narrowed[topic] = (lo, hi)
+        return narrowed
 
 
 class TidelogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):

@@ -12,6 +12,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,17 @@ import tidelog.spark
 from conftest import open_small, payload, run_python
 from pyspark.errors import AnalysisException, StreamingQueryException
 from pyspark.sql import DataFrame, SparkSession
+from pyspark.sql.datasource import (
+    EqualTo,
+    GreaterThan,
+    GreaterThanOrEqual,
+    In,
+    IsNotNull,
+    IsNull,
+    LessThan,
+    Not,
+    StringStartsWith,
+)
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadMaxRows, ReadMinRows
 from pyspark.sql.types import (
     BinaryType,
@@ -649,3 +661,141 @@ def test_include_headers_reads_kafkas_column_and_the_sink_writes_it(
     bad = spark.createDataFrame([(b"v", ["x"])], "value binary, headers array<string>")
     with pytest.raises(Exception, match="column headers must be"):
         bad.write.format("tidelog").option("topic", "copy").mode("append").save(str(dst))
+
+
+# --- filter pushdown ---
+
+
+def fill_out_of_order(path: Path) -> None:
+    """Topics a (40 records), b (10), c (5), record i at MS0 + i ms, except a's record 20,
+    written at MS0 + 5 ms: timestamps are the writer's and need not grow with offsets."""
+    with open_small(path) as wal:
+        for topic, count in {"a": 40, "b": 10, "c": 5}.items():
+            for i in range(count):
+                at = 5 if (topic, i) == ("a", 20) else i
+                wal.append(topic, payload(i, 20), timestamp=TS0 + at * 1000)
+
+
+def at_ms(ms: int) -> datetime:
+    """A TIMESTAMP literal as Spark hands it to pushFilters: zone-aware, UTC."""
+    return datetime.fromtimestamp(0, UTC) + timedelta(microseconds=TS0 + ms * 1000)
+
+
+def filtering_reader(path: Path, **options: Any) -> tidelog.spark.TidelogFilteringReader:
+    """The batch reader Spark builds for a session with filter pushdown on."""
+    source = tidelog.spark.TidelogFilteringSource({k.lower(): str(v) for k, v in options.items()})
+    source.options["path"] = str(path)
+    return source.reader(SPARK_SCHEMA)
+
+
+def ranges_of(parts: list[tidelog.spark.TopicRange]) -> list[tuple[str, int, int]]:
+    return sorted((p.topic, p.start, p.end) for p in parts if p.start < p.end)
+
+
+def test_pushed_filters_narrow_topics_offsets_and_times(tmp_path: Path) -> None:
+    fill_out_of_order(tmp_path)
+    subscribe = {"subscribe": "a,b,c", "maxRecordsPerPartition": 1000}
+    # Topic and offset filters are applied exactly and not handed back; a time lower bound
+    # moves each start to the first record at or after it, and Spark still evaluates it.
+    reader = filtering_reader(tmp_path, **subscribe)
+    in_ab = In(("topic",), ("a", "b"))
+    since = GreaterThanOrEqual(("timestamp",), at_ms(7))
+    pushed = [in_ab, GreaterThanOrEqual(("offset",), 3), LessThan(("offset",), 30), since]
+    assert list(reader.pushFilters(pushed)) == [since]
+    # a: 7..29 (record 20, older, is read: Spark's own filter drops it); b: 7..9.
+    assert ranges_of(reader.partitions()) == [("a", 7, 30), ("b", 7, 10)]
+
+    # What cannot be decided here goes back to Spark, untouched by reference.
+    reader = filtering_reader(tmp_path, **subscribe)
+    back = [
+        EqualTo(("key",), b"k"),
+        Not(EqualTo(("offset",), 3)),
+        GreaterThan(("offset",), 2.5),
+        EqualTo(("topic",), 7),
+        In(("topic",), ("a", None)),
+        LessThan(("timestamp",), at_ms(3)),
+        GreaterThan(("timestamp",), datetime(2024, 1, 1)),  # naive: its zone is unknown
+    ]
+    returned = list(reader.pushFilters(back))
+    assert len(returned) == len(back) and all(r is f for r, f in zip(returned, back, strict=True))
+    assert ranges_of(reader.partitions()) == [("a", 0, 40), ("b", 0, 10), ("c", 0, 5)]
+
+    # An IN list of offsets narrows to its span; Spark keeps only the listed rows.
+    reader = filtering_reader(tmp_path, **subscribe)
+    listed = In(("offset",), (4, 8, 6))
+    assert list(reader.pushFilters([listed, EqualTo(("topic",), "b")])) == [listed]
+    assert ranges_of(reader.partitions()) == [("b", 4, 9)]
+
+    # Names: prefixes, negations, comparisons as Spark orders strings.
+    reader = filtering_reader(tmp_path, **subscribe)
+    names = [Not(EqualTo(("topic",), "b")), GreaterThan(("topic",), "a"), IsNotNull(("topic",))]
+    assert list(reader.pushFilters(names)) == []
+    assert ranges_of(reader.partitions()) == [("c", 0, 5)]
+    reader = filtering_reader(tmp_path, **subscribe)
+    assert list(reader.pushFilters([StringStartsWith(("topic",), "b")])) == []
+    assert ranges_of(reader.partitions()) == [("b", 0, 10)]
+
+    # Constant columns: partition and timestampType are 0; nulls are never stored.
+    for nothing in (EqualTo(("partition",), 1), IsNull(("offset",)), IsNull(("timestamp",))):
+        reader = filtering_reader(tmp_path, **subscribe)
+        assert list(reader.pushFilters([nothing])) == []
+        parts = reader.partitions()
+        assert len(parts) == 1 and ranges_of(parts) == []
+    reader = filtering_reader(tmp_path, **subscribe)
+    kafka = [EqualTo(("partition",), 0), In(("timestampType",), (0, 1))]
+    assert list(reader.pushFilters(kafka)) == []
+    assert ranges_of(reader.partitions()) == [("a", 0, 40), ("b", 0, 10), ("c", 0, 5)]
+
+    # Filters narrow the options' range, never widen it; an empty overlap reads nothing.
+    reader = filtering_reader(
+        tmp_path,
+        startingOffsets='{"a": 10, "b": 0, "c": 0}',
+        endingOffsets='{"a": 20}',
+        **subscribe,
+    )
+    assert list(reader.pushFilters([GreaterThan(("offset",), 14), LessThan(("offset",), 40)])) == []
+    assert ranges_of(reader.partitions()) == [("a", 15, 20)]
+    reader = filtering_reader(tmp_path, **subscribe)
+    assert list(reader.pushFilters([GreaterThan(("offset",), 99)])) == []
+    assert ranges_of(reader.partitions()) == []
+    # Past every record's time: nothing to read.
+    reader = filtering_reader(tmp_path, **subscribe)
+    late = GreaterThan(("timestamp",), at_ms(40))
+    assert list(reader.pushFilters([late])) == [late]
+    assert ranges_of(reader.partitions()) == []
+
+
+def test_spark_pushes_filters_into_the_plan(spark: SparkSession, tmp_path: Path) -> None:
+    fill_out_of_order(tmp_path)
+    tidelog.spark.register(spark)  # local_session turned pushdown on: filters are pushed
+    df = read(spark, tmp_path, subscribe="a,b,c", maxRecordsPerPartition=10)
+    assert df.rdd.getNumPartitions() == 6
+    only = df.filter("topic = 'a' AND offset >= 30")
+    assert only.rdd.getNumPartitions() == 1
+    assert offsets_of(only) == [("a", i) for i in range(30, 40)]
+    # Times: the lower bound skips records, the rows are exact (a's record 20 is older).
+    micros = TS0 + 5_000
+    timed = df.filter(f"timestamp >= timestamp_micros({micros}) AND topic = 'a'")
+    assert timed.rdd.getNumPartitions() == 4  # offsets 5..39
+    assert offsets_of(timed) == [("a", i) for i in range(5, 40)]
+    window = df.filter(
+        f"timestamp >= timestamp_micros({micros}) AND timestamp < timestamp_micros({micros + 2000})"
+    )
+    assert offsets_of(window) == [("a", 5), ("a", 6), ("a", 20), ("b", 5), ("b", 6)]
+    # Filters Spark cannot push (a key, an OR across columns) still give exact rows.
+    either = df.filter("offset = 2 OR key IS NOT NULL").filter("topic = 'c'")
+    assert offsets_of(either) == [("c", 2)]
+
+    # With the setting off, a filtering reader is refused: register says so, and registers
+    # the plain source by default.
+    spark.conf.set(tidelog.spark.PUSHDOWN_CONF, "false")
+    try:
+        with pytest.raises(tidelog.InvalidArgumentError, match="filterPushdown"):
+            tidelog.spark.register(spark, push_filters=True)
+        tidelog.spark.register(spark)
+        plain = read(spark, tmp_path, subscribe="a,b,c", maxRecordsPerPartition=10)
+        assert plain.filter("offset >= 38").rdd.getNumPartitions() == 6
+        assert offsets_of(plain.filter("offset >= 38")) == [("a", 38), ("a", 39)]
+    finally:
+        spark.conf.set(tidelog.spark.PUSHDOWN_CONF, "true")
+        tidelog.spark.register(spark)
