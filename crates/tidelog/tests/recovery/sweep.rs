@@ -10,11 +10,14 @@
 //! back byte-equal. Damage: a bit flip in every byte of every file header, identity slot,
 //! progress slot, footer and cursor slot, and in a sample of record bytes; each file cut at
 //! every 4 KiB boundary and at bytes of its last 4 KiB. CI runs a stride through the bytes
-//! (every byte position is still covered across extents); `TIDELOG_SWEEP=full` runs all.
+//! (every byte position is still covered across extents) and at most 160 page boundaries
+//! per file (every one of a data file; a spread over the 8 MiB shared state file);
+//! `TIDELOG_SWEEP=full` runs all.
 
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::os::unix::fs::FileExt;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::path::{Path, PathBuf};
 
@@ -147,8 +150,55 @@ fn restore(dir: &Path, image: &Image) {
     for (rel, bytes) in image {
         let path = dir.join(rel);
         std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(path, bytes).unwrap();
+        write_sparse(&path, bytes);
     }
+}
+
+/// Writes `bytes` as a new file, leaving its zero pages holes (they read back as zeros): the
+/// shared state file is 8 MiB of mostly zeros, and every case restores it.
+fn write_sparse(path: &Path, bytes: &[u8]) {
+    let file = std::fs::File::create(path).unwrap();
+    file.set_len(bytes.len() as u64).unwrap();
+    let mut run: Option<usize> = None;
+    for (i, page) in bytes.chunks(PAGE).enumerate() {
+        // A slice comparison is one memcmp, fast in the unoptimised test build too.
+        let zero = page == &ZERO_PAGE[..page.len()];
+        match (zero, run) {
+            (false, None) => run = Some(i * PAGE),
+            (true, Some(from)) => {
+                file.write_all_at(&bytes[from..i * PAGE], from as u64)
+                    .unwrap();
+                run = None;
+            }
+            _ => {}
+        }
+    }
+    if let Some(from) = run {
+        file.write_all_at(&bytes[from..], from as u64).unwrap();
+    }
+}
+
+const PAGE: usize = 4096;
+const ZERO_PAGE: [u8; PAGE] = [0; PAGE];
+/// Page-boundary cuts per file outside full mode: every boundary of a data file, a spread
+/// over the larger shared state file.
+const CUT_PAGES_MAX: u64 = 160;
+
+/// Where a file of `len` bytes is cut: at 4 KiB boundaries (each in full mode, else at most
+/// about `CUT_PAGES_MAX` spread over the file, starting at a page `phase` picks) and at
+/// every `tail_stride`-th byte of its last 4 KiB.
+fn cut_points(len: u64, tail_stride: u64, phase: u64) -> Vec<u64> {
+    let page = PAGE as u64;
+    let every = if full() {
+        1
+    } else {
+        len.div_ceil(page).div_ceil(CUT_PAGES_MAX).max(1)
+    };
+    let first = (phase % every) * page;
+    let mut points: Vec<u64> = (first..len).step_by((every * page) as usize).collect();
+    let tail_from = len.saturating_sub(page);
+    points.extend(positions(len - tail_from, tail_stride, phase).map(|p| tail_from + p));
+    points
 }
 
 fn reported(e: &Error) -> bool {
@@ -341,14 +391,11 @@ fn sweep(source: &Path) -> (u64, u64) {
             flips += 1;
         }
     }
-    // Cuts: every 4 KiB boundary of every file, and bytes of its last 4 KiB.
+    // Cuts: at 4 KiB boundaries of every file, and bytes of its last 4 KiB.
     let mut cuts = 0;
     for (rel, bytes) in &pristine {
         let len = bytes.len() as u64;
-        let mut points: Vec<u64> = (0..len).step_by(4096).collect();
-        let tail_from = len.saturating_sub(4096);
-        points.extend(positions(len - tail_from, 97, cuts).map(|p| tail_from + p));
-        for point in points {
+        for point in cut_points(len, 97, cuts) {
             let label = format!("{rel:?} cut at {point} of {len}");
             case(&dir, &pristine, &truth, &label, |d| {
                 cut_file(&d.join(rel), point)
@@ -500,10 +547,7 @@ fn a_staged_job_with_any_flipped_bit_or_cut_file_is_published_whole_or_set_aside
             run(&label, &|d| flip_bit(&d.join(rel), pos, pos as u32));
             flips += 1;
         }
-        let mut points: Vec<u64> = (0..len).step_by(4096).collect();
-        let tail_from = len.saturating_sub(4096);
-        points.extend(positions(len - tail_from, 61, i as u64).map(|p| tail_from + p));
-        for point in points {
+        for point in cut_points(len, 61, i as u64) {
             let label = format!("{name}: cut at {point} of {len}");
             run(&label, &|d| cut_file(&d.join(rel), point));
             cuts += 1;
