@@ -152,11 +152,26 @@ impl Mapping {
             "copy out of bounds"
         );
         let base = self.raw.as_ptr().wrapping_add(at);
-        for (i, byte) in out.iter_mut().enumerate() {
-            let from = base.wrapping_add(i);
+        // Bytes up to an 8-byte boundary, whole words, then the last bytes: a word read is
+        // eight times fewer volatile reads (they cannot be merged or vectorised).
+        let head = base.align_offset(8).min(out.len());
+        let words = (out.len() - head) / 8;
+        for (i, byte) in out[..head].iter_mut().enumerate() {
             // SAFETY: in bounds (asserted); a volatile byte read of shared memory that another
             // party may be writing creates no reference and yields some byte value.
-            *byte = unsafe { std::ptr::read_volatile(from) };
+            *byte = unsafe { std::ptr::read_volatile(base.wrapping_add(i)) };
+        }
+        for (w, chunk) in out[head..head + words * 8].chunks_exact_mut(8).enumerate() {
+            let from = base.wrapping_add(head + w * 8).cast::<u64>();
+            // SAFETY: in bounds (asserted) and 8-byte aligned (`head` reaches the boundary);
+            // a volatile word read creates no reference and yields some value, checked by
+            // the caller's CRC like the bytes.
+            let word = unsafe { std::ptr::read_volatile(from) };
+            chunk.copy_from_slice(&word.to_ne_bytes());
+        }
+        for (i, byte) in out.iter_mut().enumerate().skip(head + words * 8) {
+            // SAFETY: as the first bytes.
+            *byte = unsafe { std::ptr::read_volatile(base.wrapping_add(i)) };
         }
     }
 
@@ -271,5 +286,30 @@ impl FrozenFile {
         // SAFETY: the range is the whole mapping, and `map`'s caller guaranteed that nothing
         // writes the file while `self` (which the borrow cannot outlive) lives.
         unsafe { self.map.slice(0, self.map.len) }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::io::Write;
+
+    use super::*;
+
+    #[test]
+    fn copy_out_reads_every_start_and_length_exactly() {
+        let bytes: Vec<u8> = (0..4096u32).map(|i| (i * 31 % 251) as u8).collect();
+        let mut file = tempfile::tempfile().expect("temp file");
+        file.write_all(&bytes).expect("write");
+        let map = Mapping::map(&file, bytes.len() as u64, false).expect("map");
+        for at in 0..24 {
+            for len in 0..48 {
+                let mut out = vec![0xAA; len];
+                map.copy_out(at, &mut out);
+                assert_eq!(out, &bytes[at..at + len], "at {at}, len {len}");
+            }
+        }
+        let mut tail = [0u8; 13];
+        map.copy_out(bytes.len() - 13, &mut tail);
+        assert_eq!(tail, bytes[bytes.len() - 13..]);
     }
 }

@@ -408,15 +408,37 @@ impl SharedState {
         self.map.write_header(at, &entry);
     }
 
+    /// The length slot `i`'s name entry gives (not checked against the limit).
+    fn name_len(&self, i: usize) -> usize {
+        let mut len = [0u8; 4];
+        self.map.copy_out(NAME_TABLE + i * NAME_BYTES, &mut len);
+        u32::from_le_bytes(len) as usize
+    }
+
     fn name_at(&self, i: usize) -> Option<String> {
-        let at = NAME_TABLE + i * NAME_BYTES;
-        let mut entry = [0u8; NAME_BYTES];
-        self.map.copy_out(at, &mut entry);
-        let len = u32::from_le_bytes(entry[..4].try_into().ok()?) as usize;
+        let len = self.name_len(i);
         if len == 0 || len > crate::format::TOPIC_NAME_MAX {
             return None;
         }
-        String::from_utf8(entry[4..4 + len].to_vec()).ok()
+        let mut name = vec![0u8; len];
+        self.map
+            .copy_out(NAME_TABLE + i * NAME_BYTES + 4, &mut name);
+        String::from_utf8(name).ok()
+    }
+
+    /// Whether slot `i`'s name entry is `name`: its length first, so a lookup reads four
+    /// bytes of most entries and allocates nothing.
+    fn name_is(&self, i: usize, name: &str) -> bool {
+        if name.is_empty() || name.len() > crate::format::TOPIC_NAME_MAX {
+            return false;
+        }
+        if self.name_len(i) != name.len() {
+            return false;
+        }
+        let mut entry = [0u8; crate::format::TOPIC_NAME_MAX];
+        let stored = &mut entry[..name.len()];
+        self.map.copy_out(NAME_TABLE + i * NAME_BYTES + 4, stored);
+        stored == name.as_bytes()
     }
 
     /// The live topic named `name` and its slot, as another process created it; `None`
@@ -431,7 +453,7 @@ impl SharedState {
             if key == 0 || key == KEY_TOMBSTONE {
                 continue;
             }
-            if self.name_at(i).as_deref() == Some(name) {
+            if self.name_is(i, name) {
                 let id = (key & u64::from(u32::MAX)) as u32;
                 return Some((id, self.slot(at, key)));
             }
