@@ -164,9 +164,13 @@ impl Mapping {
         for (w, chunk) in out[head..head + words * 8].chunks_exact_mut(8).enumerate() {
             let from = base.wrapping_add(head + w * 8).cast::<u64>();
             // SAFETY: in bounds (asserted) and 8-byte aligned (`head` reaches the boundary);
-            // a volatile word read creates no reference and yields some value, checked by
-            // the caller's CRC like the bytes.
+            // a volatile read creates no reference and yields some value, checked by the
+            // caller's CRC like the bytes. (A `[u8; 8]` read would be eight loads.)
             let word = unsafe { std::ptr::read_volatile(from) };
+            #[expect(
+                clippy::host_endian_bytes,
+                reason = "the word's bytes back in memory order"
+            )]
             chunk.copy_from_slice(&word.to_ne_bytes());
         }
         for (i, byte) in out.iter_mut().enumerate().skip(head + words * 8) {
