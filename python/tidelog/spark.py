@@ -965,6 +965,10 @@ class _Pushed:
                 return False
             self.nothing = self.nothing or not holds
             return True
+        if column in (("offset",), ("timestamp",)) and isinstance(f, (IsNull, IsNotNull)):
+            # Never null: IS NULL holds for no row, IS NOT NULL for every one.
+            self.nothing = self.nothing or isinstance(f, IsNull)
+            return True
         if column == ("offset",):
             return self._take_offset(f)
         if column == ("timestamp",):
@@ -972,11 +976,6 @@ class _Pushed:
         return False
 
     def _take_offset(self, f: Filter) -> bool:
-        if isinstance(f, IsNotNull):
-            return True
-        if isinstance(f, IsNull):
-            self.nothing = True
-            return True
         if isinstance(f, In):
             if f.value and all(_is_int(v) for v in f.value):
                 # Only the span narrows what is read; Spark keeps the rows in the list.
@@ -1003,11 +1002,6 @@ class _Pushed:
             self.offset_to = hi if self.offset_to is None else min(self.offset_to, hi)
 
     def _take_time(self, f: Filter) -> bool:
-        if isinstance(f, IsNotNull):
-            return True
-        if isinstance(f, IsNull):
-            self.nothing = True
-            return True
         # Only a lower bound narrows: a record after the first at or after a time may be
         # older (timestamps are the writer's), so upper bounds skip nothing.
         if isinstance(f, In):
