@@ -27,6 +27,12 @@ cargo clippy --workspace --all-targets --locked -- -D warnings
 # The workspace builds the engine with the tier (the binding asks for it); the engine alone
 # builds without it.
 cargo clippy -p tidelog --all-targets --locked -- -D warnings
+echo "== cargo test"
+log=$(mktemp)
+trap 'rm -f "$log"' EXIT
+cargo test --workspace --locked 2>&1 | tee "$log"
+rust_totals=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f; exit (p == 0 || f != 0) }' "$log")
+
 if ! command -v python3 >/dev/null 2>&1; then
     echo "error: python3 (3.11 or newer, with pip) is required for the Python tests" >&2
     exit 1
@@ -34,31 +40,10 @@ fi
 # The Spark tests need Java 17 or newer (PySpark 4 starts a JVM).
 . scripts/ensure-java.sh
 
-echo "== cargo test"
-log=$(mktemp)
-wheel_log=$(mktemp)
-wheel_pid=
-trap 'rm -f "$log" "$wheel_log"; [ -z "$wheel_pid" ] || kill "$wheel_pid" 2>/dev/null || true' EXIT
-cargo test --workspace --locked --no-run
-# The Python package builds (the abi3 wheel, with maturin fetched into an isolated build
-# environment; release code in its own target directory) while the Rust tests run: they
-# mostly wait on syncs and child processes, so the two together take little more than the
-# build alone.
-CARGO_TARGET_DIR=target/wheel python3 -m pip install --quiet --disable-pip-version-check \
-    --root-user-action=ignore ".[test,spark]" >"$wheel_log" 2>&1 &
-wheel_pid=$!
-cargo test --workspace --locked 2>&1 | tee "$log"
-rust_totals=$(awk '/^test result:/ { p += $4; f += $6 } END { printf "%d passed, %d failed", p, f; exit (p == 0 || f != 0) }' "$log")
-
 echo "== python: build and install the package, with its test and Spark dependencies"
-wheel_status=0
-wait "$wheel_pid" || wheel_status=$?
-wheel_pid=
-cat "$wheel_log"
-if [ "$wheel_status" -ne 0 ]; then
-    echo "error: building or installing the Python package failed (exit $wheel_status)" >&2
-    exit 1
-fi
+# Builds the abi3 wheel with maturin (fetched into an isolated build environment).
+python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+    ".[test,spark]"
 echo "== ruff"
 python3 -m ruff check python tests/python benches examples
 python3 -m ruff format --check python tests/python benches examples
