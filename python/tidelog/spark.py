@@ -786,6 +786,9 @@ class TidelogDataSource(DataSource):
     def reader(self, schema: StructType) -> TidelogBatchReader:
         options = _Options.parse(self.options)
         _check_schema(schema, options)
+        return self._batch_reader(options)
+
+    def _batch_reader(self, options: _Options) -> TidelogBatchReader:
         return TidelogBatchReader(options)
 
     def streamReader(self, schema: StructType) -> TidelogStreamReader:
@@ -855,9 +858,7 @@ class TidelogFilteringReader(TidelogBatchReader):
 class TidelogFilteringSource(TidelogDataSource):
     """Format "tidelog" whose batch reads push filters (see `register`)."""
 
-    def reader(self, schema: StructType) -> TidelogFilteringReader:
-        options = _Options.parse(self.options)
-        _check_schema(schema, options)
+    def _batch_reader(self, options: _Options) -> TidelogBatchReader:
         return TidelogFilteringReader(options)
 
 

@@ -401,17 +401,22 @@ impl SharedState {
     }
 
     fn write_name(&self, i: usize, name: &str) {
-        let at = NAME_TABLE + i * NAME_BYTES;
+        let at = Self::name_entry(i);
         let mut entry = [0u8; NAME_BYTES];
         entry[..4].copy_from_slice(&(name.len() as u32).to_le_bytes());
         entry[4..4 + name.len()].copy_from_slice(name.as_bytes());
         self.map.write_header(at, &entry);
     }
 
+    /// Where slot `i`'s name entry starts: a u32 length, then the name's bytes.
+    fn name_entry(i: usize) -> usize {
+        NAME_TABLE + i * NAME_BYTES
+    }
+
     /// The length slot `i`'s name entry gives (not checked against the limit).
     fn name_len(&self, i: usize) -> usize {
         let mut len = [0u8; 4];
-        self.map.copy_out(NAME_TABLE + i * NAME_BYTES, &mut len);
+        self.map.copy_out(Self::name_entry(i), &mut len);
         u32::from_le_bytes(len) as usize
     }
 
@@ -421,8 +426,7 @@ impl SharedState {
             return None;
         }
         let mut name = vec![0u8; len];
-        self.map
-            .copy_out(NAME_TABLE + i * NAME_BYTES + 4, &mut name);
+        self.map.copy_out(Self::name_entry(i) + 4, &mut name);
         String::from_utf8(name).ok()
     }
 
@@ -437,7 +441,7 @@ impl SharedState {
         }
         let mut entry = [0u8; crate::format::TOPIC_NAME_MAX];
         let stored = &mut entry[..name.len()];
-        self.map.copy_out(NAME_TABLE + i * NAME_BYTES + 4, stored);
+        self.map.copy_out(Self::name_entry(i) + 4, stored);
         stored == name.as_bytes()
     }
 

@@ -17,14 +17,14 @@
 //! gone. One `Always` child also stages jobs for a fourth topic and commits them
 //! (`@@committing`, then `@@committed` with the offsets): each job is there whole and
 //! once, at its offsets once the commit returned, and one cut short whole or not at all.
-//! After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in
-//! an open; every fourth cycle only once the staging child committed a job, so some jobs
-//! are committed however slow the machine) every child is SIGKILLed at once, the image is written into a new directory
+//! After 20 to 150 ms (one cycle in eight: 0 to 30 ms after the spawn, maybe in an open; every
+//! fourth cycle only once the staging child committed a job, so some jobs are committed however
+//! slow the machine) every child is SIGKILLed at once, the image is written into a new directory
 //! (three cycles in four with a random half of the pages written since their last sync, as
-//! writeback may have flushed them), opened alone and checked against every acknowledgement
-//! so far: the topics are dense (from 0, or from the first offset retention kept), every
-//! record whole and in its writer's order, every acknowledged record (retention has not
-//! passed) where it was acknowledged. The next cycle runs in that directory.
+//! writeback may have flushed them), opened alone and checked against every acknowledgement so far:
+//! the topics are dense (from 0, or from the first offset retention kept), every record whole and
+//! in its writer's order, every acknowledged record (retention has not passed) where it was
+//! acknowledged. The next cycle runs in that directory.
 //! `TIDELOG_CRASH_CYCLES` (power losses) and `TIDELOG_CRASH_SEED` as for the other campaigns.
 
 #![allow(clippy::unwrap_used)]
