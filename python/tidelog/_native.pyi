@@ -736,9 +736,21 @@ def open_remote(
 @final
 class StagedWriter:
     """One part of a staged job (e.g. one Spark task attempt): records written without the
-    directory's lock, invisible until a commit names the part. Thread-safe."""
+    directory's lock, invisible until a commit names the part. Thread-safe.
 
-    def __new__(cls, path: str | os.PathLike[str], job: str, part: str) -> Self: ...
+    `record_format`: how its segments store records, as `open`'s: 2 (the default), the records
+    of each append in batch frames; 1, a frame per record (what builds before format 2
+    publish). A directory opened with `record_format=1` copies segments of format 2 rather
+    than adopting them."""
+
+    def __new__(
+        cls,
+        path: str | os.PathLike[str],
+        job: str,
+        part: str,
+        *,
+        record_format: Literal[1, 2] = 2,
+    ) -> Self: ...
     @property
     def part(self) -> str: ...
     @property

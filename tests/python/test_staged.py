@@ -133,11 +133,41 @@ def test_a_job_that_cannot_be_published_is_set_aside_and_reported(tmp_path: Path
     assert not (tmp_path / "staging" / "bad").exists()
 
 
+def _file_version(path: Path) -> int:
+    with path.open("rb") as f:
+        return int.from_bytes(f.read(12)[8:12], "little")
+
+
 def _adopted_files(path: Path) -> list[Path]:
-    """Data files whose header says they were adopted from a staged segment (version 2)."""
-    return [
-        f for f in sorted(path.glob("*.tdl")) if int.from_bytes(f.read_bytes()[8:12], "little") == 2
-    ]
+    """Data files whose header says they were adopted from a staged segment (version 4, or 2
+    for segments of record frames)."""
+    return [f for f in sorted(path.glob("*.tdl")) if _file_version(f) in (2, 4)]
+
+
+@pytest.mark.parametrize(("record_format", "file_version"), [(2, 4), (1, 2)])
+def test_staged_record_formats_adopt_and_read_alike(
+    tmp_path: Path, record_format: int, file_version: int
+) -> None:
+    n = 20_000
+    values = [b"%099d" % i for i in range(n)]
+    w = tidelog.StagedWriter(tmp_path, "job", "p0", record_format=record_format)
+    w.append_arrow("t", pa.array(values[:-100], pa.binary()))
+    for v in values[-100:]:
+        w.append("t", v, timestamp=7)
+    assert w.finish() == n
+    (segment,) = (tmp_path / "staging" / "job").glob("*.seg")
+    # A 100-byte value costs about 108 bytes in a batch frame, 144 in a frame of its own.
+    per_record = 112 if record_format == 2 else 150
+    staged_bytes = segment.stat().st_blocks * 512
+    assert staged_bytes < n * per_record, staged_bytes
+    tidelog.commit_staged(tmp_path, "job", ["p0"], staged_adopt_bytes_min=0)
+    assert [_file_version(f) for f in _adopted_files(tmp_path)] == [file_version]
+    with tidelog.open(tmp_path, readonly=True) as ro:
+        got = ro.read_arrow("t", 0, n, max_records=n)
+        assert got.column("value").to_pylist() == values
+        assert bytes(ro.read("t", n - 1).value) == values[-1]
+    with pytest.raises(tidelog.InvalidArgumentError, match="record_format"):
+        tidelog.StagedWriter(tmp_path, "job2", "p0", record_format=3)
 
 
 def test_a_large_part_is_adopted_not_copied(tmp_path: Path) -> None:

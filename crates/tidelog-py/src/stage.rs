@@ -46,8 +46,18 @@ impl PyStagedWriter {
 #[pymethods]
 impl PyStagedWriter {
     #[new]
-    fn new(py: Python<'_>, path: PathBuf, job: &str, part: &str) -> PyResult<Self> {
-        let writer = detached(py, || tidelog::StagedWriter::create(&path, job, part))?;
+    #[pyo3(signature = (path, job, part, *, record_format = 2))]
+    fn new(
+        py: Python<'_>,
+        path: PathBuf,
+        job: &str,
+        part: &str,
+        record_format: i64,
+    ) -> PyResult<Self> {
+        let record_format = options::record_format(record_format)?;
+        let writer = detached(py, || {
+            tidelog::StagedWriter::create(&path, job, part)?.record_format(record_format)
+        })?;
         Ok(PyStagedWriter {
             writer: Mutex::new(Some(writer)),
             part: part.to_owned(),

@@ -95,14 +95,29 @@ fn entry_len(at: u64, index: u64, ts_delta: u64, parts: &FrameParts<'_>) -> u64 
 
 /// Padded bytes of the batch frame of `records` (at least one).
 pub fn frame_len<'a>(records: impl Iterator<Item = BatchRecord<'a>>) -> u64 {
+    frame_prefix(records, u64::MAX).1
+}
+
+/// The longest prefix of `records` whose batch frame takes at most `limit_bytes` (padded),
+/// and never less than the first record: its length in records and its frame's padded bytes.
+pub fn frame_prefix<'a>(
+    records: impl Iterator<Item = BatchRecord<'a>>,
+    limit_bytes: u64,
+) -> (usize, u64) {
     let mut at = BATCH_HEADER as u64;
     let mut base = None;
+    let mut taken = (0, 0);
     for (i, r) in records.enumerate() {
         let base_ts = *base.get_or_insert(r.timestamp_us);
         at += entry_len(at, i as u64, ts_delta(r.timestamp_us, base_ts), &r.parts);
+        let padded = format::align_up(at, FRAME_ALIGN);
+        if i > 0 && padded > limit_bytes {
+            break;
+        }
+        taken = (i + 1, padded);
     }
-    debug_assert!(base.is_some(), "a batch has records");
-    format::align_up(at, FRAME_ALIGN)
+    debug_assert!(taken.0 > 0, "a batch has records");
+    taken
 }
 
 #[inline]

@@ -231,13 +231,26 @@ impl Extent {
     /// their index in the extent instead of the topic's id and their offset.
     #[inline]
     pub fn relative(&self) -> bool {
-        self.file.header.version == format::VERSION_RELATIVE
+        format::version_relative(self.file.header.version)
     }
 
     /// True for an extent of batch frames (`crate::batch`).
     #[inline]
     pub fn batched(&self) -> bool {
-        self.file.header.version == format::VERSION_BATCHED
+        format::version_batched(self.file.header.version)
+    }
+
+    /// What this extent's frames store for `offset`, and the topic id they carry: both
+    /// relative to the extent in an adopted one, as they are otherwise.
+    #[inline]
+    fn stored(&self, offset: u64) -> Result<(u64, u32), FrameError> {
+        if !self.relative() {
+            return Ok((offset, self.topic_id));
+        }
+        offset
+            .checked_sub(self.first_offset)
+            .map(|stored| (stored, 0))
+            .ok_or(FrameError::WrongOffset)
     }
 
     /// [`Extent::decode_frame`] for a walker that remembers the frame it decoded last
@@ -255,7 +268,10 @@ impl Extent {
         if self.batched()
             && let Some(frame) = checked.frame_holding(position, verify)
         {
-            return crate::batch::decode_in(bytes, position as usize, frame, offset);
+            let (stored, _) = self.stored(offset)?;
+            let mut view = crate::batch::decode_in(bytes, position as usize, frame, stored)?;
+            view.offset = offset;
+            return Ok(view);
         }
         checked.walk(position, verify, |check| {
             self.decode_frame(bytes, position, offset, check)
@@ -272,33 +288,13 @@ impl Extent {
         offset: u64,
         verify: bool,
     ) -> Result<FrameView, FrameError> {
-        if self.batched() {
-            return crate::batch::decode(
-                bytes,
-                position as usize,
-                self.salt,
-                self.topic_id,
-                offset,
-                verify,
-            );
-        }
-        let base = if self.relative() {
-            self.first_offset
+        let (stored, topic_id) = self.stored(offset)?;
+        let position = position as usize;
+        let mut view = if self.batched() {
+            crate::batch::decode(bytes, position, self.salt, topic_id, stored, verify)?
         } else {
-            0
+            format::decode_frame(bytes, position, self.salt, topic_id, stored, verify)?
         };
-        let topic_id = if self.relative() { 0 } else { self.topic_id };
-        let Some(stored) = offset.checked_sub(base) else {
-            return Err(FrameError::WrongOffset);
-        };
-        let mut view = format::decode_frame(
-            bytes,
-            position as usize,
-            self.salt,
-            topic_id,
-            stored,
-            verify,
-        )?;
         view.offset = offset;
         Ok(view)
     }

@@ -11,7 +11,7 @@ use crate::error::{Error, Result};
 /// The unit of mmap alignment, msync and block headers.
 pub const PAGE_BYTES: u64 = 4096;
 /// Newest data-file format version this build reads (file header and identity slots).
-pub const FORMAT_VERSION: u32 = VERSION_BATCHED;
+pub const FORMAT_VERSION: u32 = VERSION_RELATIVE_BATCHED;
 /// Version of the files the allocator creates and of their extents: each frame carries its
 /// topic id and its offset.
 pub const VERSION_ABSOLUTE: u32 = 1;
@@ -24,6 +24,22 @@ pub const VERSION_RELATIVE: u32 = 2;
 /// frames (`crate::batch`), which carry the topic id and absolute offsets. Files of version
 /// 1 keep version-1 frames, and a writer that continues one of their extents writes those.
 pub const VERSION_BATCHED: u32 = 3;
+/// Version of a file adopted from a staged segment of batch frames (staging version 3) and
+/// of its extents: batch frames as in [`VERSION_BATCHED`] files, but carrying topic id 0 and,
+/// as base offset, their first record's index in the extent (as [`VERSION_RELATIVE`]).
+pub const VERSION_RELATIVE_BATCHED: u32 = 4;
+
+/// Whether the extents of data-file `version` hold batch frames (`crate::batch`) rather
+/// than record frames.
+pub const fn version_batched(version: u32) -> bool {
+    matches!(version, VERSION_BATCHED | VERSION_RELATIVE_BATCHED)
+}
+
+/// Whether the frames of data-file `version` carry topic id 0 and offsets relative to their
+/// extent's `first_offset` (an adopted staged segment).
+pub const fn version_relative(version: u32) -> bool {
+    matches!(version, VERSION_RELATIVE | VERSION_RELATIVE_BATCHED)
+}
 /// Longest topic or group name in bytes.
 pub const TOPIC_NAME_MAX: usize = 249;
 

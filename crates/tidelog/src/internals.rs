@@ -107,12 +107,12 @@ pub const FIXTURE_BLOCK_BYTES: u64 = 16 << 10;
 pub const FIXTURE_BLOCKS: u32 = 4;
 
 impl ExtentFixture {
-    /// Creates data file 1 in `dir` (a version-2 file, whose frames and footers carry offsets
-    /// relative to the extent, with `relative`) and an extent of `extent_count` blocks at
-    /// block 0.
+    /// Creates data file 1 of `version` in `dir` (1 to 4: `format::VERSION_*`; 2 and 4 are
+    /// adopted files, whose frames and footers carry offsets relative to the extent) and an
+    /// extent of `extent_count` blocks at block 0.
     pub fn create(
         dir: &Path,
-        relative: bool,
+        version: u32,
         extent_count: u32,
         topic_id: u32,
         salt: u32,
@@ -127,8 +127,13 @@ impl ExtentFixture {
             FIXTURE_BLOCK_BYTES,
             crate::format::VERSION_ABSOLUTE,
         )?;
-        if relative && let Some(f) = Arc::get_mut(&mut file) {
-            f.header.version = crate::format::VERSION_RELATIVE;
+        assert!(
+            (1..=crate::format::FORMAT_VERSION).contains(&version),
+            "a data-file version"
+        );
+        // Files of the adopted versions are never created, only renamed into place.
+        if let Some(f) = Arc::get_mut(&mut file) {
+            f.header.version = version;
         }
         let block = Extent::new(
             file,
@@ -167,6 +172,19 @@ impl ExtentFixture {
         verify: bool,
     ) -> std::result::Result<FrameView, FrameError> {
         self.block.decode_frame(bytes, position, offset, verify)
+    }
+
+    /// [`Extent::decode_walking`] over `bytes`.
+    pub fn decode_walking(
+        &self,
+        bytes: &[u8],
+        position: u64,
+        offset: u64,
+        verify: bool,
+        checked: &mut crate::format::Checked,
+    ) -> std::result::Result<FrameView, FrameError> {
+        self.block
+            .decode_walking(bytes, position, offset, verify, checked)
     }
 
     /// [`Extent::read_footer`] of the extent as written, as `progress` describes it.

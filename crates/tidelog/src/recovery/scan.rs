@@ -265,7 +265,12 @@ fn batches_past(block: &Extent, extent: &[u8], from: u64, next_offset: u64) -> u
             pos += format::FRAME_ALIGN as usize;
             continue;
         }
-        let base = format::get_u64(head, batch::BF_BASE_OFFSET);
+        let stored = format::get_u64(head, batch::BF_BASE_OFFSET);
+        let base = if block.relative() {
+            stored.saturating_add(block.first_offset)
+        } else {
+            stored
+        };
         match block.decode_frame(extent, pos as u64, base, true) {
             Ok(view) if base >= next_offset => {
                 found += u64::from(view.batch_count);

@@ -8,19 +8,19 @@ use std::sync::Arc;
 
 use super::segment::{
     SEGMENT_BLOCK_BYTES, SEGMENT_BLOCKS_MAX, SEGMENT_BYTES_MAX, SEGMENT_INDEX_INTERVAL_BYTES,
-    SEGMENT_SUFFIX, SH_LEN, SegmentHeader, block_position, segment_name, staged_slots,
+    SEGMENT_SUFFIX, SH_LEN, STAGING_VERSION, STAGING_VERSION_RECORD_FRAMES, SegmentHeader,
+    block_position, extent_version, segment_name, staged_slots,
 };
 use super::{COMMIT_FILE, job_dir};
+use crate::batch::{self, BatchHead};
 use crate::clock;
-use crate::config::validate_name;
+use crate::config::{RecordFormat, validate_name};
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
-use crate::format::{
-    self, BlockIdentity, FrameFields, IndexEntry, Progress, ProgressState, VERSION_RELATIVE,
-};
+use crate::format::{self, BlockIdentity, FrameFields, IndexEntry, Progress, ProgressState};
 use crate::io::{self, StdStorage, Storage};
-use crate::record::Append;
+use crate::record::{self, Append};
 
 /// Suffix of a part's manifest: `PART.stage`.
 pub const PART_SUFFIX: &str = ".stage";
@@ -31,6 +31,10 @@ const SEGMENT_LINE: &str = "@segment ";
 const RECORDS_LINE: &str = "@records ";
 /// Frames are gathered into page-aligned writes of about this size.
 const WRITE_BYTES: usize = 4 << 20;
+/// A batch frame takes the records of one `append` up to about this many bytes: its header
+/// and checksum cost a few bytes per thousand records, and a reader that starts inside it
+/// checks it whole.
+const FRAME_BYTES_MAX: u64 = 64 << 10;
 /// Largest key plus value a staged record may have with the default segment geometry: one
 /// frame in a whole segment's extent.
 pub const STAGED_RECORD_BYTES_MAX: u64 = record_bytes_max(SEGMENT_BLOCK_BYTES, SEGMENT_BLOCKS_MAX);
@@ -241,10 +245,11 @@ const PAGE: u64 = format::PAGE_BYTES;
 
 /// Writes one part of a job. Needs no lock: each task attempt writes its own part.
 ///
-/// Records go into segments laid out like data files (one extent per topic at a time, each
-/// record its own frame), written in large page-aligned writes (direct I/O where the file
-/// system allows it); nothing is readable or committable until [`StagedWriter::finish`]
-/// has made the segments durable and written the part's manifest.
+/// Records go into segments laid out like data files (one extent per topic at a time; the
+/// records of each `append` in batch frames of up to 64 KiB), written in large page-aligned
+/// writes (direct I/O where the file system allows it); nothing is readable or committable
+/// until [`StagedWriter::finish`] has made the segments durable and written the part's
+/// manifest.
 #[derive(Debug)]
 pub struct StagedWriter {
     storage: Arc<dyn Storage>,
@@ -253,6 +258,8 @@ pub struct StagedWriter {
     /// Segment geometry: block size and blocks per segment.
     block_bytes: u64,
     blocks_max: u32,
+    /// Batch frames (staging version 3), or a record frame per record (version 2).
+    format: RecordFormat,
     done: Vec<SegmentEntry>,
     segment: Option<OpenSegment>,
     extents: Vec<OpenExtent>,
@@ -318,6 +325,7 @@ impl StagedWriter {
             part: part.to_owned(),
             block_bytes: SEGMENT_BLOCK_BYTES,
             blocks_max: SEGMENT_BLOCKS_MAX,
+            format: RecordFormat::default(),
             done: Vec::new(),
             segment: None,
             extents: Vec::new(),
@@ -364,6 +372,34 @@ impl StagedWriter {
         Ok(self)
     }
 
+    /// Sets how the segments store records (before the first append): batch frames
+    /// ([`RecordFormat::V2`], the default, staging version 3) or one record frame per record
+    /// ([`RecordFormat::V1`], staging version 2, which builds before batch frames publish,
+    /// and which a directory of `RecordFormat::V1` adopts).
+    pub fn record_format(mut self, format: RecordFormat) -> Result<Self> {
+        if self.segment.is_some() || !self.done.is_empty() {
+            return Err(Error::invalid(
+                "record format",
+                "set it before the first append",
+            ));
+        }
+        self.format = format;
+        Ok(self)
+    }
+
+    /// The staging version of the segments this writer makes.
+    fn staging_version(&self) -> u32 {
+        match self.format {
+            RecordFormat::V1 => STAGING_VERSION_RECORD_FRAMES,
+            _ => STAGING_VERSION,
+        }
+    }
+
+    /// Whether its extents hold batch frames.
+    fn batched(&self) -> bool {
+        format::version_batched(extent_version(self.staging_version()))
+    }
+
     /// Stages `records` for `topic` (records without a timestamp get the time of this call).
     pub fn append(&mut self, topic: &str, records: &[Append<'_>]) -> Result<()> {
         validate_name(topic)?;
@@ -382,20 +418,35 @@ impl StagedWriter {
                 self.max_ts.len() - 1
             }
         };
-        let mut at: Option<usize> = None;
-        for r in records {
-            let frame_bytes = format::frame_padded_len(r.payload_len());
-            let i = match at {
-                Some(i) if self.extents[i].pos + frame_bytes <= self.extents[i].data_limit => i,
-                _ => self.extent_for(topic, frame_bytes)?,
-            };
-            at = Some(i);
-            let ts = r.timestamp_us.unwrap_or(now);
-            let max_ts = self.max_ts[ts_slot].1.max(ts);
-            self.max_ts[ts_slot].1 = max_ts;
-            self.push_frame(i, r, ts, max_ts)?;
+        let mut rest = records;
+        while !rest.is_empty() {
+            let (i, taken, frame_bytes) = self.next_frame(topic, rest, now)?;
+            self.push_frame(i, &rest[..taken], frame_bytes, now, ts_slot)?;
+            rest = &rest[taken..];
         }
         Ok(())
+    }
+
+    /// The open extent of `topic` that the next frame of `records` (of one topic) goes into,
+    /// how many records that frame takes (at least one) and its padded bytes: one record in a
+    /// record frame; in a batch frame as many as fit the extent, up to [`FRAME_BYTES_MAX`].
+    fn next_frame(
+        &mut self,
+        topic: &str,
+        records: &[Append<'_>],
+        now: u64,
+    ) -> Result<(usize, usize, u64)> {
+        if !self.batched() {
+            let frame_bytes = format::frame_padded_len(records[0].payload_len());
+            return Ok((self.extent_for(topic, frame_bytes)?, 1, frame_bytes));
+        }
+        let first = batch::frame_len(record::batch_records(&records[..1], now));
+        let i = self.extent_for(topic, first)?;
+        let room = self.extents[i].data_limit - self.extents[i].pos;
+        let limit = room.min(FRAME_BYTES_MAX).max(first);
+        let (taken, frame_bytes) = batch::frame_prefix(record::batch_records(records, now), limit);
+        debug_assert!(frame_bytes <= room);
+        Ok((i, taken, frame_bytes))
     }
 
     /// Records staged so far.
@@ -475,9 +526,18 @@ impl StagedWriter {
         Ok(self.extents.len() - 1)
     }
 
-    /// Encodes `r` as the next frame of open extent `i`.
-    fn push_frame(&mut self, i: usize, r: &Append<'_>, ts: u64, max_ts: u64) -> Result<()> {
-        let padded = format::frame_padded_len(r.payload_len()) as usize;
+    /// Encodes `records` (of the topic of `max_ts[ts_slot]`) as the next frame of open extent
+    /// `i`, `padded` bytes long: a batch frame, or a record frame of one record.
+    fn push_frame(
+        &mut self,
+        i: usize,
+        records: &[Append<'_>],
+        padded: u64,
+        now: u64,
+        ts_slot: usize,
+    ) -> Result<()> {
+        let padded = padded as usize;
+        let batched = self.batched();
         let at =
             block_position(self.block_bytes, self.extents[i].block_index) + self.extents[i].pos;
         let owner = self.extents[i].block_index;
@@ -510,30 +570,47 @@ impl StagedWriter {
             self.buf_len = e.tail.len();
             debug_assert!(self.buf_at.is_multiple_of(PAGE));
         }
+        let first_ts = records[0].timestamp_us.unwrap_or(now);
+        let running_ts = &mut self.max_ts[ts_slot].1;
+        // Index entries point at frame starts; the maximum counts the frame's first record.
         if e.last_index_pos
             .is_none_or(|last| e.pos - last >= SEGMENT_INDEX_INTERVAL_BYTES)
         {
             e.index.push(IndexEntry {
                 offset: e.count,
                 position: e.pos,
-                max_timestamp_us: max_ts,
+                max_timestamp_us: (*running_ts).max(first_ts),
             });
             e.last_index_pos = Some(e.pos);
         }
-        let fields = FrameFields {
-            topic_id: 0,
-            offset: e.count,
-            timestamp_us: ts,
-            batch_count: 1,
-        };
-        let n = format::encode_frame_into(&mut buf[self.buf_len..], &fields, e.salt, &r.parts());
-        debug_assert_eq!(n, padded);
+        for r in records {
+            *running_ts = (*running_ts).max(r.timestamp_us.unwrap_or(now));
+            e.max_record_bytes = e.max_record_bytes.max(r.payload_len());
+        }
+        let out = &mut buf[self.buf_len..self.buf_len + padded];
+        if batched {
+            let head = BatchHead {
+                topic_id: 0,
+                base_offset: e.count,
+                base_timestamp_us: first_ts,
+            };
+            batch::encode(out, &head, e.salt, record::batch_records(records, now));
+        } else {
+            debug_assert_eq!(records.len(), 1, "a record frame holds one record");
+            let fields = FrameFields {
+                topic_id: 0,
+                offset: e.count,
+                timestamp_us: first_ts,
+                batch_count: 1,
+            };
+            let n = format::encode_frame_into(out, &fields, e.salt, &records[0].parts());
+            debug_assert_eq!(n, padded);
+        }
         self.buf_len += padded;
         e.pos += padded as u64;
-        e.count += 1;
-        e.max_record_bytes = e.max_record_bytes.max(r.payload_len());
+        e.count += records.len() as u64;
         debug_assert!(e.pos <= e.data_limit);
-        self.records += 1;
+        self.records += records.len() as u64;
         if big {
             // Written now, so the next frame finds the usual buffer.
             self.flush_buf()?;
@@ -574,6 +651,7 @@ impl StagedWriter {
             self.flush_buf()?;
         }
         let e = self.extents.remove(i);
+        let version = extent_version(self.staging_version());
         let storage = Arc::clone(&self.storage);
         let segment = self.segment.as_mut().ok_or(Error::Closed)?;
         let start = block_position(self.block_bytes, e.block_index);
@@ -596,7 +674,7 @@ impl StagedWriter {
             .find(|(t, _)| *t == e.topic)
             .map_or(0, |(_, m)| *m);
         let id = BlockIdentity {
-            version: VERSION_RELATIVE,
+            version,
             topic_id: 0,
             block_index: e.block_index,
             extent_count: e.extent_count,
@@ -642,6 +720,7 @@ impl StagedWriter {
         let storage = self.storage.as_ref();
         let file_size_bytes = block_position(self.block_bytes, segment.blocks_used);
         let header = SegmentHeader {
+            version: self.staging_version(),
             index: segment.index,
             file_size_bytes,
             block_size_bytes: self.block_bytes,

@@ -1,18 +1,19 @@
 //! A staged segment: one file of a staged part, laid out like a data file whose extents
 //! belong to no topic yet (`docs/FORMAT.md`, "Staged appends").
 //!
-//! Its frames carry topic id 0 and their index in the extent (`format::VERSION_RELATIVE`),
-//! so a publish can *adopt* the whole file as a data file by rewriting its header page and
-//! each extent's slots, without reading or writing a record; small segments are *copied*
-//! into their topics instead (`Segment::for_each_extent`).
+//! Its frames carry topic id 0 and their index in the extent (extents of
+//! `format::VERSION_RELATIVE_BATCHED`, batch frames; `format::VERSION_RELATIVE`, record frames,
+//! in segments of staging version 2), so a publish can *adopt* the whole file as a data file by
+//! rewriting its header page and each extent's slots, without reading or writing a record;
+//! small segments are *copied* into their topics instead (`Segment::for_each_extent`).
 
 use std::fs::File;
 use std::path::{Path, PathBuf};
 
 use crate::error::{Error, Result};
 use crate::format::{
-    self, BlockIdentity, FileHeader, FrameError, Progress, ProgressState, get_u32, get_u64,
-    put_u32, put_u64,
+    self, BlockIdentity, FileHeader, FrameError, FrameView, Progress, ProgressState, get_u32,
+    get_u64, put_u32, put_u64,
 };
 use crate::headers::HeaderBlock;
 use crate::io::Storage;
@@ -36,8 +37,20 @@ const _: () = assert!(SEGMENT_BLOCK_BYTES.is_multiple_of(format::PAGE_BYTES));
 
 /// Segment header magic.
 pub const SEGMENT_MAGIC: [u8; 8] = *b"TDLSTAGE";
-/// Version of the staging format (parts, segments).
-pub const STAGING_VERSION: u32 = 2;
+/// Version of the staging format (parts, segments) this build writes: extents of batch frames.
+pub const STAGING_VERSION: u32 = 3;
+/// The oldest staging version this build reads: extents of record frames, one per record.
+pub const STAGING_VERSION_RECORD_FRAMES: u32 = 2;
+
+/// The data-file version of the extents of a segment of `staging_version` (2 or 3), which
+/// its adoption makes the file's.
+pub(crate) const fn extent_version(staging_version: u32) -> u32 {
+    if staging_version == STAGING_VERSION_RECORD_FRAMES {
+        format::VERSION_RELATIVE
+    } else {
+        format::VERSION_RELATIVE_BATCHED
+    }
+}
 pub const SH_MAGIC: usize = 0;
 pub const SH_VERSION: usize = SH_MAGIC + 8;
 pub const SH_FLAGS: usize = SH_VERSION + 4;
@@ -67,6 +80,9 @@ pub fn segment_name(part: &str, index: u32) -> String {
 /// The first page of a segment that no publish has touched.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SegmentHeader {
+    /// Staging version: [`STAGING_VERSION`], or [`STAGING_VERSION_RECORD_FRAMES`] for a
+    /// segment of record frames.
+    pub version: u32,
     /// The segment's index in its part.
     pub index: u32,
     /// The segment's size.
@@ -86,7 +102,7 @@ impl SegmentHeader {
     pub fn encode(&self) -> [u8; SH_LEN] {
         let mut b = [0u8; SH_LEN];
         b[SH_MAGIC..SH_VERSION].copy_from_slice(&SEGMENT_MAGIC);
-        put_u32(&mut b, SH_VERSION, STAGING_VERSION);
+        put_u32(&mut b, SH_VERSION, self.version);
         put_u64(&mut b, SH_INDEX, u64::from(self.index));
         put_u64(&mut b, SH_FILE_SIZE, self.file_size_bytes);
         put_u64(&mut b, SH_BLOCK_SIZE, self.block_size_bytes);
@@ -107,11 +123,15 @@ impl SegmentHeader {
         if crc32fast::hash(&b[..SH_CRC]) != get_u32(b, SH_CRC) {
             return Err("segment header checksum mismatch");
         }
-        if get_u32(b, SH_VERSION) != STAGING_VERSION || get_u32(b, SH_FLAGS) != 0 {
+        let version = get_u32(b, SH_VERSION);
+        if !(STAGING_VERSION_RECORD_FRAMES..=STAGING_VERSION).contains(&version)
+            || get_u32(b, SH_FLAGS) != 0
+        {
             return Err("unknown segment version or flags");
         }
         let index = u32::try_from(get_u64(b, SH_INDEX)).map_err(|_| "segment index too large")?;
         Ok(SegmentHeader {
+            version,
             index,
             file_size_bytes: get_u64(b, SH_FILE_SIZE),
             block_size_bytes: get_u64(b, SH_BLOCK_SIZE),
@@ -165,6 +185,9 @@ pub(crate) struct Segment {
     pub file_size_bytes: u64,
     pub block_size_bytes: u64,
     created_us: u64,
+    /// The data-file version of its extents (`format::VERSION_RELATIVE_BATCHED`, or
+    /// `VERSION_RELATIVE` in a segment of staging version 2): an adoption keeps it.
+    extent_version: u32,
     pub extents: Vec<StagedExtent>,
 }
 
@@ -187,18 +210,29 @@ impl Segment {
         }
         let (geometry, header) = match SegmentHeader::decode(&page) {
             Ok(h) => (
-                (h.file_size_bytes, h.block_size_bytes, h.created_us),
+                (
+                    h.file_size_bytes,
+                    h.block_size_bytes,
+                    h.created_us,
+                    extent_version(h.version),
+                ),
                 Some(h),
             ),
             Err(reason) => match FileHeader::decode(&page) {
                 // Prepared for adoption by a publish that stopped before the rename.
-                Ok(h) if h.version == format::VERSION_RELATIVE => {
-                    ((h.file_size_bytes, h.block_size_bytes, h.created_us), None)
-                }
+                Ok(h) if format::version_relative(h.version) => (
+                    (
+                        h.file_size_bytes,
+                        h.block_size_bytes,
+                        h.created_us,
+                        h.version,
+                    ),
+                    None,
+                ),
                 _ => return Err(corrupt(reason.into())),
             },
         };
-        let (file_size_bytes, block_size_bytes, created_us) = geometry;
+        let (file_size_bytes, block_size_bytes, created_us, extent_version) = geometry;
         let geometry_ok = block_size_bytes >= 2 * format::PAGE_BYTES
             && block_size_bytes.is_multiple_of(format::PAGE_BYTES)
             && file_size_bytes >= format::FILE_HEADER_BYTES + block_size_bytes
@@ -224,6 +258,7 @@ impl Segment {
             file_size_bytes,
             block_size_bytes,
             created_us,
+            extent_version,
             extents: Vec::new(),
         };
         let mut slot = 0u32;
@@ -266,7 +301,7 @@ impl Segment {
             .ok_or_else(|| corrupt("no valid identity slot"))?;
         let fits = id.extent_count >= 1
             && u64::from(slot) + u64::from(id.extent_count) <= u64::from(blocks);
-        if id.version != format::VERSION_RELATIVE || id.block_index != slot || !fits {
+        if id.version != self.extent_version || id.block_index != slot || !fits {
             return Err(corrupt("the identity slot does not describe this extent"));
         }
         let progress = Progress::decode(&slots[format::PG_SLOT_AT..])
@@ -306,6 +341,11 @@ impl Segment {
     /// Byte position of block `index` in the file.
     fn block_position(&self, index: u32) -> u64 {
         block_position(self.block_size_bytes, index)
+    }
+
+    /// Whether its extents hold batch frames (staging version 3) rather than record frames.
+    pub fn batched(&self) -> bool {
+        format::version_batched(self.extent_version)
     }
 
     /// Records in the segment.
@@ -352,7 +392,7 @@ impl Segment {
         let file = storage.open(&self.path, true).map_err(io)?;
         for (e, p) in self.extents.iter().zip(placements) {
             let id = BlockIdentity {
-                version: format::VERSION_RELATIVE,
+                version: self.extent_version,
                 topic_id: p.topic_id,
                 block_index: e.block_index,
                 extent_count: e.extent_count,
@@ -379,7 +419,7 @@ impl Segment {
                 .map_err(io)?;
         }
         let header = FileHeader {
-            version: format::VERSION_RELATIVE,
+            version: self.extent_version,
             file_seq: seq,
             file_size_bytes: self.file_size_bytes,
             block_size_bytes: self.block_size_bytes,
@@ -414,20 +454,16 @@ impl Segment {
             .map_err(|e| Error::io("map staged segment", &self.path, e))?;
         let bytes = map.bytes();
         let mut records = Vec::new();
+        let mut checked = format::Checked::default();
         for e in &self.extents {
             let start = self.block_position(e.block_index) as usize;
             let extent = &bytes[start..start + (e.durable_end as usize)];
             records.clear();
+            checked.clear();
             let mut pos = format::BLOCK_HEADER_BYTES as usize;
             for i in 0..e.records {
-                let view = format::decode_frame(extent, pos, e.salt, 0, i, true)
-                    .and_then(|v| {
-                        if v.batch_count == 1 {
-                            Ok(v)
-                        } else {
-                            Err(FrameError::BadLength)
-                        }
-                    })
+                let view = self
+                    .decode_staged(extent, pos, e.salt, i, &mut checked)
                     .map_err(|err| {
                         staged_corruption(
                             &self.path,
@@ -459,6 +495,33 @@ impl Segment {
         }
         Ok(())
     }
+
+    /// Record `index` of a staged extent (`extent`: its bytes) at `pos`, checked: a batch
+    /// frame's checksum once, at its first record (`checked` remembers the frame).
+    fn decode_staged(
+        &self,
+        extent: &[u8],
+        pos: usize,
+        salt: u32,
+        index: u64,
+        checked: &mut format::Checked,
+    ) -> std::result::Result<FrameView, FrameError> {
+        if !self.batched() {
+            let view = format::decode_frame(extent, pos, salt, 0, index, true)?;
+            // In a segment of record frames each record is its own batch.
+            return if view.batch_count == 1 {
+                Ok(view)
+            } else {
+                Err(FrameError::BadLength)
+            };
+        }
+        if let Some(frame) = checked.frame_holding(pos as u64, true) {
+            return crate::batch::decode_in(extent, pos, frame, index);
+        }
+        checked.walk(pos as u64, true, |check| {
+            crate::batch::decode(extent, pos, salt, 0, index, check)
+        })
+    }
 }
 
 /// A corruption error naming a staged file.
@@ -478,6 +541,7 @@ mod tests {
     #[test]
     fn header_round_trip_and_damage() {
         let h = SegmentHeader {
+            version: STAGING_VERSION,
             index: 3,
             file_size_bytes: format::FILE_HEADER_BYTES + 2 * SEGMENT_BLOCK_BYTES,
             block_size_bytes: SEGMENT_BLOCK_BYTES,

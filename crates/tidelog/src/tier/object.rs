@@ -60,7 +60,7 @@ impl LoadedObject {
                 identity.topic, identity.first_offset, identity.salt
             )));
         }
-        let relative = identity.version == format::VERSION_RELATIVE;
+        let relative = format::version_relative(identity.version);
         let base = if relative { object.first_offset } else { 0 };
         let footer = footer(object, &bytes, base).map_err(bad)?;
         Ok(LoadedObject {
@@ -68,7 +68,7 @@ impl LoadedObject {
             bytes,
             salt: identity.salt,
             frame_topic_id: if relative { 0 } else { identity.topic_id },
-            batched: identity.version == format::VERSION_BATCHED,
+            batched: format::version_batched(identity.version),
             base,
             footer,
             verified: false,

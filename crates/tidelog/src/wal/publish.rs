@@ -19,6 +19,7 @@ use super::follow;
 use super::state::State;
 use super::topics::slot_of;
 use crate::alloc::SHARED_LOCK_WAIT;
+use crate::config::RecordFormat;
 use crate::error::{Error, Result};
 use crate::extent::Extent;
 use crate::file::{DataFile, data_file_name};
@@ -526,9 +527,11 @@ impl State {
     }
 
     /// Whether `segment` is adopted rather than copied: it is large enough to be worth a
-    /// file of its own.
+    /// file of its own, and its frames are of a version the directory writes (a directory
+    /// kept readable by builds before batch frames, `RecordFormat::V1`, copies those).
     fn adoptable(&self, segment: &Segment) -> bool {
-        segment.data_bytes() >= self.config.staged_adopt_bytes_min
+        let format_ok = !segment.batched() || self.config.record_format != RecordFormat::V1;
+        format_ok && segment.data_bytes() >= self.config.staged_adopt_bytes_min
     }
 
     /// Adopts `segment` as the next data file: its extents follow their topics' records,

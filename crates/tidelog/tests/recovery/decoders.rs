@@ -25,6 +25,7 @@ use proptest::prelude::*;
 use proptest::test_runner::Config as PtConfig;
 
 use crate::common::tempdir;
+use tidelog::batch::{self, BatchHead, BatchRecord};
 use tidelog::format::{
     self, BlockIdentity, CommitCopy, FRAME_HEADER, FileHeader, FrameFields, FrameParts, IndexEntry,
     Progress, ProgressState,
@@ -787,13 +788,13 @@ fn frame_at_a_huge_position_is_truncated_not_a_panic() {
 
 // Extent::decode_frame: the extent's version decides what a frame stores.
 
-fn fixture(relative: bool, first_offset: u64) -> &'static (tempfile::TempDir, ExtentFixture) {
-    static ABS: OnceLock<(tempfile::TempDir, ExtentFixture)> = OnceLock::new();
-    static REL: OnceLock<(tempfile::TempDir, ExtentFixture)> = OnceLock::new();
-    let cell = if relative { &REL } else { &ABS };
-    cell.get_or_init(|| {
+/// An extent of data-file `version` (1 to 4) whose first offset is [`FIXTURE_FIRST_OFFSET`].
+fn fixture(version: u32) -> &'static (tempfile::TempDir, ExtentFixture) {
+    static CELLS: [OnceLock<(tempfile::TempDir, ExtentFixture)>; 4] =
+        [const { OnceLock::new() }; 4];
+    CELLS[version as usize - 1].get_or_init(|| {
         let dir = tempdir();
-        let f = ExtentFixture::create(dir.path(), relative, 2, 5, 0x5A17, first_offset)
+        let f = ExtentFixture::create(dir.path(), version, 2, 5, 0x5A17, FIXTURE_FIRST_OFFSET)
             .expect("extent fixture");
         (dir, f)
     })
@@ -811,7 +812,7 @@ proptest! {
         asked in any::<u64>(),
         position in any::<u64>(),
     ) {
-        let (_, rel) = fixture(true, FIXTURE_FIRST_OFFSET);
+        let (_, rel) = fixture(format::VERSION_RELATIVE);
         let fields = FrameFields {
             topic_id: 0,
             offset: index,
@@ -829,8 +830,51 @@ proptest! {
             prop_assert!(rel.decode_frame(&b, 0, asked, true).is_err());
         }
         // An absolute extent wants its own topic id and the offset itself.
-        let (_, abs) = fixture(false, FIXTURE_FIRST_OFFSET);
+        let (_, abs) = fixture(format::VERSION_ABSOLUTE);
         prop_assert!(abs.decode_frame(&b, 0, index, true).is_err());
+        let _ = abs.decode_frame(&b, position, asked, true);
+        let _ = rel.decode_frame(&b, position, asked, false);
+    }
+
+    #[test]
+    fn block_decode_batch_maps_relative_offsets(
+        index in 0u64..10_000,
+        values in proptest::collection::vec(proptest::collection::vec(any::<u8>(), 0..64), 1..5),
+        asked in any::<u64>(),
+        position in any::<u64>(),
+    ) {
+        // A batch frame of a staged segment: topic id 0, base offset the index in the extent.
+        let (_, rel) = fixture(format::VERSION_RELATIVE_BATCHED);
+        let records: Vec<BatchRecord<'_>> = values
+            .iter()
+            .map(|v| BatchRecord {
+                parts: FrameParts { key: None, headers: None, value: v },
+                timestamp_us: 3,
+            })
+            .collect();
+        let head = BatchHead { topic_id: 0, base_offset: index, base_timestamp_us: 3 };
+        let mut b = vec![0u8; batch::frame_len(records.iter().copied()) as usize];
+        batch::encode(&mut b, &head, 0x5A17, records.iter().copied());
+        let mut position_of = 0;
+        let mut checked = format::Checked::default();
+        for (i, v) in values.iter().enumerate() {
+            let offset = FIXTURE_FIRST_OFFSET + index + i as u64;
+            let view = rel.decode_frame(&b, position_of, offset, true)
+                .map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(view.offset, offset);
+            prop_assert_eq!(&b[view.value.clone()], &v[..]);
+            let walked = rel.decode_walking(&b, position_of, offset, true, &mut checked)
+                .map_err(|e| TestCaseError::fail(format!("{e:?}")))?;
+            prop_assert_eq!(walked.offset, offset);
+            if asked != offset {
+                prop_assert!(rel.decode_frame(&b, position_of, asked, true).is_err());
+            }
+            position_of = view.next_position as u64;
+        }
+        // An extent of version 3 wants its own topic id and the offsets themselves.
+        let (_, abs) = fixture(format::VERSION_BATCHED);
+        prop_assert!(abs.decode_frame(&b, 0, index, true).is_err());
+        prop_assert!(abs.decode_frame(&b, 0, FIXTURE_FIRST_OFFSET + index, true).is_err());
         let _ = abs.decode_frame(&b, position, asked, true);
         let _ = rel.decode_frame(&b, position, asked, false);
     }
@@ -883,8 +927,15 @@ fn footer_fixture() -> &'static (tempfile::TempDir, ExtentFixture) {
     static CELL: OnceLock<(tempfile::TempDir, ExtentFixture)> = OnceLock::new();
     CELL.get_or_init(|| {
         let dir = tempdir();
-        let f = ExtentFixture::create(dir.path(), true, 1, 0, 1, FIXTURE_FIRST_OFFSET)
-            .expect("extent fixture");
+        let f = ExtentFixture::create(
+            dir.path(),
+            format::VERSION_RELATIVE,
+            1,
+            0,
+            1,
+            FIXTURE_FIRST_OFFSET,
+        )
+        .expect("extent fixture");
         (dir, f)
     })
 }
@@ -966,8 +1017,15 @@ fn footer_with_huge_counts_is_corruption_not_a_panic() {
 #[test]
 fn footer_offset_past_the_largest_offset_is_corruption_not_a_panic() {
     let dir = tempdir();
-    let f =
-        ExtentFixture::create(dir.path(), true, 1, 0, 1, FIXTURE_FIRST_OFFSET).expect("fixture");
+    let f = ExtentFixture::create(
+        dir.path(),
+        format::VERSION_RELATIVE,
+        1,
+        0,
+        1,
+        FIXTURE_FIRST_OFFSET,
+    )
+    .expect("fixture");
     for offset in [u64::MAX, u64::MAX - FIXTURE_FIRST_OFFSET + 1] {
         let e = IndexEntry {
             offset,
@@ -982,7 +1040,8 @@ fn footer_offset_past_the_largest_offset_is_corruption_not_a_panic() {
 #[test]
 fn footer_every_bit_flip_is_rejected() {
     let dir = tempdir();
-    let f = ExtentFixture::create(dir.path(), false, 1, 1, 2, 0).expect("fixture");
+    let f =
+        ExtentFixture::create(dir.path(), format::VERSION_ABSOLUTE, 1, 1, 2, 0).expect("fixture");
     let entries: Vec<IndexEntry> = (0..4)
         .map(|i| IndexEntry {
             offset: i * 10,
@@ -1606,9 +1665,10 @@ fn ring_block_announcing_billions_of_records_ends_the_log() {
 // ---- Staged segment headers. ---------------------------------------------------------------
 
 fn segment_header() -> impl Strategy<Value = SegmentHeader> {
-    (any::<u32>(), any::<[u64; 4]>(), any::<u32>()).prop_map(
-        |(index, [file_size_bytes, block_size_bytes, created_us, records], extents)| {
+    (2u32..=3, any::<u32>(), any::<[u64; 4]>(), any::<u32>()).prop_map(
+        |(version, index, [file_size_bytes, block_size_bytes, created_us, records], extents)| {
             SegmentHeader {
+                version,
                 index,
                 file_size_bytes,
                 block_size_bytes,
@@ -1652,7 +1712,9 @@ proptest! {
         let mut sealed = b;
         if sealed.len() >= 12 {
             sealed[..8].copy_from_slice(b"TDLSTAGE");
-            format::put_u32(&mut sealed, 8, 2);
+            // Either version this build reads.
+            let version = 2 + (sealed.len() % 2) as u32;
+            format::put_u32(&mut sealed, 8, version);
         }
         reseal_segment_header(&mut sealed);
         let _ = internals::decode_segment_header(&sealed);
@@ -1662,6 +1724,7 @@ proptest! {
 #[test]
 fn segment_header_every_bit_flip_is_rejected() {
     let h = SegmentHeader {
+        version: 3,
         index: 3,
         file_size_bytes: 4096 + 4 * (10 << 20),
         block_size_bytes: 10 << 20,

@@ -8,10 +8,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use crate::common::{self, BLOCK, geometry, tempdir};
-use tidelog::format::{self, VERSION_RELATIVE};
+use tidelog::format;
 use tidelog::io::{Fault, FaultStorage, points};
 use tidelog::stage::{self, StagedWriter};
-use tidelog::{Append, Config, Error, ReaderOptions, StartPosition, Wal};
+use tidelog::{Append, Config, Error, ReaderOptions, RecordFormat, StartPosition, Wal};
 
 /// Segments of three 64 KiB blocks, so a few hundred KiB make several segments.
 const SEGMENT_BLOCKS: u32 = 3;
@@ -41,10 +41,24 @@ fn timestamp(i: u64) -> u64 {
 
 /// Stages `n` records for each of `topics` into `part`, the topics taking turns.
 fn stage(dir: &Path, job: &str, part: &str, topics: &[&str], n: u64) -> u64 {
+    stage_as(dir, job, part, topics, n, RecordFormat::default())
+}
+
+/// [`stage`] into segments of record format `staged`.
+fn stage_as(
+    dir: &Path,
+    job: &str,
+    part: &str,
+    topics: &[&str],
+    n: u64,
+    staged: RecordFormat,
+) -> u64 {
     let mut w = StagedWriter::create(dir, job, part)
         .expect("create part")
         .segment_geometry(BLOCK, SEGMENT_BLOCKS)
-        .expect("geometry");
+        .expect("geometry")
+        .record_format(staged)
+        .expect("record format");
     for from in (0..n).step_by(CHUNK as usize) {
         for topic in topics {
             let values: Vec<(Option<Vec<u8>>, Vec<u8>)> = (from..(from + CHUNK).min(n))
@@ -104,7 +118,7 @@ fn adopted_files(dir: &Path) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| {
             let bytes = std::fs::read(p).expect("read data file");
-            format::get_u32(&bytes, format::FH_VERSION) == VERSION_RELATIVE
+            format::version_relative(format::get_u32(&bytes, format::FH_VERSION))
         })
         .collect()
 }
@@ -168,16 +182,58 @@ fn same_rows(got: &[Row], want: &[Row], what: &str) {
 }
 
 fn stage_standard(dir: &Path) {
-    assert_eq!(stage(dir, "job", "p0", &["a", "b"], 700), 1400);
-    assert_eq!(stage(dir, "job", "p1", &["a"], 300), 300);
+    stage_standard_as(dir, RecordFormat::default());
+}
+
+fn stage_standard_as(dir: &Path, staged: RecordFormat) {
+    assert_eq!(stage_as(dir, "job", "p0", &["a", "b"], 700, staged), 1400);
+    assert_eq!(stage_as(dir, "job", "p1", &["a"], 300, staged), 300);
+}
+
+/// A directory kept readable by builds before batch frames (`RecordFormat::V1`) copies
+/// segments of batch frames rather than adopting files of a version those builds refuse.
+#[test]
+fn a_directory_of_record_format_v1_copies_segments_of_batch_frames() {
+    let dir = tempdir();
+    let config = adopting().record_format(RecordFormat::V1);
+    let wal = Wal::open_with(dir.path(), config.clone()).expect("open");
+    append_before(&wal, 3);
+    stage_standard(dir.path());
+    wal.commit_staged("job", &["p0", "p1"]).expect("commit");
+    assert!(adopted_files(dir.path()).is_empty(), "nothing adopted");
+    for path in common::data_files(dir.path()) {
+        let bytes = std::fs::read(&path).expect("read data file");
+        assert_eq!(
+            format::get_u32(&bytes, format::FH_VERSION),
+            format::VERSION_ABSOLUTE,
+            "{path:?}"
+        );
+    }
+    check_standard(&wal, "copied");
+    wal.close().expect("close");
+    let wal = Wal::open_with(dir.path(), config).expect("reopen");
+    check_standard(&wal, "copied, after a restart");
 }
 
 #[test]
 fn large_segments_become_data_files_and_read_like_any_other() {
+    adopt_standard(RecordFormat::V2, format::VERSION_RELATIVE_BATCHED);
+}
+
+/// Segments of record frames (staging version 2, as builds before batch frames wrote) are
+/// adopted as data files of version 2.
+#[test]
+fn segments_of_record_frames_are_adopted_as_before() {
+    adopt_standard(RecordFormat::V1, format::VERSION_RELATIVE);
+}
+
+/// Stages the standard job in `staged` segments, publishes it by adoption into data files
+/// of `file_version`, and checks the records through every path that reads them.
+fn adopt_standard(staged: RecordFormat, file_version: u32) {
     let dir = tempdir();
     let wal = Wal::open_with(dir.path(), adopting()).expect("open");
     append_before(&wal, 3);
-    stage_standard(dir.path());
+    stage_standard_as(dir.path(), staged);
     let segments = segments_of(dir.path(), "job");
     assert!(segments.len() >= 3, "several segments: {segments:?}");
     let usage = wal.disk_usage();
@@ -191,6 +247,10 @@ fn large_segments_become_data_files_and_read_like_any_other() {
         segments.len(),
         "one data file per segment, none copied"
     );
+    for path in adopted_files(dir.path()) {
+        let bytes = std::fs::read(&path).expect("read data file");
+        assert_eq!(format::get_u32(&bytes, format::FH_VERSION), file_version);
+    }
     assert!(!dir.path().join(stage::STAGING_DIR).join("job").exists());
     check_standard(&wal, "after the commit");
     // The adopted files count in the disk account with what they hold on disk.
@@ -537,7 +597,7 @@ fn a_part_staged_by_an_older_build_is_refused_by_version() {
     match wal.commit_staged("job", &["p0"]) {
         Err(Error::UnsupportedVersion {
             found: 1,
-            supported: 2,
+            supported: 3,
             ..
         }) => {}
         r => panic!("expected UnsupportedVersion, got {r:?}"),
