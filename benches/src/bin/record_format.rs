@@ -3,15 +3,20 @@
 //! rounds: appends `--records` records of `--record-bytes` in batches of `--batch` to a new
 //! log (`Durability::Never`: the copy, not the device, is timed), then reads them back with
 //! `Reader::scan` (checksums checked, the bulk path Arrow uses) and with `Reader::next`, and
-//! counts the log's bytes. Prints the best round of each and format 2 / format 1.
+//! counts the log's bytes; then stages the same records in a `StagedWriter` of the same
+//! format (what a Spark task writes: segments made durable by `finish`) and counts the
+//! segments' bytes on disk. Prints the best round of each and format 2 / format 1.
 //!
 //! `cargo run --release -p tidelog-benches --bin record_format`
 
-use std::path::PathBuf;
+use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use clap::Parser;
-use tidelog::{Config, Durability, ReaderOptions, RecordFormat, StartPosition, Wal};
+use tidelog::{
+    Append, Config, Durability, ReaderOptions, RecordFormat, StagedWriter, StartPosition, Wal,
+};
 
 #[derive(Parser, Debug)]
 #[command(about = "Appends and reads per record in record formats 2 and 1")]
@@ -43,6 +48,8 @@ struct Rates {
     scan: f64,
     next: f64,
     bytes_per_record: f64,
+    stage: f64,
+    staged_bytes_per_record: f64,
 }
 
 const TOPIC: &str = "t";
@@ -67,12 +74,16 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             b.append = b.append.max(r.append);
             b.scan = b.scan.max(r.scan);
             b.next = b.next.max(r.next);
+            b.stage = b.stage.max(r.stage);
             b.bytes_per_record = r.bytes_per_record;
+            b.staged_bytes_per_record = r.staged_bytes_per_record;
             println!(
-                "round {round} {format:?}: append {:.2} M/s, scan {:.2} M/s, next {:.2} M/s",
+                "round {round} {format:?}: append {:.2} M/s, scan {:.2} M/s, next {:.2} M/s, \
+                 stage {:.2} M/s",
                 r.append / 1e6,
                 r.scan / 1e6,
-                r.next / 1e6
+                r.next / 1e6,
+                r.stage / 1e6
             );
         }
     }
@@ -88,6 +99,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ("Reader::scan (M records/s)", v2.scan / 1e6, v1.scan / 1e6),
         ("Reader::next (M records/s)", v2.next / 1e6, v1.next / 1e6),
         ("bytes per record", v2.bytes_per_record, v1.bytes_per_record),
+        ("StagedWriter (M records/s)", v2.stage / 1e6, v1.stage / 1e6),
+        (
+            "staged bytes per record",
+            v2.staged_bytes_per_record,
+            v1.staged_bytes_per_record,
+        ),
     ] {
         println!("| {name} | {a:.2} | {b:.2} | {:.2} |", a / b);
     }
@@ -147,10 +164,46 @@ fn one_round(
     let next = n as f64 / t.elapsed().as_secs_f64();
     assert_eq!(count, n);
     wal.close()?;
+    let (stage, staged_bytes) = stage_round(dir.path(), format, &batches)?;
     Ok(Rates {
         append,
         scan,
         next,
         bytes_per_record,
+        stage,
+        staged_bytes_per_record: staged_bytes as f64 / n as f64,
     })
+}
+
+/// Stages `batches` (one `append` call each) into a part of a new job in `dir`, made durable
+/// by `finish`: records per second, and the bytes its segments take on disk.
+fn stage_round(
+    dir: &Path,
+    format: RecordFormat,
+    batches: &[Vec<&[u8]>],
+) -> Result<(f64, u64), Box<dyn std::error::Error>> {
+    let appends: Vec<Vec<Append<'_>>> = batches
+        .iter()
+        .map(|b| b.iter().map(|v| Append::value(v)).collect())
+        .collect();
+    let n: usize = appends.iter().map(Vec::len).sum();
+    let t = Instant::now();
+    let mut writer = StagedWriter::create(dir, "bench", "p0")?.record_format(format)?;
+    for records in &appends {
+        writer.append(TOPIC, records)?;
+    }
+    writer.finish()?;
+    let rate = n as f64 / t.elapsed().as_secs_f64();
+    let mut bytes = 0;
+    for entry in std::fs::read_dir(dir.join(tidelog::stage::STAGING_DIR).join("bench"))? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name
+            .to_string_lossy()
+            .ends_with(tidelog::stage::SEGMENT_SUFFIX)
+        {
+            bytes += entry.metadata()?.blocks() * 512;
+        }
+    }
+    Ok((rate, bytes))
 }
