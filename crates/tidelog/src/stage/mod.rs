@@ -26,7 +26,7 @@ pub(crate) mod segment;
 
 pub use part::{PART_SUFFIX, STAGED_RECORD_BYTES_MAX, StagedPart, StagedWriter};
 pub(crate) use part::{PartManifest, SegmentEntry, read_manifest};
-pub use segment::{SEGMENT_SUFFIX, segment_name};
+pub use segment::{SEGMENT_SUFFIX, STAGING_VERSION, segment_name};
 
 /// Directory of staged jobs inside a data directory.
 pub const STAGING_DIR: &str = "staging";

@@ -114,6 +114,16 @@ impl SegmentHeader {
         b
     }
 
+    /// The staging version of a sound header page (magic and checksum) when it is newer than
+    /// this build reads: a part staged by a later build, not damage.
+    pub fn newer_version(b: &[u8]) -> Option<u32> {
+        let b = b.get(..SH_LEN)?;
+        let sound = b[SH_MAGIC..SH_VERSION] == SEGMENT_MAGIC
+            && crc32fast::hash(&b[..SH_CRC]) == get_u32(b, SH_CRC);
+        let version = get_u32(b, SH_VERSION);
+        (sound && version > STAGING_VERSION).then_some(version)
+    }
+
     /// Decodes and checks a header page (magic, checksum, version and flags).
     pub fn decode(b: &[u8]) -> std::result::Result<SegmentHeader, &'static str> {
         let b = b.get(..SH_LEN).ok_or("segment header is cut")?;
@@ -207,6 +217,13 @@ impl Segment {
             .map_err(|e| Error::io("read staged segment", path, e))?;
         if n < page.len() {
             return Err(corrupt("the segment is shorter than its header".into()));
+        }
+        if let Some(found) = SegmentHeader::newer_version(&page) {
+            return Err(Error::UnsupportedVersion {
+                path: path.to_owned(),
+                found,
+                supported: STAGING_VERSION,
+            });
         }
         let (geometry, header) = match SegmentHeader::decode(&page) {
             Ok(h) => (
