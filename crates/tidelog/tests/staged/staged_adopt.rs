@@ -483,7 +483,14 @@ fn publish_with_fault(point: &'static str, skip: u64) -> bool {
         // and committing again publishes it.
         assert!(
             !job_dir.join(stage::COMMIT_FILE).exists(),
-            "{point} #{skip}"
+            "{point} #{skip}: the reopen left a committed job unpublished (commit: {result:?}; \
+             FAILED: {:?}; job files: {:?})",
+            std::fs::read_to_string(job_dir.join(stage::FAILED_FILE)).ok(),
+            std::fs::read_dir(&job_dir)
+                .map(|d| d
+                    .filter_map(|e| e.ok()?.file_name().into_string().ok())
+                    .collect::<Vec<_>>())
+                .ok(),
         );
         same_rows(
             &rows(&wal, "a"),
