@@ -239,11 +239,32 @@ pub fn decode(
     record_in(frame, start, position, back_len, expected_offset)
 }
 
+/// [`decode`] for a walker that remembers the frame it decoded last (`checked`): a frame's
+/// checksum is checked once, and the records after its first are read from their entries
+/// alone.
+#[inline]
+pub fn decode_walking(
+    extent: &[u8],
+    position: usize,
+    salt: u32,
+    topic_id: u32,
+    expected_offset: u64,
+    verify: bool,
+    checked: &mut format::Checked,
+) -> Result<FrameView, FrameError> {
+    if let Some(frame) = checked.frame_holding(position as u64, verify) {
+        return decode_in(extent, position, frame, expected_offset);
+    }
+    checked.walk(position as u64, verify, |check| {
+        decode(extent, position, salt, topic_id, expected_offset, check)
+    })
+}
+
 /// [`decode`] of a record after the first of a batch frame that a walker decoded (and
 /// checked, if it checks) already: `frame` is its byte range in `extent`. Only the entry at
 /// `position` is read.
 #[inline]
-pub fn decode_in(
+fn decode_in(
     extent: &[u8],
     position: usize,
     frame: std::ops::Range<usize>,

@@ -240,17 +240,26 @@ impl Extent {
         format::version_batched(self.file.header.version)
     }
 
+    /// What the offsets in this extent's frames and footer are relative to: its first
+    /// offset in an adopted extent (written before the offsets were known), 0 otherwise.
+    #[inline]
+    pub fn base(&self) -> u64 {
+        if self.relative() {
+            self.first_offset
+        } else {
+            0
+        }
+    }
+
     /// What this extent's frames store for `offset`, and the topic id they carry: both
     /// relative to the extent in an adopted one, as they are otherwise.
     #[inline]
     fn stored(&self, offset: u64) -> Result<(u64, u32), FrameError> {
-        if !self.relative() {
-            return Ok((offset, self.topic_id));
-        }
-        offset
-            .checked_sub(self.first_offset)
-            .map(|stored| (stored, 0))
-            .ok_or(FrameError::WrongOffset)
+        let stored = offset
+            .checked_sub(self.base())
+            .ok_or(FrameError::WrongOffset)?;
+        let topic_id = if self.relative() { 0 } else { self.topic_id };
+        Ok((stored, topic_id))
     }
 
     /// [`Extent::decode_frame`] for a walker that remembers the frame it decoded last
@@ -265,11 +274,17 @@ impl Extent {
         verify: bool,
         checked: &mut format::Checked,
     ) -> Result<FrameView, FrameError> {
-        if self.batched()
-            && let Some(frame) = checked.frame_holding(position, verify)
-        {
-            let (stored, _) = self.stored(offset)?;
-            let mut view = crate::batch::decode_in(bytes, position as usize, frame, stored)?;
+        if self.batched() {
+            let (stored, topic_id) = self.stored(offset)?;
+            let mut view = crate::batch::decode_walking(
+                bytes,
+                position as usize,
+                self.salt,
+                topic_id,
+                stored,
+                verify,
+                checked,
+            )?;
             view.offset = offset;
             return Ok(view);
         }
@@ -674,7 +689,7 @@ impl Extent {
                 reason: "index footer checksum mismatch".to_owned(),
             });
         }
-        let base = self.footer_base();
+        let base = self.base();
         buf.chunks_exact(format::IX_LEN)
             .filter_map(IndexEntry::decode)
             .map(|e| {
@@ -740,16 +755,6 @@ impl Extent {
             });
         }
         Ok(Some((progress, bytes)))
-    }
-
-    /// What a footer entry's offset is relative to: the extent's first offset in an adopted
-    /// extent (written before the offsets were known), 0 otherwise.
-    fn footer_base(&self) -> u64 {
-        if self.relative() {
-            self.first_offset
-        } else {
-            0
-        }
     }
 
     /// Makes the published records durable and records that in the progress slot; seals the
@@ -842,7 +847,7 @@ impl Extent {
         let stride = entries.len().div_ceil(room.max(1)).max(1);
         let kept = entries.iter().step_by(stride).take(room);
         let mut bytes = Vec::with_capacity(entries.len().min(room) * format::IX_LEN);
-        let base = self.footer_base();
+        let base = self.base();
         for e in kept {
             let stored = IndexEntry {
                 offset: e.offset - base,

@@ -228,11 +228,7 @@ pub(super) fn records_past(block: &Extent, limit: u64, from: u64, next_offset: u
         return batches_past(block, extent, from, next_offset);
     }
     let magic = format::FRAME_MAGIC.to_le_bytes();
-    let base = if block.relative() {
-        block.first_offset
-    } else {
-        0
-    };
+    let base = block.base();
     let mut found = 0;
     let mut pos = from as usize + format::FRAME_ALIGN as usize;
     while pos + format::FRAME_HEADER_BYTES as usize <= extent.len() {
@@ -265,12 +261,7 @@ fn batches_past(block: &Extent, extent: &[u8], from: u64, next_offset: u64) -> u
             pos += format::FRAME_ALIGN as usize;
             continue;
         }
-        let stored = format::get_u64(head, batch::BF_BASE_OFFSET);
-        let base = if block.relative() {
-            stored.saturating_add(block.first_offset)
-        } else {
-            stored
-        };
+        let base = format::get_u64(head, batch::BF_BASE_OFFSET).saturating_add(block.base());
         match block.decode_frame(extent, pos as u64, base, true) {
             Ok(view) if base >= next_offset => {
                 found += u64::from(view.batch_count);

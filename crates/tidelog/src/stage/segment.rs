@@ -218,13 +218,6 @@ impl Segment {
         if n < page.len() {
             return Err(corrupt("the segment is shorter than its header".into()));
         }
-        if let Some(found) = SegmentHeader::newer_version(&page) {
-            return Err(Error::UnsupportedVersion {
-                path: path.to_owned(),
-                found,
-                supported: STAGING_VERSION,
-            });
-        }
         let (geometry, header) = match SegmentHeader::decode(&page) {
             Ok(h) => (
                 (
@@ -246,7 +239,17 @@ impl Segment {
                     ),
                     None,
                 ),
-                _ => return Err(corrupt(reason.into())),
+                // A later build's segment is not damage.
+                _ => match SegmentHeader::newer_version(&page) {
+                    Some(found) => {
+                        return Err(Error::UnsupportedVersion {
+                            path: path.to_owned(),
+                            found,
+                            supported: STAGING_VERSION,
+                        });
+                    }
+                    None => return Err(corrupt(reason.into())),
+                },
             },
         };
         let (file_size_bytes, block_size_bytes, created_us, extent_version) = geometry;
@@ -532,12 +535,7 @@ impl Segment {
                 Err(FrameError::BadLength)
             };
         }
-        if let Some(frame) = checked.frame_holding(pos as u64, true) {
-            return crate::batch::decode_in(extent, pos, frame, index);
-        }
-        checked.walk(pos as u64, true, |check| {
-            crate::batch::decode(extent, pos, salt, 0, index, check)
-        })
+        crate::batch::decode_walking(extent, pos, salt, 0, index, true, checked)
     }
 }
 
