@@ -8,12 +8,14 @@ use arrow_array::{
     ArrayRef, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
     TimestampMicrosecondArray,
 };
-use arrow_buffer::{Buffer, NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow_buffer::{Buffer, NullBuffer, NullBufferBuilder, OffsetBuffer, ScalarBuffer};
 use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 
 /// Arrow `binary` and `list` offsets are i32: one batch holds at most this many bytes in
 /// one binary column, and this many headers.
 pub const BINARY_BYTES_MAX: usize = i32::MAX as usize;
+/// Rows in one batch: the `topic` column (a string column) repeats the name in each.
+pub const ROWS_MAX: usize = BINARY_BYTES_MAX / tidelog::TOPIC_NAME_MAX;
 
 /// One record as a reader hands it over.
 #[derive(Debug, Clone, Copy)]
@@ -84,25 +86,28 @@ pub fn schema() -> SchemaRef {
     ]))
 }
 
-/// A binary-like column as it fills.
+/// A binary-like column as it fills. While every element is null (a topic without keys)
+/// it holds nothing but its length, so such a column costs nothing per row.
 #[derive(Debug)]
 struct Binary {
+    /// Empty while every element so far is null.
     offsets: Vec<i32>,
     data: Vec<u8>,
-    /// One flag per element; `None` until the first null.
-    valid: Option<Vec<bool>>,
+    /// Allocates a bitmap only once an element is null after a value.
+    valid: NullBufferBuilder,
     len: usize,
+    /// Rows the offsets are reserved for once the first value comes.
+    capacity: usize,
 }
 
 impl Binary {
     fn new(capacity: usize) -> Binary {
-        let mut offsets = Vec::with_capacity(capacity + 1);
-        offsets.push(0);
         Binary {
-            offsets,
+            offsets: Vec::new(),
             data: Vec::new(),
-            valid: None,
+            valid: NullBufferBuilder::new(0),
             len: 0,
+            capacity,
         }
     }
 
@@ -110,20 +115,24 @@ impl Binary {
         self.data.len() + bytes <= BINARY_BYTES_MAX
     }
 
+    #[inline(always)]
     fn push(&mut self, item: Option<&[u8]>) {
         match item {
             Some(bytes) => {
-                self.data.extend_from_slice(bytes);
-                if let Some(valid) = &mut self.valid {
-                    valid.push(true);
+                if self.offsets.is_empty() {
+                    // The first value: the nulls before it become empty, null elements.
+                    self.offsets.reserve(self.capacity.max(self.len) + 1);
+                    self.offsets.resize(self.len + 1, 0);
+                    self.valid.append_n_nulls(self.len);
                 }
+                self.data.extend_from_slice(bytes);
+                self.valid.append_non_null();
             }
-            None => {
-                let len = self.len;
-                self.valid
-                    .get_or_insert_with(|| vec![true; len])
-                    .push(false);
+            None if self.offsets.is_empty() => {
+                self.len += 1;
+                return;
             }
+            None => self.valid.append_null(),
         }
         self.len += 1;
         // Below BINARY_BYTES_MAX: callers check `fits` first.
@@ -131,23 +140,50 @@ impl Binary {
             .push(i32::try_from(self.data.len()).unwrap_or(i32::MAX));
     }
 
-    fn parts(self) -> (OffsetBuffer<i32>, Buffer, Option<NullBuffer>) {
-        (
+    /// Its buffers; `None` while every element is null.
+    fn parts(mut self) -> Option<(OffsetBuffer<i32>, Buffer, Option<NullBuffer>)> {
+        if self.offsets.is_empty() {
+            return None;
+        }
+        debug_assert_eq!(self.offsets.len(), self.len + 1);
+        let nulls = self.valid.finish();
+        Some((
             OffsetBuffer::new(ScalarBuffer::from(self.offsets)),
             Buffer::from_vec(self.data),
-            self.valid.map(NullBuffer::from),
-        )
+            nulls,
+        ))
     }
 
     fn into_binary(self) -> Result<BinaryArray, ArrowError> {
-        let (offsets, data, nulls) = self.parts();
-        BinaryArray::try_new(offsets, data, nulls)
+        let len = self.len;
+        match self.parts() {
+            Some((offsets, data, nulls)) => BinaryArray::try_new(offsets, data, nulls),
+            None => Ok(BinaryArray::new_null(len)),
+        }
     }
 
     fn into_string(self) -> Result<StringArray, ArrowError> {
-        let (offsets, data, nulls) = self.parts();
-        StringArray::try_new(offsets, data, nulls)
+        let len = self.len;
+        match self.parts() {
+            Some((offsets, data, nulls)) => StringArray::try_new(offsets, data, nulls),
+            None => Ok(StringArray::new_null(len)),
+        }
     }
+}
+
+/// The `topic` column: `topic` in each of `rows` rows, built from whole buffers.
+fn repeated(topic: &str, rows: usize) -> Result<StringArray, ArrowError> {
+    let too_long = || ArrowError::InvalidArgumentError(format!("{rows} rows of topic {topic}"));
+    let data = topic.repeat(rows);
+    let last = i32::try_from(data.len()).map_err(|_| too_long())?;
+    let step = i32::try_from(topic.len()).map_err(|_| too_long())?;
+    let offsets: Vec<i32> = (0..=rows).map(|i| (i as i32) * step).collect();
+    debug_assert_eq!(offsets.last(), Some(&last));
+    StringArray::try_new(
+        OffsetBuffer::new(ScalarBuffer::from(offsets)),
+        Buffer::from_vec(data.into_bytes()),
+        None,
+    )
 }
 
 /// The columns of one batch as it fills.
@@ -158,6 +194,7 @@ pub struct Columns {
     keys: Binary,
     values: Binary,
     /// Headers of each row: `header_offsets[i]..header_offsets[i + 1]` of the two below.
+    /// Empty while no row has headers.
     header_offsets: Vec<i32>,
     header_keys: Binary,
     header_values: Binary,
@@ -166,14 +203,12 @@ pub struct Columns {
 impl Columns {
     /// Empty columns for about `capacity` rows.
     pub fn with_capacity(capacity: usize) -> Columns {
-        let mut header_offsets = Vec::with_capacity(capacity + 1);
-        header_offsets.push(0);
         Columns {
             offsets: Vec::with_capacity(capacity),
             timestamps: Vec::with_capacity(capacity),
             keys: Binary::new(capacity),
             values: Binary::new(capacity),
-            header_offsets,
+            header_offsets: Vec::new(),
             header_keys: Binary::new(0),
             header_values: Binary::new(0),
         }
@@ -181,6 +216,7 @@ impl Columns {
 
     /// Adds a row; false (nothing added) once a column would pass its limit: the batch is
     /// full, and the caller continues from this row.
+    #[inline(always)]
     pub fn push(&mut self, row: &Row<'_>) -> bool {
         let header_bytes = row.headers.map_or(0, |h| h.as_bytes().len());
         if !self.values.fits(row.value.len())
@@ -189,6 +225,8 @@ impl Columns {
             || !self.header_values.fits(header_bytes)
             // A record holds at most HEADER_COUNT_MAX headers: no parse needed to bound them.
             || self.header_keys.len + tidelog::HEADER_COUNT_MAX > BINARY_BYTES_MAX
+            // The topic column repeats the name in every row.
+            || self.offsets.len() >= ROWS_MAX
         {
             return false;
         }
@@ -199,6 +237,7 @@ impl Columns {
                 .data
                 .reserve(row.value.len().saturating_mul(wanted).min(BINARY_BYTES_MAX));
         }
+        let rows = self.offsets.len();
         // Offsets and timestamps are u64 on disk and below 2^63 in practice; Arrow has int64.
         self.offsets
             .push(i64::try_from(row.offset).unwrap_or(i64::MAX));
@@ -207,14 +246,20 @@ impl Columns {
         self.keys.push(row.key);
         self.values.push(Some(row.value));
         if let Some(headers) = row.headers {
+            if self.header_offsets.is_empty() {
+                // The first row with headers: the rows before it have none.
+                self.header_offsets.resize(rows + 1, 0);
+            }
             for (key, value) in headers.iter() {
                 self.header_keys.push(Some(key.as_bytes()));
                 self.header_values.push(value);
             }
         }
-        // Below BINARY_BYTES_MAX headers: checked above.
-        self.header_offsets
-            .push(i32::try_from(self.header_keys.len).unwrap_or(i32::MAX));
+        if !self.header_offsets.is_empty() {
+            // Below BINARY_BYTES_MAX headers: checked above.
+            self.header_offsets
+                .push(i32::try_from(self.header_keys.len).unwrap_or(i32::MAX));
+        }
         true
     }
 
@@ -233,14 +278,18 @@ impl Columns {
             ],
             None,
         )?;
+        let header_offsets = match self.header_offsets {
+            none if none.is_empty() => vec![0; n + 1],
+            some => some,
+        };
         let headers = ListArray::try_new(
             header_item(),
-            OffsetBuffer::new(ScalarBuffer::from(self.header_offsets)),
+            OffsetBuffer::new(ScalarBuffer::from(header_offsets)),
             Arc::new(header_struct),
             None,
         )?;
         let columns: Vec<ArrayRef> = vec![
-            Arc::new(StringArray::from_iter_values(std::iter::repeat_n(topic, n))),
+            Arc::new(repeated(topic, n)?),
             Arc::new(Int64Array::new(ScalarBuffer::from(self.offsets), None)),
             Arc::new(
                 TimestampMicrosecondArray::new(ScalarBuffer::from(self.timestamps), None)
@@ -307,5 +356,92 @@ mod tests {
             .expect("a struct");
         assert!(items.column(1).is_null(1));
         assert_eq!(batch.column(3).null_count(), 1);
+    }
+
+    /// The rows of `batch` as (topic, offset, key, value, headers).
+    #[allow(clippy::type_complexity)]
+    fn rows_of(
+        batch: &RecordBatch,
+    ) -> Vec<(
+        String,
+        i64,
+        Option<Vec<u8>>,
+        Vec<u8>,
+        Vec<(String, Option<Vec<u8>>)>,
+    )> {
+        let col = |i| batch.column(i).as_any();
+        let topics = col(0).downcast_ref::<StringArray>().expect("strings");
+        let offsets = col(1).downcast_ref::<Int64Array>().expect("ints");
+        let keys = col(3).downcast_ref::<BinaryArray>().expect("binary");
+        let values = col(4).downcast_ref::<BinaryArray>().expect("binary");
+        let headers = col(5).downcast_ref::<ListArray>().expect("list");
+        (0..batch.num_rows())
+            .map(|i| {
+                let items = headers.value(i);
+                let items = items
+                    .as_any()
+                    .downcast_ref::<StructArray>()
+                    .expect("struct");
+                let hk = items.column(0).as_any().downcast_ref::<StringArray>();
+                let hv = items.column(1).as_any().downcast_ref::<BinaryArray>();
+                let (hk, hv) = (hk.expect("strings"), hv.expect("binary"));
+                let hs = (0..items.len())
+                    .map(|j| {
+                        let v = (!hv.is_null(j)).then(|| hv.value(j).to_vec());
+                        (hk.value(j).to_owned(), v)
+                    })
+                    .collect();
+                let key = (!keys.is_null(i)).then(|| keys.value(i).to_vec());
+                let row = (topics.value(i).to_owned(), offsets.value(i));
+                (row.0, row.1, key, values.value(i).to_vec(), hs)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn columns_without_keys_or_headers_until_some_row_has_them_read_back_row_by_row() {
+        let h = tidelog::Headers::from_pairs([("a", Some(&b"1"[..])), ("b", None)]).expect("valid");
+        let hs = vec![
+            ("a".to_owned(), Some(b"1".to_vec())),
+            ("b".to_owned(), None),
+        ];
+        // Each shape: whether row i has a key and headers (bit 0: key, bit 1: headers).
+        let shapes: [&[u8]; 7] = [
+            &[],
+            &[0, 0, 0],
+            &[1, 1, 1],
+            &[0, 0, 1, 0],
+            &[0, 2, 0, 2],
+            &[3, 0, 0],
+            &[0, 0, 0, 3],
+        ];
+        for shape in shapes {
+            let mut c = Columns::with_capacity(2);
+            let mut want = Vec::new();
+            let stored: Vec<(Vec<u8>, Vec<u8>)> = (0..shape.len())
+                .map(|i| (format!("k{i}").into_bytes(), vec![i as u8; i]))
+                .collect();
+            for (i, &bits) in shape.iter().enumerate() {
+                let (key, value) = &stored[i];
+                let row = Row {
+                    offset: 10 + i as u64,
+                    timestamp_us: i as u64,
+                    key: (bits & 1 != 0).then_some(&key[..]),
+                    value,
+                    headers: if bits & 2 != 0 { h.block() } else { None },
+                };
+                assert!(c.push(&row));
+                let wanted_headers = if bits & 2 != 0 {
+                    hs.clone()
+                } else {
+                    Vec::new()
+                };
+                let wanted_key = (bits & 1 != 0).then(|| key.clone());
+                let row = ("topic".to_owned(), 10 + i as i64, wanted_key, value.clone());
+                want.push((row.0, row.1, row.2, row.3, wanted_headers));
+            }
+            let batch = c.into_batch("topic", schema()).expect("batch");
+            assert_eq!(rows_of(&batch), want, "shape {shape:?}");
+        }
     }
 }

@@ -295,6 +295,26 @@ fn record_in(
         position - start
     };
     let entry = Entry::parse(frame, entry_at, back_len)?;
+    let offset = get_u64(frame, BF_BASE_OFFSET)
+        .checked_add(entry.index)
+        .ok_or(FrameError::WrongOffset)?;
+    if offset != expected_offset {
+        return Err(FrameError::WrongOffset);
+    }
+    view_of(frame, start, first_of_batch, &entry, offset)
+}
+
+/// The view of `entry` (of the record of `offset`, its batch's first when `first_of_batch`)
+/// in the batch frame `frame` (its bytes, from `start`, header checked), once its index is
+/// checked against its frame's count and its end against its frame's end.
+#[inline(always)]
+fn view_of(
+    frame: &[u8],
+    start: usize,
+    first_of_batch: bool,
+    entry: &Entry,
+    offset: u64,
+) -> Result<FrameView, FrameError> {
     let count = u64::from(get_u32(frame, BF_COUNT));
     if entry.index >= count || first_of_batch != (entry.index == 0) {
         return Err(FrameError::BadLength);
@@ -303,21 +323,15 @@ fn record_in(
     if last != (entry.end == frame.len()) {
         return Err(FrameError::BadLength);
     }
-    let offset = get_u64(frame, BF_BASE_OFFSET)
-        .checked_add(entry.index)
-        .ok_or(FrameError::WrongOffset)?;
-    if offset != expected_offset {
-        return Err(FrameError::WrongOffset);
-    }
     let base_ts = get_u64(frame, BF_BASE_TIMESTAMP);
-    let shift = |r: std::ops::Range<usize>| start + r.start..start + r.end;
+    let shift = |r: &std::ops::Range<usize>| start + r.start..start + r.end;
     Ok(FrameView {
         offset,
         timestamp_us: base_ts.wrapping_add(varint::unzigzag(entry.ts_delta) as u64),
         batch_count: if first_of_batch { count as u32 } else { 0 },
-        key: entry.key.map(shift),
-        headers: entry.headers.map(shift),
-        value: shift(entry.value),
+        key: entry.key.as_ref().map(shift),
+        headers: entry.headers.as_ref().map(shift),
+        value: shift(&entry.value),
         next_position: if last {
             start + format::align_up(frame.len() as u64, FRAME_ALIGN) as usize
         } else {
@@ -325,6 +339,70 @@ fn record_in(
         },
         checked: start..start + frame.len(),
     })
+}
+
+/// The records of a batch frame after one a walker decoded, in order, each read from its
+/// entry and checked as [`decode`] checks it: a scan's way through a frame, which takes
+/// each entry where the one before ended instead of locating it anew.
+#[derive(Debug)]
+pub struct FrameWalk<'a> {
+    /// The frame's bytes (padding excluded), header checked.
+    frame: &'a [u8],
+    /// The frame's start in its extent.
+    start: usize,
+    /// The next entry, from the frame's start.
+    at: usize,
+    /// The index its entry must hold.
+    index: u64,
+    /// The offset it gets.
+    offset: u64,
+}
+
+impl<'a> FrameWalk<'a> {
+    /// The walk on from `view` (of the record of `offset`, whose frame stores `stored` for
+    /// it), a record of a batch frame in `extent` that a walker decoded (and checked, if it
+    /// checks); `None` after its frame's last record.
+    #[inline]
+    pub fn after(extent: &'a [u8], view: &FrameView, stored: u64) -> Option<FrameWalk<'a>> {
+        let frame = extent.get(view.checked.clone())?;
+        let start = view.checked.start;
+        let at = view.next_position.checked_sub(start)?;
+        if at >= frame.len() {
+            return None;
+        }
+        let index = stored.checked_sub(get_u64(frame, BF_BASE_OFFSET))?;
+        Some(FrameWalk {
+            frame,
+            start,
+            at,
+            index: index.checked_add(1)?,
+            offset: view.offset.checked_add(1)?,
+        })
+    }
+
+    /// The next record, `None` after the frame's last.
+    #[inline(always)]
+    pub fn next_view(&mut self) -> Option<Result<FrameView, FrameError>> {
+        if self.at >= self.frame.len() {
+            return None;
+        }
+        let view = Entry::parse(self.frame, self.at, None).and_then(|entry| {
+            if entry.index != self.index {
+                return Err(FrameError::WrongOffset);
+            }
+            view_of(self.frame, self.start, false, &entry, self.offset)
+        });
+        match &view {
+            Ok(v) => {
+                self.at = v.next_position - self.start;
+                self.index = self.index.saturating_add(1);
+                self.offset = self.offset.saturating_add(1);
+            }
+            // A damaged entry ends the walk: the error says where.
+            Err(_) => self.at = self.frame.len(),
+        }
+        Some(view)
+    }
 }
 
 /// The length (padding excluded) a batch header in `header` (its first bytes) gives its
@@ -586,6 +664,80 @@ mod tests {
             pos = v.next_position;
         }
         assert_eq!(pos, frame.len());
+    }
+
+    /// The views a [`FrameWalk`] yields after the record at `pos` (of offset `offset`),
+    /// until its end or its first error.
+    fn walked(
+        frame: &[u8],
+        pos: usize,
+        offset: u64,
+        verify: bool,
+    ) -> Vec<Result<FrameView, FrameError>> {
+        let Ok(first) = decode(frame, pos, SALT, TOPIC, offset, verify) else {
+            return Vec::new();
+        };
+        let Some(mut walk) = FrameWalk::after(frame, &first, offset) else {
+            return Vec::new();
+        };
+        let mut out = Vec::new();
+        while let Some(view) = walk.next_view() {
+            let stop = view.is_err();
+            out.push(view);
+            if stop {
+                break;
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_walk_from_any_record_reads_what_decode_reads() {
+        let recs = records(40);
+        let frame = encoded(&recs, 100);
+        let views = walk(&frame, 100, true).expect("valid");
+        for i in 0..views.len() {
+            let pos = if i == 0 {
+                0
+            } else {
+                views[i - 1].next_position
+            };
+            let rest = walked(&frame, pos, 100 + i as u64, true);
+            assert_eq!(rest.len(), views.len() - i - 1, "walk after record {i}");
+            for (got, want) in rest.iter().zip(&views[i + 1..]) {
+                assert_eq!(got.as_ref(), Ok(want));
+            }
+        }
+        assert_eq!(views.last().map(|v| v.next_position), Some(frame.len()));
+    }
+
+    #[test]
+    fn a_walk_over_a_flipped_bit_agrees_with_decode_or_fails() {
+        let frame = encoded(&records(6), 9);
+        let len = get_u32(&frame, BF_LEN) as usize;
+        for bit in 0..len * 8 {
+            let mut g = frame.clone();
+            g[bit / 8] ^= 1 << (bit % 8);
+            // Unchecked (the checksum would catch it): each record the walk yields is the
+            // one decode reads at its position on its own, and a walk ends at its error.
+            let Ok(first) = decode(&g, 0, SALT, TOPIC, 9, false) else {
+                continue;
+            };
+            let Some(mut walk) = FrameWalk::after(&g, &first, 9) else {
+                continue;
+            };
+            let mut prev = first;
+            while let Some(view) = walk.next_view() {
+                let alone = decode(&g, prev.next_position, SALT, TOPIC, prev.offset + 1, false);
+                let Ok(view) = view else {
+                    assert!(alone.is_err(), "bit {bit}: only the walk failed");
+                    assert!(walk.next_view().is_none(), "bit {bit}: the walk went on");
+                    break;
+                };
+                assert_eq!(alone.as_ref(), Ok(&view), "bit {bit}");
+                prev = view;
+            }
+        }
     }
 
     #[test]

@@ -1476,6 +1476,22 @@ impl<'a> PublishedFrames<'a> {
         }
     }
 
+    /// The records after `view` (one this view decoded) in its batch frame, for a scan to
+    /// read in order; `None` in a frame of one record.
+    #[inline]
+    pub fn walk_after(&self, view: &FrameView) -> Option<crate::batch::FrameWalk<'a>> {
+        if !self.block.batched() {
+            return None;
+        }
+        let (stored, _) = self.block.stored(view.offset).ok()?;
+        // The image holds whole frames: a frame decoded from it ends in it.
+        let bytes = match self.image {
+            Some(image) if view.checked.end <= image.len() => image,
+            _ => self.bytes,
+        };
+        crate::batch::FrameWalk::after(bytes, view, stored)
+    }
+
     /// The bytes of `range` (inside a frame this view decoded).
     #[inline]
     pub fn bytes(&self, range: std::ops::Range<usize>) -> &'a [u8] {

@@ -80,6 +80,7 @@ pub use config::{
 };
 pub use error::{Error, Result};
 pub use file::FileState;
+pub use format::TOPIC_NAME_MAX;
 pub use headers::{HEADER_COUNT_MAX, HEADER_KEY_MAX, HeaderBlock, HeaderIter, Headers};
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
 pub use reader::{Reader, Record, RecordRef};

@@ -637,6 +637,26 @@ impl Reader {
                 self.pos = view.next_position as u64;
                 self.next_offset += 1;
                 consumed += 1;
+                // The rest of a batch frame, entry after entry.
+                let Some(mut walk) = frames.walk_after(&view) else {
+                    continue;
+                };
+                while consumed < max_records && self.next_offset < limit {
+                    let Some(view) = walk.next_view() else {
+                        break;
+                    };
+                    let view = view.map_err(|e| {
+                        block.corruption(&self.topic.name, self.next_offset, self.pos, e)
+                    })?;
+                    let record =
+                        RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
+                    if !visit(&record) {
+                        return Ok(consumed);
+                    }
+                    self.pos = view.next_position as u64;
+                    self.next_offset += 1;
+                    consumed += 1;
+                }
             }
         }
         Ok(consumed)
