@@ -439,6 +439,31 @@ pub(crate) fn try_lock_job(storage: &dyn Storage, job_dir: &Path) -> Result<Opti
     }
 }
 
+/// Longest a publish waits for a job's lock before it passes the job by (housekeeping looks
+/// again on a later tick).
+pub(crate) const JOB_LOCK_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+
+/// [`try_lock_job`], trying again for up to `wait` while another holds the lock and the
+/// job's directory is there. An abort holds it only while it removes the job; a child
+/// forked in this process holds a copy of the lock's descriptor, and so the lock, until its
+/// exec: a publish that met either a moment ago need not leave the job for later.
+pub(crate) fn lock_job_within(
+    storage: &dyn Storage,
+    job_dir: &Path,
+    wait: std::time::Duration,
+) -> Result<Option<std::fs::File>> {
+    let deadline = crate::clock::deadline_after(wait);
+    loop {
+        if let Some(file) = try_lock_job(storage, job_dir)? {
+            return Ok(Some(file));
+        }
+        if std::time::Instant::now() >= deadline || !io::exists(storage, job_dir) {
+            return Ok(None);
+        }
+        std::thread::sleep(std::time::Duration::from_millis(1));
+    }
+}
+
 /// Discards job `job` of `dir`: its parts, and its commit if publishing has not started or
 /// the job was set aside as one that cannot be published. Fails for a job being published
 /// (or whose publish started and was cut: the directory's holder finishes it).
@@ -1007,5 +1032,42 @@ pub(crate) fn forget_published(storage: &dyn Storage, dir: &Path, job: &str) -> 
         Ok(()) => Ok(()),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
         Err(e) => Err(Error::io("remove published job record", &path, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn a_job_lock_let_go_a_moment_later_is_taken_and_one_held_on_is_passed_by() {
+        let dir = tempfile::tempdir().expect("temp dir");
+        let job_dir = dir.path().join("job");
+        std::fs::create_dir(&job_dir).expect("job dir");
+        let storage = &StdStorage;
+        let held = try_lock_job(storage, &job_dir)
+            .expect("lock")
+            .expect("free");
+        // Held throughout: passed by once the wait is over.
+        let began = Instant::now();
+        let got = lock_job_within(storage, &job_dir, Duration::from_millis(30)).expect("lock");
+        assert!(got.is_none());
+        assert!(began.elapsed() >= Duration::from_millis(30));
+        // Let go a moment later (an exec closing a forked child's copy): taken.
+        let release = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(5));
+            drop(held);
+        });
+        let got = lock_job_within(storage, &job_dir, Duration::from_secs(60)).expect("lock");
+        assert!(got.is_some());
+        drop(got);
+        release.join().expect("release");
+        // The job removed meanwhile: passed by at once.
+        std::fs::remove_dir_all(&job_dir).expect("remove");
+        let began = Instant::now();
+        let got = lock_job_within(storage, &job_dir, Duration::from_secs(60)).expect("lock");
+        assert!(got.is_none());
+        assert!(began.elapsed() < Duration::from_secs(30));
     }
 }

@@ -308,8 +308,10 @@ impl State {
     /// The caller holds the publish turn.
     fn publish_job(&self, job: &str, across: bool) -> Result<Outcome> {
         let job_dir = stage::job_dir(&self.dir, job)?;
-        // An abort in another process holds it: the job is going, not to be published.
-        let Some(_job_lock) = stage::try_lock_job(self.storage.as_ref(), &job_dir)? else {
+        // Still held after a while: an abort is removing the job, not to be published.
+        let job_lock =
+            stage::lock_job_within(self.storage.as_ref(), &job_dir, stage::JOB_LOCK_WAIT);
+        let Some(_job_lock) = job_lock? else {
             return Ok(Outcome::Published(Vec::new()));
         };
         let manifest = match self.read_job(job, &job_dir)? {
