@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use crate::common;
-use tidelog::{Append, CommitMode, ReaderOptions, StartPosition, Wal};
+use tidelog::{Append, CommitMode, Headers, ReaderOptions, StartPosition, Wal};
 
 fn fill(wal: &Wal, n: u64) {
     let w = wal.writer("t").unwrap();
@@ -72,6 +72,90 @@ fn scan_matches_next_across_extents_and_files() {
             expected,
             "chunk {chunk}"
         );
+    }
+}
+
+/// Batches of 1 to 97 records (keys on every third, headers on every fourth).
+fn fill_batches(wal: &Wal, n: u64) {
+    let headers = Headers::from_pairs([("h", Some(&b"v"[..])), ("n", None)]).unwrap();
+    let values: Vec<(Option<Vec<u8>>, Vec<u8>)> = (0..n)
+        .map(|i| {
+            let key = (i % 3 == 0).then(|| format!("k{i}").into_bytes());
+            (
+                key,
+                format!("value-{i}-{}", "y".repeat((i % 61) as usize)).into_bytes(),
+            )
+        })
+        .collect();
+    let mut i = 0;
+    while i < n {
+        let len = (1 + (i * 7919) % 97).min(n - i);
+        let batch: Vec<Append<'_>> = (i..i + len)
+            .map(|j| {
+                let (key, value) = &values[j as usize];
+                Append {
+                    headers: if j % 4 == 0 { headers.block() } else { None },
+                    key: key.as_deref(),
+                    value,
+                    timestamp_us: Some(5_000 + j / 2),
+                }
+            })
+            .collect();
+        wal.append_batch_records("t", &batch).unwrap();
+        i += len;
+    }
+}
+
+type FullRow = (u64, u64, Option<Vec<u8>>, Vec<u8>, Option<Vec<u8>>);
+
+fn full_row(r: &tidelog::RecordRef<'_>) -> FullRow {
+    (
+        r.offset,
+        r.timestamp_us,
+        r.key.map(<[u8]>::to_vec),
+        r.value.to_vec(),
+        r.headers.map(|h| h.as_bytes().to_vec()),
+    )
+}
+
+#[test]
+fn scan_matches_next_through_batch_frames_from_any_start_and_chunk() {
+    let dir = common::tempdir();
+    let wal = Wal::open_with(dir.path(), common::small()).unwrap();
+    fill_batches(&wal, 12_000);
+    assert!(wal.topic_info("t").unwrap().extents > 5);
+    let mut reader = wal.reader_with("t", ReaderOptions::default()).unwrap();
+    let mut expected = Vec::new();
+    while let Some(r) = reader.next().unwrap() {
+        expected.push(full_row(&r));
+    }
+    assert_eq!(expected.len(), 12_000);
+    // Starts inside frames and at their first records; chunks that end inside frames.
+    for (start, chunk) in [
+        (0, usize::MAX),
+        (0, 1),
+        (0, 7),
+        (1, 1000),
+        (4_999, 13),
+        (11_998, 5),
+    ] {
+        let options = ReaderOptions::default().start(StartPosition::Offset(start));
+        let mut reader = wal.reader_with("t", options).unwrap();
+        let mut rows = Vec::new();
+        while reader
+            .scan(chunk, |r| {
+                rows.push(full_row(r));
+                true
+            })
+            .unwrap()
+            > 0
+        {}
+        assert_eq!(
+            rows,
+            expected[start as usize..],
+            "start {start}, chunk {chunk}"
+        );
+        assert_eq!(reader.position(), 12_000);
     }
 }
 
