@@ -104,7 +104,9 @@ struct Plan {
 
 /// Whether `e`, met while checking a job, is the job's own fault (its bytes or its commit
 /// are unsound, or its records exceed the directory's limits), not the system's (an I/O
-/// error that may pass, a full disk, a poisoned or closed handle).
+/// error that may pass, a full disk, a lock held too long, a poisoned or closed handle).
+/// Only the kinds listed are the job's: any other leaves it committed, to be tried again,
+/// since a job set aside is never published.
 fn is_input_error(e: &Error) -> bool {
     match e {
         Error::Io { source, .. } => matches!(
@@ -113,14 +115,12 @@ fn is_input_error(e: &Error) -> bool {
                 | std::io::ErrorKind::UnexpectedEof
                 | std::io::ErrorKind::InvalidData
         ),
-        Error::DiskFull { .. }
-        | Error::Poisoned { .. }
-        | Error::Closed
-        | Error::Locked { .. }
-        | Error::ReadOnly
-        | Error::Forked { .. }
-        | Error::RingFull { .. } => false,
-        _ => true,
+        Error::Corruption { .. }
+        | Error::InvalidTopic { .. }
+        | Error::LimitExceeded { .. }
+        | Error::InvalidArgument { .. }
+        | Error::UnsupportedVersion { .. } => true,
+        _ => false,
     }
 }
 
@@ -785,4 +785,50 @@ fn placements(
 
 fn staged_corruption(path: &Path, reason: &str) -> Error {
     stage::corrupt(path, &format!("staged job: {reason}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_jobs_own_faults_set_it_aside() {
+        let io = |kind: std::io::ErrorKind| Error::io("read", "segment", kind.into());
+        let eio = Error::io(
+            "read",
+            "segment",
+            std::io::Error::from_raw_os_error(libc::EIO),
+        );
+        let the_jobs = [
+            io(std::io::ErrorKind::NotFound),
+            io(std::io::ErrorKind::UnexpectedEof),
+            staged_corruption(Path::new("segment"), "a flipped bit"),
+            Error::limit("max_record_bytes", 2, 1),
+            Error::invalid("job", "named twice"),
+        ];
+        for e in &the_jobs {
+            assert!(is_input_error(e), "{e:?} is the job's fault");
+        }
+        let passing = [
+            eio,
+            io(std::io::ErrorKind::PermissionDenied),
+            Error::DiskFull {
+                path: "segment".into(),
+                requested_bytes: 1,
+            },
+            Error::LockTimeout {
+                lock: "topic",
+                holder_pid: 1,
+                waited_ms: 1,
+            },
+            Error::Closed,
+            Error::UnknownTopic { topic: "a".into() },
+        ];
+        for e in &passing {
+            assert!(
+                !is_input_error(e),
+                "{e:?} may pass: the job stays committed"
+            );
+        }
+    }
 }
