@@ -8,7 +8,7 @@ from pathlib import Path
 import pyarrow as pa
 import pytest
 import tidelog
-from conftest import open_small, payload, run_python
+from conftest import data_files, open_small, payload, run_python
 
 # Every test runs on the mmap and the ring backend (see conftest.py).
 pytestmark = pytest.mark.usefixtures("backend")
@@ -274,6 +274,46 @@ def test_scan_is_an_arrow_c_stream_pyarrow_reads(tmp_path: Path) -> None:
         pa.RecordBatchReader.from_stream(stream).read_all()
     with tidelog.open(tmp_path, readonly=True) as ro:
         assert pa.RecordBatchReader.from_stream(ro.scan("t")).read_all().num_rows == 13
+
+
+def test_scan_in_any_batch_size_reads_what_read_arrow_reads_and_damage_in_turn(
+    tmp_path: Path,
+) -> None:
+    # A stream builds the batch after the one it hands out on another thread: batches of
+    # any size hold the same rows, and a damaged record fails its own batch, after every
+    # batch before it.
+    n = 3000
+    with open_small(tmp_path) as wal:
+        for start in range(0, n, 100):
+            wal.append_batch(
+                "t", [b"<R%05d>" % i + payload(i, 90) for i in range(start, start + 100)]
+            )
+        whole = pa.Table.from_batches([wal.read_arrow("t", 0)])
+        assert whole.num_rows == n
+        for batch_records in (1, 7, 256, 2999, 3000, 65536):
+            reader = pa.RecordBatchReader.from_stream(wal.scan("t", batch_records=batch_records))
+            batches = list(reader)
+            assert all(b.num_rows == batch_records for b in batches[:-1]), batch_records
+            assert pa.Table.from_batches(batches).equals(whole), batch_records
+        assert wal.topic_info("t").extents > 3
+    damaged = 1500
+    for file in data_files(tmp_path):
+        data = bytearray(file.read_bytes())
+        at = data.find(b"<R%05d>" % damaged)
+        if at >= 0:
+            data[at + 20] ^= 0x5A
+            file.write_bytes(bytes(data))
+            break
+    else:
+        raise AssertionError("the record to damage is in no data file")
+    with open_small(tmp_path) as wal:
+        for batch_records in (256, 1000):
+            reader = pa.RecordBatchReader.from_stream(wal.scan("t", batch_records=batch_records))
+            rows = 0
+            with pytest.raises(pa.ArrowException, match=r"(?i)corrupt"):
+                for batch in reader:
+                    rows += batch.num_rows
+            assert rows == damaged // batch_records * batch_records, batch_records
 
 
 def test_scan_needs_no_pyarrow(tmp_path: Path) -> None:

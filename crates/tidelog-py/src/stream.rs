@@ -50,38 +50,98 @@ struct Batches {
     schema: SchemaRef,
     /// Set once the source failed: the stream ends after reporting it.
     done: bool,
+    /// Makes a second reader of a directory's topic (`None` for a bucket's): while one
+    /// batch is built, the next is built beside it on another thread.
+    ahead_from: Option<Handle>,
+    /// The batch after the one handed out last, built ahead, and the reader past it.
+    ahead: Option<(Source, Columns)>,
+}
+
+/// The columns of the next records of `source` before `end`, at most `batch_records`;
+/// `None` when nothing more is published before the end.
+fn fill_batch(
+    source: &mut Source,
+    end: u64,
+    batch_records: usize,
+) -> Result<Option<Columns>, String> {
+    let mut columns = Columns::with_capacity(batch_records.min(1 << 20));
+    let mut refused = None;
+    let scanned = source.scan(end, batch_records, &mut |row| {
+        let pushed = columns.push(row);
+        if !pushed {
+            refused = Some(row.largest());
+        }
+        pushed
+    });
+    match (scanned, refused) {
+        (Err(e), _) => Err(e.to_string()),
+        (Ok(_), Some(bytes)) if columns.len() == 0 => Err(too_large(bytes).to_string()),
+        _ => Ok((columns.len() > 0).then_some(columns)),
+    }
+}
+
+impl Batches {
+    /// A reader for the batch after the one from the current position, when a whole batch
+    /// and more are published before the end (a directory's topic only).
+    fn ahead_source(&self) -> Option<(u64, Source)> {
+        let (Some(handle), Source::Local(reader)) = (&self.ahead_from, &self.source) else {
+            return None;
+        };
+        let next = reader.position().checked_add(self.batch_records as u64)?;
+        let published = reader.position().saturating_add(reader.lag());
+        if self.end.min(published) <= next {
+            return None;
+        }
+        handle
+            .source(&self.topic, Some(next))
+            .ok()
+            .map(|s| (next, s))
+    }
+
+    /// The next batch, and the one after it built on another thread meanwhile when it can
+    /// be: kept only if the first ended where the second began, and both were read whole.
+    /// Any failure of the second is forgotten: the batch is read again in turn, so errors
+    /// come as they would without it.
+    fn fill_next(&mut self) -> Result<Option<Columns>, String> {
+        let Some((next, mut second)) = self.ahead_source() else {
+            return fill_batch(&mut self.source, self.end, self.batch_records);
+        };
+        let (end, batch_records) = (self.end, self.batch_records);
+        let (current, ahead) = std::thread::scope(|scope| {
+            let ahead = scope
+                .spawn(move || fill_batch(&mut second, end, batch_records).map(|c| (second, c)));
+            let current = fill_batch(&mut self.source, end, batch_records);
+            (current, ahead.join())
+        });
+        if let (Ok(Some(_)), Ok(Ok((second, Some(columns))))) = (&current, ahead)
+            && self.source.position() == next
+        {
+            self.ahead = Some((second, columns));
+        }
+        current
+    }
 }
 
 impl Iterator for Batches {
     type Item = Result<RecordBatch, ArrowError>;
 
     fn next(&mut self) -> Option<Self::Item> {
+        if let Some((source, columns)) = self.ahead.take() {
+            self.source = source;
+            return Some(columns.into_batch(&self.topic, Arc::clone(&self.schema)));
+        }
         if self.done || self.source.position() >= self.end {
             return None;
         }
-        let mut columns = Columns::with_capacity(self.batch_records.min(1 << 20));
-        let mut refused = None;
-        let scanned = self.source.scan(self.end, self.batch_records, &mut |row| {
-            let pushed = columns.push(row);
-            if !pushed {
-                refused = Some(row.largest());
+        match self.fill_next() {
+            Err(message) => {
+                self.done = true;
+                Some(Err(ArrowError::ExternalError(message.into())))
             }
-            pushed
-        });
-        let failure = match (scanned, refused) {
-            (Err(e), _) => Some(e.to_string()),
-            (Ok(_), Some(bytes)) if columns.len() == 0 => Some(too_large(bytes).to_string()),
-            _ => None,
-        };
-        if let Some(message) = failure {
-            self.done = true;
-            return Some(Err(ArrowError::ExternalError(message.into())));
-        }
-        if columns.len() == 0 {
             // Nothing more published before the end.
-            return None;
+            Ok(None) => None,
+            Ok(Some(columns)) => Some(columns.into_batch(&self.topic, Arc::clone(&self.schema))),
         }
-        Some(columns.into_batch(&self.topic, Arc::clone(&self.schema)))
     }
 }
 
@@ -190,6 +250,11 @@ impl PyArrowStream {
             batch_records: self.batch_records,
             schema: schema(),
             done: false,
+            ahead_from: match &self.handle {
+                Handle::Local(_) => Some(self.handle.clone()),
+                Handle::Remote(_) => None,
+            },
+            ahead: None,
         };
         // The capsule holds the stream itself: a consumer moves it out (marking ours
         // released), or the capsule's drop releases it.

@@ -623,33 +623,41 @@ impl Reader {
                 Visibility::Published => u64::MAX,
                 Visibility::Durable => self.visible_next(),
             };
-            // Inside a batch frame the records after the first read go entry after entry.
-            let mut walk = None;
+            // Hands the record `$view` to `visit` and moves past it; returns when refused. A
+            // macro, not a method: the call measured 10% slower in this loop.
+            macro_rules! hand_over {
+                ($view:expr) => {{
+                    let view = $view;
+                    let record =
+                        RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
+                    if !visit(&record) {
+                        return Ok(consumed);
+                    }
+                    self.pos = view.next_position as u64;
+                    self.next_offset += 1;
+                    consumed += 1;
+                    view
+                }};
+            }
             while consumed < max_records && self.pos < frames.end() && self.next_offset < limit {
-                let walked = walk.as_mut().and_then(crate::batch::FrameWalk::next_view);
-                let fresh = walked.is_none();
-                let view = walked
-                    .unwrap_or_else(|| {
-                        frames.frame_walking(
-                            self.pos,
-                            self.next_offset,
-                            self.verify,
-                            &mut self.checked,
-                        )
-                    })
+                let view = frames
+                    .frame_walking(self.pos, self.next_offset, self.verify, &mut self.checked)
                     .map_err(|e| {
                         block.corruption(&self.topic.name, self.next_offset, self.pos, e)
                     })?;
-                let record =
-                    RecordRef::from_view(HolderRef::Extent(&block), &view, |r| frames.bytes(r));
-                if !visit(&record) {
-                    return Ok(consumed);
-                }
-                self.pos = view.next_position as u64;
-                self.next_offset += 1;
-                consumed += 1;
-                if fresh {
-                    walk = frames.walk_after(&view);
+                let view = hand_over!(view);
+                // The rest of a batch frame, entry after entry.
+                let Some(mut walk) = frames.walk_after(&view) else {
+                    continue;
+                };
+                while consumed < max_records && self.next_offset < limit {
+                    let Some(view) = walk.next_view() else {
+                        break;
+                    };
+                    let view = view.map_err(|e| {
+                        block.corruption(&self.topic.name, self.next_offset, self.pos, e)
+                    })?;
+                    hand_over!(view);
                 }
             }
         }

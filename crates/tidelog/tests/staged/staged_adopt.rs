@@ -85,38 +85,26 @@ fn stage_as(
 type Row = (u64, u64, Option<Vec<u8>>, Vec<u8>);
 
 fn rows(wal: &Wal, topic: &str) -> Vec<Row> {
-    let mut reader = wal
-        .reader_with(
-            topic,
-            ReaderOptions::default().start(StartPosition::Earliest),
-        )
-        .expect("reader");
+    let reader = || {
+        let options = ReaderOptions::default().start(StartPosition::Earliest);
+        wal.reader_with(topic, options).expect("reader")
+    };
+    let row = |r: &tidelog::RecordRef<'_>| -> Row {
+        let key = r.key.map(<[u8]>::to_vec);
+        (r.offset, r.timestamp_us, key, r.value.to_vec())
+    };
     let mut out = Vec::new();
-    while let Some(r) = reader.next().expect("read") {
-        out.push((
-            r.offset,
-            r.timestamp_us,
-            r.key.map(<[u8]>::to_vec),
-            r.value.to_vec(),
-        ));
+    let mut next = reader();
+    while let Some(r) = next.next().expect("read") {
+        out.push(row(&r));
     }
     // The bulk read (a batch frame walked entry after entry, offsets made relative in an
     // adopted extent) yields the same rows.
-    let mut scanner = wal
-        .reader_with(
-            topic,
-            ReaderOptions::default().start(StartPosition::Earliest),
-        )
-        .expect("reader");
     let mut scanned = Vec::new();
+    let mut scanner = reader();
     while scanner
         .scan(333, |r| {
-            scanned.push((
-                r.offset,
-                r.timestamp_us,
-                r.key.map(<[u8]>::to_vec),
-                r.value.to_vec(),
-            ));
+            scanned.push(row(r));
             true
         })
         .expect("scan")
