@@ -348,7 +348,8 @@ class Wal:
     ) -> ArrowStream:
         """`topic`'s records from `start` (default: the earliest, in the tier's bucket too)
         up to `end` (exclusive; default: what is published when the consumer gets there), as
-        an Arrow C stream of batches of at most `batch_records` records. Works on read-only
+        an Arrow C stream of batches of at most `batch_records` records, built two at a
+        time on two threads when enough records are published. Works on read-only
         handles."""
     def read_arrow(
         self,
