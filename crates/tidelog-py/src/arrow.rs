@@ -11,7 +11,7 @@ use tidelog::{Append, ReaderOptions, StartPosition, Wal};
 
 use crate::buffer::InputBytes;
 use crate::call::detached;
-use crate::columns::{Columns, Row, schema, too_large};
+use crate::columns::{Columns, Row, schema};
 use crate::error::to_py;
 use crate::stream::PyArrowBatch;
 
@@ -32,29 +32,6 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> PyErr {
     })
 }
 
-/// The columns of up to `wanted` records that `scan` visits (its visitor returns false once
-/// a record does not fit: that record is left for the next batch).
-fn fill(
-    wanted: u64,
-    scan: impl FnOnce(usize, &mut dyn FnMut(&Row<'_>) -> bool) -> tidelog::Result<usize>,
-) -> tidelog::Result<Columns> {
-    let capacity = usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20);
-    let mut c = Columns::with_capacity(capacity);
-    let mut refused = None;
-    let max = usize::try_from(wanted).unwrap_or(usize::MAX);
-    scan(max, &mut |row| {
-        let pushed = c.push(row);
-        if !pushed {
-            refused = Some(row.largest());
-        }
-        pushed
-    })?;
-    match refused {
-        Some(bytes) if c.len() == 0 => Err(too_large(bytes)),
-        _ => Ok(c),
-    }
-}
-
 fn collect(
     wal: &Wal,
     topic: &str,
@@ -69,7 +46,7 @@ fn collect(
     let wanted = end
         .saturating_sub(start)
         .min(max_records.unwrap_or(u64::MAX));
-    fill(wanted, |max, visit| {
+    Columns::fill(wanted, |max, visit| {
         reader.scan(max, |r| visit(&Row::local(r)))
     })
 }
@@ -85,7 +62,7 @@ fn collect_remote(
     let wanted = end
         .saturating_sub(reader.position())
         .min(max_records.unwrap_or(u64::MAX));
-    fill(wanted, |max, visit| {
+    Columns::fill(wanted, |max, visit| {
         reader.scan_until(end, max, |r| visit(&Row::remote(r)))
     })
 }

@@ -267,6 +267,29 @@ impl Columns {
         self.offsets.len()
     }
 
+    /// The columns of up to `wanted` records that `scan` visits (its visitor returns false
+    /// once a record does not fit: that record is left for the next batch); `LimitExceeded`
+    /// when not even the first fits.
+    pub fn fill(
+        wanted: u64,
+        scan: impl FnOnce(usize, &mut dyn FnMut(&Row<'_>) -> bool) -> tidelog::Result<usize>,
+    ) -> tidelog::Result<Columns> {
+        let max = usize::try_from(wanted).unwrap_or(usize::MAX);
+        let mut c = Columns::with_capacity(max.min(1 << 20));
+        let mut refused = None;
+        scan(max, &mut |row| {
+            let pushed = c.push(row);
+            if !pushed {
+                refused = Some(row.largest());
+            }
+            pushed
+        })?;
+        match refused {
+            Some(bytes) if c.len() == 0 => Err(too_large(bytes)),
+            _ => Ok(c),
+        }
+    }
+
     /// The batch of `topic`'s rows, of `schema` (the one [`schema`] returns).
     pub fn into_batch(self, topic: &str, schema: SchemaRef) -> Result<RecordBatch, ArrowError> {
         let n = self.len();

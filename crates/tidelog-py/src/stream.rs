@@ -11,7 +11,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 
-use crate::columns::{Columns, Row, schema, too_large};
+use crate::columns::{Columns, Row, schema};
 use crate::error::to_py;
 
 /// What a scan calls with each record; false to stop.
@@ -50,9 +50,9 @@ struct Batches {
     schema: SchemaRef,
     /// Set once the source failed: the stream ends after reporting it.
     done: bool,
-    /// Makes a second reader of a directory's topic (`None` for a bucket's): while one
-    /// batch is built, the next is built beside it on another thread.
-    ahead_from: Option<Handle>,
+    /// Makes a second reader of a directory's topic: while one batch is built, the next is
+    /// built beside it on another thread (not for a bucket's).
+    handle: Handle,
     /// The batch after the one handed out last, built ahead, and the reader past it.
     ahead: Option<(Source, Columns)>,
 }
@@ -64,19 +64,11 @@ fn fill_batch(
     end: u64,
     batch_records: usize,
 ) -> Result<Option<Columns>, String> {
-    let mut columns = Columns::with_capacity(batch_records.min(1 << 20));
-    let mut refused = None;
-    let scanned = source.scan(end, batch_records, &mut |row| {
-        let pushed = columns.push(row);
-        if !pushed {
-            refused = Some(row.largest());
-        }
-        pushed
-    });
-    match (scanned, refused) {
-        (Err(e), _) => Err(e.to_string()),
-        (Ok(_), Some(bytes)) if columns.len() == 0 => Err(too_large(bytes).to_string()),
-        _ => Ok((columns.len() > 0).then_some(columns)),
+    match Columns::fill(batch_records as u64, |max, visit| {
+        source.scan(end, max, visit)
+    }) {
+        Ok(columns) => Ok((columns.len() > 0).then_some(columns)),
+        Err(e) => Err(e.to_string()),
     }
 }
 
@@ -84,7 +76,7 @@ impl Batches {
     /// A reader for the batch after the one from the current position, when a whole batch
     /// and more are published before the end (a directory's topic only).
     fn ahead_source(&self) -> Option<(u64, Source)> {
-        let (Some(handle), Source::Local(reader)) = (&self.ahead_from, &self.source) else {
+        let Source::Local(reader) = &self.source else {
             return None;
         };
         let next = reader.position().checked_add(self.batch_records as u64)?;
@@ -92,7 +84,7 @@ impl Batches {
         if self.end.min(published) <= next {
             return None;
         }
-        handle
+        self.handle
             .source(&self.topic, Some(next))
             .ok()
             .map(|s| (next, s))
@@ -250,10 +242,7 @@ impl PyArrowStream {
             batch_records: self.batch_records,
             schema: schema(),
             done: false,
-            ahead_from: match &self.handle {
-                Handle::Local(_) => Some(self.handle.clone()),
-                Handle::Remote(_) => None,
-            },
+            handle: self.handle.clone(),
             ahead: None,
         };
         // The capsule holds the stream itself: a consumer moves it out (marking ours

@@ -359,12 +359,12 @@ pub struct FrameWalk<'a> {
 }
 
 impl<'a> FrameWalk<'a> {
-    /// The walk on from `view` (of the record of `offset`, whose frame stores `stored` for
-    /// it), a record of a batch frame in `extent` that a walker decoded (and checked, if it
-    /// checks); `None` after its frame's last record.
+    /// The walk on from `view` (whose frame stores `stored` for its offset), a record of
+    /// the batch frame `frame` (its bytes, `view.checked` of the extent) that a walker
+    /// decoded (and checked, if it checks); `None` after the frame's last record.
     #[inline]
-    pub fn after(extent: &'a [u8], view: &FrameView, stored: u64) -> Option<FrameWalk<'a>> {
-        let frame = extent.get(view.checked.clone())?;
+    pub fn after(frame: &'a [u8], view: &FrameView, stored: u64) -> Option<FrameWalk<'a>> {
+        debug_assert_eq!(frame.len(), view.checked.len());
         let start = view.checked.start;
         let at = view.next_position.checked_sub(start)?;
         if at >= frame.len() {
@@ -677,7 +677,7 @@ mod tests {
         let Ok(first) = decode(frame, pos, SALT, TOPIC, offset, verify) else {
             return Vec::new();
         };
-        let Some(mut walk) = FrameWalk::after(frame, &first, offset) else {
+        let Some(mut walk) = FrameWalk::after(&frame[first.checked.clone()], &first, offset) else {
             return Vec::new();
         };
         let mut out = Vec::new();
@@ -723,7 +723,7 @@ mod tests {
             let Ok(first) = decode(&g, 0, SALT, TOPIC, 9, false) else {
                 continue;
             };
-            let Some(mut walk) = FrameWalk::after(&g, &first, 9) else {
+            let Some(mut walk) = FrameWalk::after(&g[first.checked.clone()], &first, 9) else {
                 continue;
             };
             let mut prev = first;

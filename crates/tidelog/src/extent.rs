@@ -1484,12 +1484,7 @@ impl<'a> PublishedFrames<'a> {
             return None;
         }
         let (stored, _) = self.block.stored(view.offset).ok()?;
-        // The image holds whole frames: a frame decoded from it ends in it.
-        let bytes = match self.image {
-            Some(image) if view.checked.end <= image.len() => image,
-            _ => self.bytes,
-        };
-        crate::batch::FrameWalk::after(bytes, view, stored)
+        crate::batch::FrameWalk::after(self.bytes(view.checked.clone()), view, stored)
     }
 
     /// The bytes of `range` (inside a frame this view decoded).

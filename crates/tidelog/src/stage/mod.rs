@@ -1044,8 +1044,8 @@ mod tests {
     fn a_job_lock_let_go_a_moment_later_is_taken_and_one_held_on_is_passed_by() {
         let dir = tempfile::tempdir().expect("temp dir");
         let job_dir = dir.path().join("job");
-        std::fs::create_dir(&job_dir).expect("job dir");
         let storage = &StdStorage;
+        storage.create_dir_all(&job_dir).expect("job dir");
         let held = try_lock_job(storage, &job_dir)
             .expect("lock")
             .expect("free");
@@ -1064,7 +1064,7 @@ mod tests {
         drop(got);
         release.join().expect("release");
         // The job removed meanwhile: passed by at once.
-        std::fs::remove_dir_all(&job_dir).expect("remove");
+        storage.remove_dir_all(&job_dir).expect("remove");
         let began = Instant::now();
         let got = lock_job_within(storage, &job_dir, Duration::from_secs(60)).expect("lock");
         assert!(got.is_none());
