@@ -172,7 +172,8 @@ def commit_staged(
     `stage_sink_batch` can recognise a replayed micro-batch. A part named twice or not
     staged is `InvalidArgumentError`; so is a job set aside at its publish as one that
     cannot be published (a damaged segment, a record over the directory's limits), with
-    the reason: `stage_abort` removes it. Committing a published job again does nothing.
+    the reason: `stage_abort` removes it; and so is a job aborted (by `stage_abort`
+    elsewhere) before it was published. Committing a published job again does nothing.
 
     `path` may be a tier's bucket URL (with `storage_options`): the parts were put there
     with `bucket_stage_upload`; the commit is written there, and the producer whose tier
@@ -195,6 +196,8 @@ def commit_staged(
             "storage_options are for a bucket URL, not a directory", name="storage_options"
         )
     stage_commit(path, job, parts, sink=sink, batch=batch)
+    if not parts:
+        return  # nothing to publish: the commit removed what the job staged
     deadline = time.monotonic() + timeout
     while True:
         wait = min(_COMMIT_WAIT_SLICE, max(0.0, deadline - time.monotonic()))
@@ -211,7 +214,7 @@ def commit_staged(
             wal.close()
         try:
             # Returns at once once published; raises for a job set aside.
-            stage_wait(path, job, wait)
+            stage_wait(path, job, wait, sink=sink, batch=batch)
             return
         except TimeoutError:
             if time.monotonic() >= deadline:

@@ -783,10 +783,20 @@ def stage_commit(
     """Records the commit of `job`; the process holding the directory (or the next to open
     it) publishes it."""
 
-def stage_wait(path: str | os.PathLike[str], job: str, timeout: float = 60.0) -> None:
+def stage_wait(
+    path: str | os.PathLike[str],
+    job: str,
+    timeout: float = 60.0,
+    *,
+    sink: str | None = None,
+    batch: int | None = None,
+) -> None:
     """Waits until committed `job` is published; `TimeoutError` after `timeout` seconds.
     A job set aside as one that cannot be published (a damaged segment, a record over the
-    directory's limits) raises `InvalidArgumentError` with the reason at once."""
+    directory's limits) raises `InvalidArgumentError` with the reason at once; so does a
+    job with no commit and no record of its publish (aborted, never committed). With `sink`
+    and `batch` (as committed) the sink's ledger at or past `batch` counts as published
+    (a replayed micro-batch)."""
 
 def stage_abort(path: str | os.PathLike[str], job: str) -> None:
     """Discards a job that is not being published (or one set aside)."""

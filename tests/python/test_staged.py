@@ -108,6 +108,33 @@ def test_a_holder_publishes_another_process_commit(tmp_path: Path) -> None:
         assert holder.topic_info("t").next_offset == 4
 
 
+def test_a_wait_answers_published_only_from_a_record_of_the_publish(tmp_path: Path) -> None:
+    # A name never committed, and a commit aborted before any publish: errors, never a
+    # publish (the job's records are not in the directory).
+    with pytest.raises(tidelog.InvalidArgumentError, match="not committed"):
+        tidelog.stage_wait(tmp_path, "never", 0)
+    stage(tmp_path, "aborted", "p0", [b"x"])
+    tidelog.stage_commit(tmp_path, "aborted", ["p0"])
+    tidelog.stage_abort(tmp_path, "aborted")
+    with pytest.raises(tidelog.InvalidArgumentError, match="not committed"):
+        tidelog.stage_wait(tmp_path, "aborted", 0.2)
+    # A streaming sink's micro-batch and its replay: both answered as published.
+    stage(tmp_path, "s-1", "p0", [b"a"])
+    tidelog.commit_staged(tmp_path, "s-1", ["p0"], sink="s", batch=1)
+    stage(tmp_path, "s-1-replay", "p0", [b"b"])
+    tidelog.commit_staged(tmp_path, "s-1-replay", ["p0"], sink="s", batch=1)
+    tidelog.stage_wait(tmp_path, "s-1-replay", 0)
+    # Its record gone (as after staged_ttl_ms), a micro-batch is told by its sink's ledger.
+    (tmp_path / "staging" / ".published" / "s-1").unlink()
+    tidelog.stage_wait(tmp_path, "s-1", 0, sink="s", batch=1)
+    with pytest.raises(tidelog.InvalidArgumentError, match="not committed"):
+        tidelog.stage_wait(tmp_path, "s-1", 0)
+    with pytest.raises(tidelog.InvalidArgumentError, match="go together"):
+        tidelog.stage_wait(tmp_path, "s-1", 0, sink="s")
+    with tidelog.open(tmp_path) as wal:
+        assert [bytes(r) for r in wal.reader("t", start="earliest")] == [b"a"]
+
+
 def test_a_job_that_cannot_be_published_is_set_aside_and_reported(tmp_path: Path) -> None:
     stage(tmp_path, "bad", "p0", [b"v" * 50] * 20)
     with pytest.raises(tidelog.InvalidArgumentError, match="named twice"):

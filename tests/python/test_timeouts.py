@@ -47,6 +47,10 @@ def waits(tmp_path: Path) -> dict[str, Callable[[Any], Any]]:
     reader = wal.reader("t", start="earliest")
     handle = wal.append_async("t", b"y")
     wal.flush()
+    staged = tidelog.StagedWriter(tmp_path / "wal", "published", "p0")
+    staged.append("t", b"z")
+    staged.finish()
+    wal.commit_staged("published", ["p0"])
     ring = tidelog.RingWal(tmp_path / "ring", 1 << 20)
     ring_handle = ring.append(b"z")
     ring.flush()
@@ -55,7 +59,7 @@ def waits(tmp_path: Path) -> dict[str, Callable[[Any], Any]]:
         "AppendHandle.wait": lambda t: handle.wait(timeout=t),
         "RingAppendHandle.wait": lambda t: ring_handle.wait(timeout=t),
         "RingWal.append(space_timeout)": lambda t: ring.append(b"w", space_timeout=t),
-        "stage_wait": lambda t: tidelog.stage_wait(tmp_path / "wal", "nojob", timeout=t),
+        "stage_wait": lambda t: tidelog.stage_wait(tmp_path / "wal", "published", timeout=t),
     }
 
 

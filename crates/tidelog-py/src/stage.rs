@@ -138,10 +138,7 @@ pub fn stage_commit(
         (Some(sink), Some(batch)) => detached(py, || {
             tidelog::stage::commit_for_sink(&path, job, &parts, &sink, batch)
         }),
-        _ => Err(crate::error::to_py(tidelog::Error::InvalidArgument {
-            name: "sink",
-            reason: "sink and batch go together".to_owned(),
-        })),
+        _ => Err(sink_without_batch()),
     }
 }
 
@@ -153,14 +150,34 @@ pub fn stage_sink_batch(py: Python<'_>, path: PathBuf, sink: &str) -> PyResult<O
 
 /// Waits up to `timeout` seconds until committed `job` is published (by the process that
 /// holds the directory); raises `TimeoutError` after that, and `InvalidArgumentError` with
-/// the reason for a job set aside as one that cannot be published.
+/// the reason for a job set aside as one that cannot be published, or for a job with no
+/// commit and no record of its publish (aborted, never committed). With `sink` and `batch`
+/// (a streaming sink's micro-batch, as committed) the sink's ledger at or past `batch` is a
+/// publish too (a replayed micro-batch).
 #[pyfunction]
-#[pyo3(signature = (path, job, timeout = 60.0))]
-pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyResult<()> {
+#[pyo3(signature = (path, job, timeout = 60.0, *, sink = None, batch = None))]
+pub fn stage_wait(
+    py: Python<'_>,
+    path: PathBuf,
+    job: &str,
+    timeout: f64,
+    sink: Option<String>,
+    batch: Option<u64>,
+) -> PyResult<()> {
     let deadline = deadline(timeout_seconds(timeout)?);
+    let sink = match (sink, batch) {
+        (None, None) => None,
+        (Some(sink), Some(batch)) => Some((sink, batch)),
+        _ => return Err(sink_without_batch()),
+    };
+    let wait = |left: Duration| match &sink {
+        None => tidelog::stage::wait_published(&path, job, left),
+        Some((sink, batch)) => {
+            tidelog::stage::wait_published_for_sink(&path, job, sink, *batch, left)
+        }
+    };
     let done = sliced(py, deadline, |slice_end| {
-        let left = slice_end.saturating_duration_since(Instant::now());
-        match tidelog::stage::wait_published(&path, job, left) {
+        match wait(slice_end.saturating_duration_since(Instant::now())) {
             Ok(()) => Ok(Some(())),
             Err(tidelog::Error::Io { source, .. })
                 if source.kind() == std::io::ErrorKind::TimedOut =>
@@ -175,6 +192,14 @@ pub fn stage_wait(py: Python<'_>, path: PathBuf, job: &str, timeout: f64) -> PyR
             "job {job:?} was not published within {timeout} s: does the process holding the \
              directory run?"
         ))
+    })
+}
+
+/// The error for a sink given without its batch, or a batch without its sink.
+fn sink_without_batch() -> PyErr {
+    crate::error::to_py(tidelog::Error::InvalidArgument {
+        name: "sink",
+        reason: "sink and batch go together".to_owned(),
     })
 }
 
@@ -220,12 +245,7 @@ pub fn bucket_stage_commit(
     let sink = match (sink, batch) {
         (None, None) => None,
         (Some(sink), Some(batch)) => Some((sink, batch)),
-        _ => {
-            return Err(crate::error::to_py(tidelog::Error::InvalidArgument {
-                name: "sink",
-                reason: "sink and batch go together".to_owned(),
-            }));
-        }
+        _ => return Err(sink_without_batch()),
     };
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let done = detached(py, || {

@@ -857,14 +857,57 @@ fn parse_published_body(
     Ok((body.to_owned(), ranges))
 }
 
-/// Waits up to `wait` until committed job `job` of `dir` is published (its directory gone),
-/// as the process holding the directory does it. A job set aside as one that cannot be
-/// published is an `InvalidArgument` error that gives the reason.
+/// Waits up to `wait` until committed job `job` of `dir` is published, as the process
+/// holding the directory does it. A job set aside as one that cannot be published is an
+/// `InvalidArgument` error that gives the reason. Published means recorded so: the job's
+/// published record (kept [`crate::Config::staged_ttl_ms`]), or for a streaming sink's
+/// micro-batch (named in the commit while it was there) the sink's ledger at or past it. A
+/// job whose commit is gone with neither (aborted, never committed, or published too long
+/// ago to tell) is an `InvalidArgument` error, never a publish.
 pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Result<()> {
+    wait_for_publish(dir, job, None, wait)
+}
+
+/// As [`wait_published`], for micro-batch `batch` of streaming sink `sink` (as committed
+/// with [`commit_for_sink`]): the sink's ledger at or past `batch` is a publish too, also
+/// when the job's commit was gone before this looked (a replayed micro-batch).
+pub fn wait_published_for_sink(
+    dir: &Path,
+    job: &str,
+    sink: &str,
+    batch: u64,
+    wait: std::time::Duration,
+) -> Result<()> {
+    validate_name(sink)?;
+    wait_for_publish(dir, job, Some((sink.to_owned(), batch)), wait)
+}
+
+fn wait_for_publish(
+    dir: &Path,
+    job: &str,
+    mut sink: Option<(String, u64)>,
+    wait: std::time::Duration,
+) -> Result<()> {
     let storage = &StdStorage;
     let job_dir = job_dir(dir, job)?;
     let deadline = crate::clock::deadline_after(wait);
-    while io::exists(storage, &job_dir.join(COMMIT_FILE)) {
+    let mut seen = false;
+    loop {
+        if !seen {
+            // The sink a commit names tells a replay dropped from an abort.
+            match read_commit(storage, &job_dir) {
+                Ok(Some(manifest)) => {
+                    seen = true;
+                    sink = sink.or(manifest.sink);
+                }
+                Ok(None) => break,
+                // A damaged commit: the publisher sets it aside, and that is the answer.
+                Err(Error::Corruption { .. }) => seen = true,
+                Err(e) => return Err(e),
+            }
+        } else if !io::exists(storage, &job_dir.join(COMMIT_FILE)) {
+            break;
+        }
         if let Some(reason) = read_failed(storage, &job_dir)? {
             return Err(failed_error(job, &reason));
         }
@@ -877,7 +920,41 @@ pub fn wait_published(dir: &Path, job: &str, wait: std::time::Duration) -> Resul
         }
         std::thread::sleep(std::time::Duration::from_millis(10));
     }
-    Ok(())
+    let sink = sink.as_ref().map(|(name, batch)| (name.as_str(), *batch));
+    published_ranges(storage, dir, job, sink)?
+        .map(drop)
+        .ok_or_else(|| not_published_error(job))
+}
+
+/// The offsets job `job` got, when its publish is recorded: its published record, or (its
+/// ranges unknown, so none) micro-batch `sink` of a sink's ledger at or past it.
+#[allow(clippy::type_complexity)]
+pub(crate) fn published_ranges(
+    storage: &dyn Storage,
+    dir: &Path,
+    job: &str,
+    sink: Option<(&str, u64)>,
+) -> Result<Option<Vec<(String, Range<u64>)>>> {
+    if let Some((_, ranges)) = read_published(storage, dir, job)? {
+        return Ok(Some(ranges));
+    }
+    if let Some((sink, batch)) = sink
+        && read_sink_batch(storage, dir, sink)?.is_some_and(|last| last >= batch)
+    {
+        return Ok(Some(Vec::new()));
+    }
+    Ok(None)
+}
+
+/// The error of a job with no commit and no record of its publish.
+pub(crate) fn not_published_error(job: &str) -> Error {
+    Error::invalid(
+        "job",
+        format!(
+            "job {job:?} is not committed and its publish is not recorded: it was aborted, \
+             never committed, or published longer than staged_ttl_ms ago"
+        ),
+    )
 }
 
 /// What a commit manifest says: the parts, and the sink micro-batch it publishes.

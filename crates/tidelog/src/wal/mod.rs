@@ -629,10 +629,8 @@ pub fn commit_staged(
             Err(e) => return Err(e),
         }
         let commit = stage::job_dir(dir, job)?.join(stage::COMMIT_FILE);
-        if !io::exists(&StdStorage, &commit) {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
+        // Gone: published as its record says, or aborted (an error).
+        if !io::exists(&StdStorage, &commit) || Instant::now() >= deadline {
             return stage::wait_published(dir, job, Duration::ZERO);
         }
     }

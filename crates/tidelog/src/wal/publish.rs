@@ -89,11 +89,17 @@ impl JobTopics {
 
 /// How a committed job's publish ended.
 pub(super) enum Outcome {
-    /// Published (or found published, or gone): the offsets it got per topic, when known.
+    /// Published (or a sink's replay, dropped): the offsets it got per topic, when known.
     Published(Vec<(String, Range<u64>)>),
     /// It cannot be published: set aside (see [`stage::set_aside`]), the error says why.
     SetAside(Error),
+    /// Not published by this call: its commit was gone (published meanwhile, or aborted),
+    /// or its lock stayed held (an abort removing it, a forked child's copy of the lock).
+    Passed,
 }
+
+/// Longest [`State::ingest_job`] waits for a job's lock: its caller is told the job's fate.
+const COMMIT_JOB_LOCK_WAIT: Duration = Duration::from_secs(2);
 
 /// What a publish found checked: each segment's manifest entry and, unless an earlier
 /// publish of the job adopted it, the segment; the job's records per topic.
@@ -142,7 +148,7 @@ impl State {
     /// Publishes the committed jobs, those cut short first (only those: `cut_short`).
     fn publish_jobs(&self, cut_short: bool, across: bool) -> Result<()> {
         for job in self.committed_jobs(cut_short)? {
-            self.publish_job(&job, across)?;
+            self.publish_job(&job, across, stage::JOB_LOCK_WAIT)?;
         }
         Ok(())
     }
@@ -200,11 +206,28 @@ impl State {
     }
 
     /// Publishes committed job `job` (see [`State::publish_job`]); a job set aside is its
-    /// error. The caller holds the publish turn.
+    /// error. Passed by, it is published only as its record says (published meanwhile);
+    /// otherwise a job still locked is a timed-out error (it stays committed) and one gone
+    /// is [`stage::not_published_error`] (aborted). The caller holds the publish turn.
     pub(super) fn ingest_job(&self, job: &str, across: bool) -> Result<Vec<(String, Range<u64>)>> {
-        match self.publish_job(job, across)? {
+        match self.publish_job(job, across, COMMIT_JOB_LOCK_WAIT)? {
             Outcome::Published(ranges) => Ok(ranges),
             Outcome::SetAside(e) => Err(e),
+            Outcome::Passed => {
+                let storage = self.storage.as_ref();
+                if let Some(ranges) = stage::published_ranges(storage, &self.dir, job, None)? {
+                    return Ok(ranges);
+                }
+                let job_dir = stage::job_dir(&self.dir, job)?;
+                if io::exists(storage, &job_dir.join(stage::COMMIT_FILE)) {
+                    return Err(Error::io(
+                        "lock staged job (held by an abort, or a child process's copy)",
+                        &job_dir,
+                        std::io::Error::from(std::io::ErrorKind::TimedOut),
+                    ));
+                }
+                Err(stage::not_published_error(job))
+            }
         }
     }
 
@@ -305,14 +328,14 @@ impl State {
     /// other processes, reserved), the offset where the job starts in each is recorded
     /// (once), its segments are adopted or copied after whatever of them the data files
     /// already hold, the data files are made durable and the job's directory is removed.
-    /// The caller holds the publish turn.
-    fn publish_job(&self, job: &str, across: bool) -> Result<Outcome> {
+    /// The job's lock held longer than `lock_wait` passes it by. The caller holds the
+    /// publish turn.
+    fn publish_job(&self, job: &str, across: bool, lock_wait: Duration) -> Result<Outcome> {
         let job_dir = stage::job_dir(&self.dir, job)?;
         // Still held after a while: an abort is removing the job, not to be published.
-        let job_lock =
-            stage::lock_job_within(self.storage.as_ref(), &job_dir, stage::JOB_LOCK_WAIT);
+        let job_lock = stage::lock_job_within(self.storage.as_ref(), &job_dir, lock_wait);
         let Some(_job_lock) = job_lock? else {
-            return Ok(Outcome::Published(Vec::new()));
+            return Ok(Outcome::Passed);
         };
         let manifest = match self.read_job(job, &job_dir)? {
             ControlFlow::Continue(manifest) => manifest,
@@ -409,12 +432,14 @@ impl State {
         let manifest = match stage::read_commit(storage, job_dir) {
             Ok(Some(manifest)) => manifest,
             // Published meanwhile (by this handle's housekeeping thread), or aborted.
-            Ok(None) => return Ok(ControlFlow::Break(Outcome::Published(Vec::new()))),
+            Ok(None) => return Ok(ControlFlow::Break(Outcome::Passed)),
             Err(e) => return self.set_aside_or(job_dir, e).map(ControlFlow::Break),
         };
         if let Some((sink, batch)) = &manifest.sink
             && stage::read_sink_batch(storage, &self.dir, sink)?.is_some_and(|last| last >= *batch)
         {
+            // Answered as published (its micro-batch is), with no offsets of its own.
+            stage::write_published(storage, &self.dir, job, &manifest.text, &[])?;
             self.remove_job(job_dir)?;
             return Ok(ControlFlow::Break(Outcome::Published(Vec::new())));
         }
@@ -511,19 +536,17 @@ impl State {
         manifest: &Manifest,
         ranges: &[(String, Range<u64>)],
     ) -> Result<()> {
-        match &manifest.sink {
-            Some((sink, batch)) => {
-                stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
-            }
-            // A commit repeated after this is answered from the record.
-            None => stage::write_published(
-                self.storage.as_ref(),
-                &self.dir,
-                job,
-                &manifest.text,
-                ranges,
-            )?,
+        if let Some((sink, batch)) = &manifest.sink {
+            stage::write_sink_batch(self.storage.as_ref(), &self.dir, sink, *batch)?;
         }
+        // A commit repeated after this, and a wait for the job, are answered from the record.
+        stage::write_published(
+            self.storage.as_ref(),
+            &self.dir,
+            job,
+            &manifest.text,
+            ranges,
+        )?;
         crate::process::crash_point("publish-recorded");
         self.remove_job(job_dir)
     }

@@ -50,6 +50,12 @@ fn ring_waits_accept_duration_max() {
 #[test]
 fn stage_wait_published_accepts_duration_max() {
     let dir = tempdir();
-    // No commit recorded: nothing to wait for, and the deadline must still be computable.
+    let mut part = tidelog::stage::StagedWriter::create(dir.path(), "job", "p0").expect("part");
+    part.append("t", &[tidelog::Append::value(b"x")])
+        .expect("stage");
+    part.finish().expect("finish");
+    let wal = Wal::open_with(dir.path(), small()).expect("open");
+    wal.commit_staged("job", &["p0"]).expect("publish");
+    // Published already: the wait ends at once, and its deadline must still be computable.
     tidelog::stage::wait_published(dir.path(), "job", Duration::MAX).expect("wait");
 }

@@ -461,3 +461,121 @@ fn a_publish_lists_reads_locks_and_removes_through_the_storage() {
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
+
+/// `InvalidArgument` naming the job, as for a job with no commit and no published record.
+fn assert_not_published(r: tidelog::Result<()>, what: &str) {
+    match r {
+        Err(Error::InvalidArgument {
+            name: "job",
+            reason,
+        }) => {
+            assert!(reason.contains("not committed"), "{what}: {reason}");
+        }
+        r => panic!("{what}: expected InvalidArgument(job), got {r:?}"),
+    }
+}
+
+/// Goal: a wait answers "published" only when the publish is recorded (the job's published
+/// record, or its sink's ledger): an abort that removed a committed job before its publish,
+/// or a name never committed, is an error, never a publish.
+#[test]
+fn a_wait_answers_published_only_from_a_record_of_the_publish() {
+    let dir = tempdir();
+    let d = dir.path();
+    let now = Duration::ZERO;
+    assert_not_published(stage::wait_published(d, "never", now), "never committed");
+    stage_part(d, "aborted", "p0", "a", 3);
+    stage::commit(d, "aborted", &["p0"]).expect("commit");
+    stage::abort(d, "aborted").expect("abort before any publish");
+    assert_not_published(
+        stage::wait_published(d, "aborted", Duration::from_millis(200)),
+        "aborted",
+    );
+    // Published: by a job of its own, and a streaming sink's micro-batch and its replay.
+    stage_part(d, "plain", "p0", "a", 3);
+    stage::commit(d, "plain", &["p0"]).expect("commit");
+    stage_part(d, "s-1", "p0", "a", 2);
+    stage::commit_for_sink(d, "s-1", &["p0"], "s", 1).expect("commit batch 1");
+    stage_part(d, "s-1-replay", "p0", "a", 2);
+    stage::commit_for_sink(d, "s-1-replay", &["p0"], "s", 1).expect("commit its replay");
+    let wal = Wal::open_with(d, config()).expect("open publishes");
+    for job in ["plain", "s-1", "s-1-replay"] {
+        stage::wait_published(d, job, now).unwrap_or_else(|e| panic!("{job}: {e}"));
+    }
+    let mut want = expected("plain", "p0", 3);
+    want.extend(expected("s-1", "p0", 2));
+    assert_eq!(values(&wal, "a"), want, "the replay appended nothing");
+    // Its record gone (as after `staged_ttl_ms`), a sink's micro-batch is told by its ledger.
+    let record = d.join(stage::STAGING_DIR).join(stage::PUBLISHED_DIR);
+    std::fs::remove_file(record.join("s-1")).expect("remove record");
+    assert_not_published(stage::wait_published(d, "s-1", now), "no record");
+    stage::wait_published_for_sink(d, "s-1", "s", 1, now).expect("the ledger");
+    assert_not_published(
+        stage::wait_published_for_sink(d, "s-2", "s", 2, now),
+        "a later micro-batch",
+    );
+}
+
+/// Goal: `Wal::commit_staged` returns offsets only for a job it (or a publish before it)
+/// published. Method: the job's lock held on by another (as an abort or a forked child's
+/// copy holds it) fails the commit with a timeout and keeps the job committed, and a
+/// retry publishes it; the job removed while the commit waited for its lock (an abort) is
+/// an error, and nothing is appended.
+#[test]
+fn a_commit_that_cannot_publish_its_job_fails_instead_of_answering_empty() {
+    use tidelog::io::{StdStorage, Storage};
+    let dir = tempdir();
+    let d = dir.path();
+    let wal = Wal::open_with(d, config()).expect("open");
+    stage_part(d, "held", "p0", "a", 4);
+    let lock_path = job_dir(d, "held").join(stage::JOB_LOCK_FILE);
+    let lock = StdStorage
+        .lock_file(&lock_path)
+        .expect("hold the job's lock");
+    match wal.commit_staged("held", &["p0"]) {
+        Err(Error::Io { source, .. }) => {
+            assert_eq!(source.kind(), std::io::ErrorKind::TimedOut);
+        }
+        r => panic!("expected a timed-out lock, got {r:?}"),
+    }
+    assert!(
+        job_dir(d, "held").join(stage::COMMIT_FILE).exists(),
+        "still committed"
+    );
+    drop(lock);
+    assert_eq!(
+        wal.commit_staged("held", &["p0"])
+            .expect("the retry publishes"),
+        vec![("a".to_owned(), 0..4)]
+    );
+
+    stage_part(d, "gone", "p0", "a", 4);
+    let lock_path = job_dir(d, "gone").join(stage::JOB_LOCK_FILE);
+    let lock = StdStorage
+        .lock_file(&lock_path)
+        .expect("hold the job's lock");
+    std::thread::scope(|s| {
+        let commit = s.spawn(|| wal.commit_staged("gone", &["p0"]));
+        let commit_file = job_dir(d, "gone").join(stage::COMMIT_FILE);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while !commit_file.exists() {
+            assert!(Instant::now() < deadline, "the commit was never written");
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // What an abort does while it holds the job's lock (a rename: the committer's
+        // tries at the lock create its file in the directory meanwhile).
+        let removing = d.join(stage::STAGING_DIR).join(".removing-gone");
+        std::fs::rename(job_dir(d, "gone"), &removing).expect("remove the job");
+        std::fs::remove_dir_all(&removing).expect("remove the job's files");
+        drop(lock);
+        match commit.join().expect("commit thread") {
+            Err(Error::InvalidArgument { name: "job", .. }) => {}
+            r => panic!("expected InvalidArgument(job), got {r:?}"),
+        }
+    });
+    assert_eq!(
+        values(&wal, "a"),
+        expected("held", "p0", 4),
+        "nothing of the aborted job"
+    );
+}
