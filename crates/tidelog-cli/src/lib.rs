@@ -151,13 +151,14 @@ enum Command {
 #[derive(Debug, Subcommand)]
 enum GroupsAction {
     /// Moves GROUP's committed offset on TOPIC (opens the directory for writing).
+    #[command(group(clap::ArgGroup::new("to").required(true)))]
     Reset {
         #[arg(long)]
         topic: String,
         #[arg(long)]
         group: String,
         /// To this offset.
-        #[arg(long, group = "to", required = true)]
+        #[arg(long, group = "to")]
         to_offset: Option<u64>,
         /// To the first stored offset.
         #[arg(long, group = "to")]

@@ -427,6 +427,16 @@ fn groups_lists_resets_and_deletes_cursors() {
         );
         assert!(!text(&out.stderr).trim().is_empty(), "{args:?}");
     }
+    // No target: the error names each one, not only the first.
+    let missing = text(&tidelog(&reset_g, "").stderr);
+    for to in [
+        "--to-offset",
+        "--to-earliest",
+        "--to-latest",
+        "--to-datetime",
+    ] {
+        assert!(missing.contains(to), "{to}: {missing}");
+    }
     assert_eq!(
         ok(&["groups", &dir, "delete", "--topic", "t", "--group", "g"]),
         "t g: deleted\n"
