@@ -48,6 +48,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 
+# numpy's OpenBLAS (pyarrow imports numpy) keeps a thread per core spinning after its calls:
+# on a small host they take the core that `scan` builds its next batch on. Set before the
+# import, as OpenBLAS reads it once.
+os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+
 import pyarrow as pa
 import tidelog
 from python_rows import PlainFile, SqliteLog, frame, plain_file_scan, sqlite_scan

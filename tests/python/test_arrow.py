@@ -344,3 +344,63 @@ def test_scan_reads_into_duckdb(tmp_path: Path) -> None:
         stream = wal.scan("t")  # noqa: F841 (duckdb finds it by its name)
         got = duckdb.sql('select count(*), max("offset") from stream').fetchall()
         assert got == [(100, 99)]
+
+
+def test_a_large_read_arrow_reads_what_the_reader_reads_and_damage_in_either_half(
+    tmp_path: Path,
+) -> None:
+    # A read_arrow of many records builds its two halves on two threads and joins them:
+    # any range holds the rows a reader hands over one by one (keys and headers on some
+    # rows only), and a damaged record in either half fails the call.
+    n = 40_000
+    header_type = pa.list_(pa.struct([("key", pa.string()), ("value", pa.binary())]))
+    with open_small(tmp_path) as wal:
+        for start in range(0, n, 4000):
+            rows = range(start, start + 4000)
+            table = pa.table(
+                {
+                    "value": pa.array([b"<R%05d>" % i + payload(i, 60) for i in rows]),
+                    "key": pa.array([b"k%d" % i if i % 3 == 0 else None for i in rows]),
+                    "headers": pa.array(
+                        [[{"key": "h", "value": b"%d" % i}] if i % 5 == 0 else [] for i in rows],
+                        header_type,
+                    ),
+                }
+            )
+            wal.append_arrow("t", table)
+        records = list(wal.reader("t", start="earliest"))
+        assert len(records) == n
+        for start, end, max_records in (
+            (0, None, None),
+            (1, n - 3, None),
+            (7_001, None, 20_001),
+            (n - 16_384, None, None),
+        ):
+            batch = wal.read_arrow("t", start, end, max_records)
+            stop = min(n if end is None else end, start + (max_records or n))
+            want = records[start:stop]
+            assert batch.num_rows == len(want), (start, end, max_records)
+            assert batch.column("offset").to_pylist() == [r.offset for r in want]
+            assert batch.column("key").to_pylist() == [r.key and bytes(r.key) for r in want]
+            assert batch.column("value").to_pylist() == [bytes(r.value) for r in want]
+            headers = [[(h["key"], h["value"]) for h in hs] for hs in batch["headers"].to_pylist()]
+            assert headers == [r.headers for r in want]
+        del records
+    files = data_files(tmp_path)
+    # The second half damaged alone, then the first too. A damaged byte fails its whole
+    # frame (up to 64 KiB of records, within one append_arrow call of 4000): the intact
+    # reads keep clear of it.
+    for damaged, intact in ((30_000, (35_000, n)), (5_000, (0, 4_000))):
+        for file in files:
+            data = bytearray(file.read_bytes())
+            at = data.find(b"<R%05d>" % damaged)
+            if at >= 0:
+                data[at + 20] ^= 0x5A
+                file.write_bytes(bytes(data))
+                break
+        else:
+            raise AssertionError("the record to damage is in no data file")
+        with open_small(tmp_path) as wal:
+            with pytest.raises(tidelog.CorruptionError):
+                wal.read_arrow("t", 0)
+            assert wal.read_arrow("t", *intact).num_rows == intact[1] - intact[0]

@@ -3,6 +3,7 @@
 //! column buffers.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use arrow_array::{
     ArrayRef, BinaryArray, Int64Array, ListArray, RecordBatch, StringArray, StructArray,
@@ -16,6 +17,40 @@ use arrow_schema::{ArrowError, DataType, Field, Fields, Schema, SchemaRef, TimeU
 pub const BINARY_BYTES_MAX: usize = i32::MAX as usize;
 /// Rows in one batch: the `topic` column (a string column) repeats the name in each.
 pub const ROWS_MAX: usize = BINARY_BYTES_MAX / tidelog::TOPIC_NAME_MAX;
+
+/// Threads of this process building columns (each `read_arrow` call, each `scan` batch, and
+/// their helpers): a second builder for one batch starts only while a core is free for it,
+/// so concurrent readers do not crowd the cores.
+static BUILDERS: AtomicUsize = AtomicUsize::new(0);
+
+/// One builder counted in [`BUILDERS`] while it lives.
+#[derive(Debug)]
+pub struct Building(());
+
+impl Building {
+    /// The calling thread, building.
+    pub fn enter() -> Building {
+        BUILDERS.fetch_add(1, Ordering::AcqRel);
+        Building(())
+    }
+
+    /// A helper builder, when the builders already at work leave a core free.
+    pub fn helper() -> Option<Building> {
+        let cores = std::thread::available_parallelism().map_or(1, usize::from);
+        BUILDERS
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < cores).then_some(n + 1)
+            })
+            .ok()
+            .map(|_| Building(()))
+    }
+}
+
+impl Drop for Building {
+    fn drop(&mut self) {
+        BUILDERS.fetch_sub(1, Ordering::AcqRel);
+    }
+}
 
 /// One record as a reader hands it over.
 #[derive(Debug, Clone, Copy)]
@@ -115,16 +150,20 @@ impl Binary {
         self.data.len() + bytes <= BINARY_BYTES_MAX
     }
 
+    /// Before the first value: the nulls so far become empty, null elements.
+    fn hold_values(&mut self) {
+        if self.offsets.is_empty() {
+            self.offsets.reserve(self.capacity.max(self.len) + 1);
+            self.offsets.resize(self.len + 1, 0);
+            self.valid.append_n_nulls(self.len);
+        }
+    }
+
     #[inline(always)]
     fn push(&mut self, item: Option<&[u8]>) {
         match item {
             Some(bytes) => {
-                if self.offsets.is_empty() {
-                    // The first value: the nulls before it become empty, null elements.
-                    self.offsets.reserve(self.capacity.max(self.len) + 1);
-                    self.offsets.resize(self.len + 1, 0);
-                    self.valid.append_n_nulls(self.len);
-                }
+                self.hold_values();
                 self.data.extend_from_slice(bytes);
                 self.valid.append_non_null();
             }
@@ -138,6 +177,36 @@ impl Binary {
         // Below BINARY_BYTES_MAX: callers check `fits` first.
         self.offsets
             .push(i32::try_from(self.data.len()).unwrap_or(i32::MAX));
+    }
+
+    /// Whether `other`'s elements fit after these.
+    fn fits_after(&self, other: &Binary) -> bool {
+        self.fits(other.data.len())
+    }
+
+    /// `other`'s elements after these (`fits_after` checked).
+    fn append(&mut self, mut other: Binary) {
+        if other.offsets.is_empty() {
+            if self.offsets.is_empty() {
+                self.len += other.len;
+            } else {
+                for _ in 0..other.len {
+                    self.push(None);
+                }
+            }
+            return;
+        }
+        self.hold_values();
+        // Below BINARY_BYTES_MAX: `fits_after` checked.
+        let base = i32::try_from(self.data.len()).unwrap_or(i32::MAX);
+        self.data.extend_from_slice(&other.data);
+        self.offsets
+            .extend(other.offsets[1..].iter().map(|o| o + base));
+        match other.valid.finish() {
+            Some(nulls) => self.valid.append_buffer(&nulls),
+            None => self.valid.append_n_non_nulls(other.len),
+        }
+        self.len += other.len;
     }
 
     /// Its buffers; `None` while every element is null.
@@ -276,18 +345,69 @@ impl Columns {
     ) -> tidelog::Result<Columns> {
         let max = usize::try_from(wanted).unwrap_or(usize::MAX);
         let mut c = Columns::with_capacity(max.min(1 << 20));
+        c.fill_more(wanted, scan)?;
+        Ok(c)
+    }
+
+    /// As [`Columns::fill`], after the rows these hold: `LimitExceeded` only when they hold
+    /// none.
+    pub fn fill_more(
+        &mut self,
+        wanted: u64,
+        scan: impl FnOnce(usize, &mut dyn FnMut(&Row<'_>) -> bool) -> tidelog::Result<usize>,
+    ) -> tidelog::Result<()> {
+        let max = usize::try_from(wanted).unwrap_or(usize::MAX);
         let mut refused = None;
         scan(max, &mut |row| {
-            let pushed = c.push(row);
+            let pushed = self.push(row);
             if !pushed {
                 refused = Some(row.largest());
             }
             pushed
         })?;
         match refused {
-            Some(bytes) if c.len() == 0 => Err(too_large(bytes)),
-            _ => Ok(c),
+            Some(bytes) if self.len() == 0 => Err(too_large(bytes)),
+            _ => Ok(()),
         }
+    }
+
+    /// Appends `other`'s rows (the records after these) when every column has room for
+    /// them, as pushing them one by one would have; false (nothing appended) when not.
+    pub fn append(&mut self, other: Columns) -> bool {
+        let fits = self.len() + other.len() <= ROWS_MAX
+            && self.values.fits_after(&other.values)
+            && self.keys.fits_after(&other.keys)
+            && self.header_keys.fits_after(&other.header_keys)
+            && self.header_values.fits_after(&other.header_values)
+            && self.header_keys.len + other.header_keys.len + tidelog::HEADER_COUNT_MAX
+                <= BINARY_BYTES_MAX;
+        if !fits {
+            return false;
+        }
+        let rows = self.len();
+        let headers_before = self.header_keys.len;
+        if !(self.header_offsets.is_empty() && other.header_offsets.is_empty()) {
+            if self.header_offsets.is_empty() {
+                self.header_offsets.resize(rows + 1, 0);
+            }
+            // Below BINARY_BYTES_MAX headers: checked above.
+            let base = i32::try_from(headers_before).unwrap_or(i32::MAX);
+            match other.header_offsets.is_empty() {
+                true => self
+                    .header_offsets
+                    .extend(std::iter::repeat_n(base, other.len())),
+                false => self
+                    .header_offsets
+                    .extend(other.header_offsets[1..].iter().map(|o| o + base)),
+            }
+        }
+        self.offsets.extend_from_slice(&other.offsets);
+        self.timestamps.extend_from_slice(&other.timestamps);
+        self.keys.append(other.keys);
+        self.values.append(other.values);
+        self.header_keys.append(other.header_keys);
+        self.header_values.append(other.header_values);
+        true
     }
 
     /// The batch of `topic`'s rows, of `schema` (the one [`schema`] returns).
@@ -465,6 +585,55 @@ mod tests {
             }
             let batch = c.into_batch("topic", schema()).expect("batch");
             assert_eq!(rows_of(&batch), want, "shape {shape:?}");
+        }
+    }
+
+    /// Goal: columns built in two parts and joined (`read_arrow`'s halves) are the columns
+    /// of every row pushed in turn. Method: rows with and without keys and headers, split at
+    /// every point.
+    #[test]
+    fn two_parts_joined_are_the_rows_pushed_in_turn() {
+        let h = tidelog::Headers::from_pairs([("a", Some(&b"1"[..])), ("b", None)]).expect("valid");
+        // Whether row i has a key and headers (bit 0: key, bit 1: headers).
+        let shapes: [&[u8]; 6] = [
+            &[0, 0, 0, 0],
+            &[1, 1, 0, 1],
+            &[0, 0, 2, 0, 3],
+            &[3, 0, 0, 0],
+            &[0, 0, 0, 3],
+            &[2, 1, 0, 3, 0, 2],
+        ];
+        for shape in shapes {
+            let keys: Vec<Vec<u8>> = (0..shape.len())
+                .map(|i| format!("k{i}").into_bytes())
+                .collect();
+            let values: Vec<Vec<u8>> = (0..shape.len()).map(|i| vec![i as u8; i]).collect();
+            let rows: Vec<Row<'_>> = shape
+                .iter()
+                .enumerate()
+                .map(|(i, &bits)| Row {
+                    offset: i as u64,
+                    timestamp_us: 100 + i as u64,
+                    key: (bits & 1 != 0).then_some(&keys[i][..]),
+                    value: &values[i],
+                    headers: if bits & 2 != 0 { h.block() } else { None },
+                })
+                .collect();
+            let pushed = |rows: &[Row<'_>]| {
+                let mut c = Columns::with_capacity(1);
+                for row in rows {
+                    assert!(c.push(row));
+                }
+                c
+            };
+            let whole = pushed(&rows).into_batch("t", schema()).expect("batch");
+            for split in 0..=rows.len() {
+                let mut joined = pushed(&rows[..split]);
+                assert!(joined.append(pushed(&rows[split..])));
+                let joined = joined.into_batch("t", schema()).expect("batch");
+                assert_eq!(rows_of(&joined), rows_of(&whole), "{shape:?} at {split}");
+                assert_eq!(joined, whole, "{shape:?} at {split}");
+            }
         }
     }
 }

@@ -11,7 +11,7 @@ use arrow_schema::{ArrowError, SchemaRef};
 use pyo3::prelude::*;
 use pyo3::types::{PyCapsule, PyTuple};
 
-use crate::columns::{Columns, Row, schema};
+use crate::columns::{Building, Columns, Row, schema};
 use crate::error::to_py;
 
 /// What a scan calls with each record; false to stop.
@@ -95,13 +95,19 @@ impl Batches {
     /// Any failure of the second is forgotten: the batch is read again in turn, so errors
     /// come as they would without it.
     fn fill_next(&mut self) -> Result<Option<Columns>, String> {
-        let Some((next, mut second)) = self.ahead_source() else {
+        let _building = Building::enter();
+        let ahead = self
+            .ahead_source()
+            .and_then(|source| Some((source, Building::helper()?)));
+        let Some(((next, mut second), helper)) = ahead else {
             return fill_batch(&mut self.source, self.end, self.batch_records);
         };
         let (end, batch_records) = (self.end, self.batch_records);
         let (current, ahead) = std::thread::scope(|scope| {
-            let ahead = scope
-                .spawn(move || fill_batch(&mut second, end, batch_records).map(|c| (second, c)));
+            let ahead = scope.spawn(move || {
+                let _helper = helper;
+                fill_batch(&mut second, end, batch_records).map(|c| (second, c))
+            });
             let current = fill_batch(&mut self.source, end, batch_records);
             (current, ahead.join())
         });
