@@ -276,6 +276,18 @@ def test_scan_is_an_arrow_c_stream_pyarrow_reads(tmp_path: Path) -> None:
         assert pa.RecordBatchReader.from_stream(ro.scan("t")).read_all().num_rows == 13
 
 
+def damage_record(path: Path, i: int) -> None:
+    """Flips bits in the value of the record marked `<R{i:05d}>` in the data files."""
+    for file in data_files(path):
+        data = bytearray(file.read_bytes())
+        at = data.find(b"<R%05d>" % i)
+        if at >= 0:
+            data[at + 20] ^= 0x5A
+            file.write_bytes(bytes(data))
+            return
+    raise AssertionError("the record to damage is in no data file")
+
+
 def test_scan_in_any_batch_size_reads_what_read_arrow_reads_and_damage_in_turn(
     tmp_path: Path,
 ) -> None:
@@ -297,15 +309,7 @@ def test_scan_in_any_batch_size_reads_what_read_arrow_reads_and_damage_in_turn(
             assert pa.Table.from_batches(batches).equals(whole), batch_records
         assert wal.topic_info("t").extents > 3
     damaged = 1500
-    for file in data_files(tmp_path):
-        data = bytearray(file.read_bytes())
-        at = data.find(b"<R%05d>" % damaged)
-        if at >= 0:
-            data[at + 20] ^= 0x5A
-            file.write_bytes(bytes(data))
-            break
-    else:
-        raise AssertionError("the record to damage is in no data file")
+    damage_record(tmp_path, damaged)
     with open_small(tmp_path) as wal:
         for batch_records in (256, 1000):
             reader = pa.RecordBatchReader.from_stream(wal.scan("t", batch_records=batch_records))
@@ -386,20 +390,11 @@ def test_a_large_read_arrow_reads_what_the_reader_reads_and_damage_in_either_hal
             headers = [[(h["key"], h["value"]) for h in hs] for hs in batch["headers"].to_pylist()]
             assert headers == [r.headers for r in want]
         del records
-    files = data_files(tmp_path)
     # The second half damaged alone, then the first too. A damaged byte fails its whole
     # frame (up to 64 KiB of records, within one append_arrow call of 4000): the intact
     # reads keep clear of it.
     for damaged, intact in ((30_000, (35_000, n)), (5_000, (0, 4_000))):
-        for file in files:
-            data = bytearray(file.read_bytes())
-            at = data.find(b"<R%05d>" % damaged)
-            if at >= 0:
-                data[at + 20] ^= 0x5A
-                file.write_bytes(bytes(data))
-                break
-        else:
-            raise AssertionError("the record to damage is in no data file")
+        damage_record(tmp_path, damaged)
         with open_small(tmp_path) as wal:
             with pytest.raises(tidelog.CorruptionError):
                 wal.read_arrow("t", 0)
