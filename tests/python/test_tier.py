@@ -243,6 +243,63 @@ def s3() -> Iterator[tuple[str, dict[str, str]]]:
         server.stop()
 
 
+@pytest.fixture
+def s3_tls() -> Iterator[tuple[str, dict[str, str]]]:
+    """The local S3 API server over TLS, with a self-signed certificate: its `s3://` URL and
+    the options (no `aws_allow_http`)."""
+    import ssl
+    import threading
+
+    from moto.server import DomainDispatcherApplication, create_backend_app
+    from werkzeug.serving import generate_adhoc_ssl_context, make_server
+
+    tls = generate_adhoc_ssl_context()
+    app = DomainDispatcherApplication(create_backend_app)
+    server = make_server("127.0.0.1", 0, app, threaded=True, ssl_context=tls)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    endpoint = f"https://127.0.0.1:{server.server_address[1]}"
+    bucket = f"tidelog-{uuid.uuid4().hex[:12]}"
+    unverified = ssl.create_default_context()
+    unverified.check_hostname = False
+    unverified.verify_mode = ssl.CERT_NONE
+    request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
+    urllib.request.urlopen(request, context=unverified)
+    options = {
+        "aws_endpoint": endpoint,
+        "aws_region": "us-east-1",
+        "aws_access_key_id": "test",
+        "aws_secret_access_key": "test",
+    }
+    try:
+        yield f"s3://{bucket}/prefix", options
+    finally:
+        server.shutdown()
+        thread.join()
+
+
+def test_a_bucket_over_tls_checks_the_certificate(
+    tmp_path: Path, s3_tls: tuple[str, dict[str, str]]
+) -> None:
+    # The HTTPS client (rustls) refuses a certificate no authority signed: the upload fails
+    # and its error says why (the store's error with its causes), nothing is lost locally.
+    # Told to accept it, every record goes up and reads back through TLS.
+    url, options = s3_tls
+    with tidelog.open(tmp_path / "log", tier=url, storage_options=options, **GEOMETRY) as wal:
+        for i in range(50):
+            wal.append("t", value("t", i))
+        with pytest.raises(tidelog.TierTimeoutError):
+            wal.tier_flush(timeout=3)
+        status = wal.tier_status()
+        assert status is not None and "certificate" in (status["last_error"] or "").lower()
+    accepting = {**options, "allow_invalid_certificates": "true"}
+    with tidelog.open(tmp_path / "log", tier=url, storage_options=accepting, **GEOMETRY) as wal:
+        wal.tier_flush(timeout=60)
+    remote = tidelog.open_remote(url, storage_options=accepting)
+    values = remote.read_arrow("t", 0).column("value").to_pylist()
+    assert values == [value("t", i) for i in range(50)]
+
+
 def s3_objects(url: str, options: dict[str, str], into: Path) -> Path:
     """Copies every object under `url` into the directory `into` (same names), so the
     bucket's contents can be checked as a `file://` bucket's are."""

@@ -275,7 +275,7 @@ impl Bucket {
         Error::Tier {
             op,
             key: format!("{}/{key}", self.url.trim_end_matches('/')),
-            message: e.to_string(),
+            message: with_causes(e),
         }
     }
 
@@ -543,6 +543,24 @@ impl Bucket {
 
 /// The options to build a store for `scheme` with: the given ones, then `AWS_*` variables
 /// of the environment for S3. Each key must be one the store knows.
+/// `e` and the errors that caused it, each once: the store's message alone may say only
+/// "error sending request" where its cause says which certificate was refused.
+fn with_causes(e: &dyn std::error::Error) -> String {
+    let mut message = e.to_string();
+    let mut cause = e.source();
+    // Bounded: a chain is a few errors deep.
+    for _ in 0..16 {
+        let Some(c) = cause else { break };
+        let text = c.to_string();
+        if !message.contains(&text) {
+            message.push_str(": ");
+            message.push_str(&text);
+        }
+        cause = c.source();
+    }
+    message
+}
+
 fn options_for(
     scheme: &object_store::ObjectStoreScheme,
     config: &TierConfig,
@@ -583,4 +601,48 @@ fn options_for(
         }
     }
     Ok(options.into_iter().collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_causes;
+
+    /// An error with an optional cause.
+    #[derive(Debug)]
+    struct Layer(&'static str, Option<Box<Layer>>);
+
+    impl std::fmt::Display for Layer {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str(self.0)
+        }
+    }
+
+    impl std::error::Error for Layer {
+        fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+            self.1.as_deref().map(|l| l as _)
+        }
+    }
+
+    #[test]
+    fn a_store_error_message_carries_each_cause_once() {
+        let refused = Layer(
+            "error sending request",
+            Some(Box::new(Layer(
+                "client error (Connect)",
+                Some(Box::new(Layer(
+                    "invalid peer certificate: UnknownIssuer",
+                    None,
+                ))),
+            ))),
+        );
+        assert_eq!(
+            with_causes(&refused),
+            "error sending request: client error (Connect): invalid peer certificate: UnknownIssuer"
+        );
+        let repeated = Layer(
+            "get failed: timed out",
+            Some(Box::new(Layer("timed out", None))),
+        );
+        assert_eq!(with_causes(&repeated), "get failed: timed out");
+    }
 }
