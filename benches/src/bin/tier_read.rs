@@ -331,6 +331,8 @@ fn remote(tier: &TierConfig, records: u64, args: &Args) -> Result<f64, BoxError>
 /// The store and prefix `url` names, as `object_store` parses it.
 fn store_at(url: &str, options: &[(String, String)]) -> Result<Plain, BoxError> {
     let parsed: url::Url = url.parse()?;
+    // The HTTPS client has no TLS provider of its own (see the workspace's Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let (store, root) = object_store::parse_url_opts(&parsed, options.iter().cloned())?;
     Ok(Plain {
         store: Arc::from(store),

@@ -244,6 +244,8 @@ fn store_at(
     } else {
         parsed
     };
+    // The HTTPS client has no TLS provider of its own (see the workspace's Cargo.toml).
+    let _ = rustls::crypto::ring::default_provider().install_default();
     let (store, root) = object_store::parse_url_opts(&parsed, args.options.iter().cloned())?;
     Ok((Arc::from(store), root))
 }

@@ -127,6 +127,7 @@ impl Bucket {
     /// variables of the environment fill those not given. An option the URL's store does
     /// not know is an error, not ignored.
     pub fn open(config: &TierConfig) -> Result<Bucket> {
+        install_tls_provider();
         let url: url::Url = config
             .url
             .parse()
@@ -543,6 +544,14 @@ impl Bucket {
 
 /// The options to build a store for `scheme` with: the given ones, then `AWS_*` variables
 /// of the environment for S3. Each key must be one the store knows.
+/// Makes `ring` the process's TLS provider unless one is installed: the HTTPS client is
+/// built without a provider of its own (see the workspace's Cargo.toml), and any provider
+/// a host program installed first serves as well.
+fn install_tls_provider() {
+    // Err: one is installed already.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+}
+
 /// `e` and the errors that caused it, each once: the store's message alone may say only
 /// "error sending request" where its cause says which certificate was refused.
 fn with_causes(e: &dyn std::error::Error) -> String {
