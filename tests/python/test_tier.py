@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import multiprocessing as mp
 import shutil
+import ssl
+import threading
 import time
 import urllib.request
 import uuid
@@ -219,63 +222,50 @@ def test_bad_tier_settings_are_refused(tmp_path: Path) -> None:
         assert ro.tier_status() is None
 
 
-@pytest.fixture
-def s3() -> Iterator[tuple[str, dict[str, str]]]:
-    """A local S3 API server (moto) with a fresh bucket: its `s3://` URL and the options."""
-    from moto.server import ThreadedMotoServer
-
-    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
-    server.start()
-    host, port = server.get_host_and_port()
-    endpoint = f"http://{host}:{port}"
-    bucket = f"tidelog-{uuid.uuid4().hex[:12]}"
-    urllib.request.urlopen(urllib.request.Request(f"{endpoint}/{bucket}", method="PUT"))
-    options = {
-        "aws_endpoint": endpoint,
-        "aws_allow_http": "true",
-        "aws_region": "us-east-1",
-        "aws_access_key_id": "test",
-        "aws_secret_access_key": "test",
-    }
-    try:
-        yield f"s3://{bucket}/prefix", options
-    finally:
-        server.stop()
-
-
-@pytest.fixture
-def s3_tls() -> Iterator[tuple[str, dict[str, str]]]:
-    """The local S3 API server over TLS, with a self-signed certificate: its `s3://` URL and
-    the options (no `aws_allow_http`)."""
-    import ssl
-    import threading
-
+@contextlib.contextmanager
+def local_s3(tls: bool) -> Iterator[tuple[str, dict[str, str]]]:
+    """A local S3 API server (moto) with a fresh bucket, over TLS with a self-signed
+    certificate when `tls`: its `s3://` URL and the options."""
     from moto.server import DomainDispatcherApplication, create_backend_app
     from werkzeug.serving import generate_adhoc_ssl_context, make_server
 
-    tls = generate_adhoc_ssl_context()
     app = DomainDispatcherApplication(create_backend_app)
-    server = make_server("127.0.0.1", 0, app, threaded=True, ssl_context=tls)
+    tls_context = generate_adhoc_ssl_context() if tls else None
+    server = make_server("127.0.0.1", 0, app, threaded=True, ssl_context=tls_context)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
-    endpoint = f"https://127.0.0.1:{server.server_address[1]}"
+    endpoint = f"{'https' if tls else 'http'}://127.0.0.1:{server.server_address[1]}"
     bucket = f"tidelog-{uuid.uuid4().hex[:12]}"
     unverified = ssl.create_default_context()
     unverified.check_hostname = False
     unverified.verify_mode = ssl.CERT_NONE
     request = urllib.request.Request(f"{endpoint}/{bucket}", method="PUT")
-    urllib.request.urlopen(request, context=unverified)
+    urllib.request.urlopen(request, context=unverified if tls else None)
     options = {
         "aws_endpoint": endpoint,
         "aws_region": "us-east-1",
         "aws_access_key_id": "test",
         "aws_secret_access_key": "test",
     }
+    if not tls:
+        options["aws_allow_http"] = "true"
     try:
         yield f"s3://{bucket}/prefix", options
     finally:
         server.shutdown()
         thread.join()
+
+
+@pytest.fixture
+def s3() -> Iterator[tuple[str, dict[str, str]]]:
+    with local_s3(tls=False) as bucket:
+        yield bucket
+
+
+@pytest.fixture
+def s3_tls() -> Iterator[tuple[str, dict[str, str]]]:
+    with local_s3(tls=True) as bucket:
+        yield bucket
 
 
 def test_a_bucket_over_tls_checks_the_certificate(
