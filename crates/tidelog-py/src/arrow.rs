@@ -3,6 +3,7 @@
 //! unwraps the buffers with pyarrow.
 
 use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
@@ -11,7 +12,7 @@ use tidelog::{Append, ReaderOptions, StartPosition, Wal};
 
 use crate::buffer::InputBytes;
 use crate::call::detached;
-use crate::columns::{Building, Columns, Row, schema};
+use crate::columns::{BINARY_BYTES_MAX, Building, Columns, Row, schema};
 use crate::error::to_py;
 use crate::stream::PyArrowBatch;
 
@@ -34,6 +35,10 @@ fn invalid(name: &'static str, reason: impl Into<String>) -> PyErr {
 
 /// A `read_arrow` of at least this many records builds its two halves on two threads.
 const SPLIT_RECORDS_MIN: u64 = 16_384;
+/// Bytes of keys, values and headers the second half holds at most: past them it stops
+/// and the rest is read in turn, so a batch of large records holds at most half as much
+/// again while it is built.
+const SECOND_HALF_BYTES_MAX: usize = BINARY_BYTES_MAX / 2;
 
 fn collect(
     wal: &Wal,
@@ -48,11 +53,6 @@ fn collect(
     let wanted = end
         .saturating_sub(start)
         .min(max_records.unwrap_or(u64::MAX));
-    let scan = |reader: &mut tidelog::Reader, wanted: u64, columns: &mut Columns| {
-        columns.fill_more(wanted, |max, visit| {
-            reader.scan(max, |r| visit(&Row::local(r)))
-        })
-    };
     let _building = Building::enter();
     let helper = if wanted >= SPLIT_RECORDS_MIN {
         Building::helper()
@@ -61,21 +61,31 @@ fn collect(
     };
     let Some(helper) = helper else {
         let mut columns = Columns::with_capacity(capacity(wanted));
-        scan(&mut reader, wanted, &mut columns)?;
+        scan_into(&mut reader, wanted, &mut columns, |_| true)?;
         return Ok(columns);
     };
-    // The second half on another thread, with a reader of its own.
+    // The second half on another thread, with a reader of its own; it stops early once
+    // the first half ends short (the batch is full, or a read failed).
     let first = wanted / 2;
+    let stop = AtomicBool::new(false);
     let (columns, second) = std::thread::scope(|scope| {
         let second = scope.spawn(|| {
             let _helper = helper;
             let mut reader = wal.reader_with(topic, from(start + first))?;
             let mut columns = Columns::with_capacity(capacity(wanted - first));
-            scan(&mut reader, wanted - first, &mut columns).map(|()| columns)
+            let mut bytes = 0usize;
+            let go_on = |row: &Row<'_>| {
+                bytes = bytes.saturating_add(row.bytes());
+                bytes <= SECOND_HALF_BYTES_MAX && !stop.load(Ordering::Relaxed)
+            };
+            scan_into(&mut reader, wanted - first, &mut columns, go_on).map(|()| columns)
         });
         let mut columns = Columns::with_capacity(capacity(wanted));
-        let first_half = scan(&mut reader, first, &mut columns).map(|()| columns);
-        (first_half, second.join())
+        let first_half = scan_into(&mut reader, first, &mut columns, |_| true);
+        if first_half.is_err() || columns.len() as u64 != first {
+            stop.store(true, Ordering::Relaxed);
+        }
+        (first_half.map(|()| columns), second.join())
     });
     let mut columns = columns?;
     if columns.len() as u64 != first {
@@ -89,9 +99,24 @@ fn collect(
     if !joined {
         // Failed, short or too large to join: read again in turn, so the batch ends and
         // errors come where they would without the split.
-        scan(&mut reader, wanted - first, &mut columns)?;
+        scan_into(&mut reader, wanted - first, &mut columns, |_| true)?;
     }
     Ok(columns)
+}
+
+/// Up to `wanted` more records of `reader` into `columns`, while `go_on` says so for each.
+fn scan_into(
+    reader: &mut tidelog::Reader,
+    wanted: u64,
+    columns: &mut Columns,
+    mut go_on: impl FnMut(&Row<'_>) -> bool,
+) -> tidelog::Result<()> {
+    columns.fill_more(wanted, |max, visit| {
+        reader.scan(max, |r| {
+            let row = Row::local(r);
+            go_on(&row) && visit(&row)
+        })
+    })
 }
 
 fn from(offset: u64) -> ReaderOptions {

@@ -83,6 +83,12 @@ impl<'a> Row<'a> {
         }
     }
 
+    /// Bytes of its key, value and headers.
+    pub fn bytes(&self) -> usize {
+        let headers = self.headers.map_or(0, |h| h.as_bytes().len());
+        self.value.len() + self.key.map_or(0, <[u8]>::len) + headers
+    }
+
     /// Bytes of its largest column entry (for the error when not even one row fits).
     pub fn largest(&self) -> usize {
         let headers = self.headers.map_or(0, |h| h.as_bytes().len());
