@@ -369,7 +369,9 @@ class Wal:
         copies, damaged progress slots, ...)."""
     def commit_staged(self, job: str, parts: list[str]) -> dict[str, range]:
         """Publishes the staged `parts` of `job` exactly once, in order; returns the offsets
-        the job got per topic. Other appends to those topics wait meanwhile."""
+        the job got per topic. Other appends to those topics wait meanwhile. A job whose
+        lock another holds for 2 s (an abort removing it) raises `TimeoutError`, the job
+        still committed for a retry; one aborted meanwhile raises `InvalidArgumentError`."""
     def delete_topic(self, topic: str) -> None: ...
     def delete_group(self, topic: str, group: str) -> None: ...
     def delete_records(self, topic: str, before_offset: int) -> int:
