@@ -60,7 +60,7 @@ fn collect(
         None
     };
     let Some(helper) = helper else {
-        let mut columns = Columns::with_capacity(capacity(wanted));
+        let mut columns = Columns::for_records(wanted);
         scan_into(&mut reader, wanted, &mut columns, |_| true)?;
         return Ok(columns);
     };
@@ -72,7 +72,7 @@ fn collect(
         let second = scope.spawn(|| {
             let _helper = helper;
             let mut reader = wal.reader_with(topic, from(start + first))?;
-            let mut columns = Columns::with_capacity(capacity(wanted - first));
+            let mut columns = Columns::for_records(wanted - first);
             let mut bytes = 0usize;
             let go_on = |row: &Row<'_>| {
                 bytes = bytes.saturating_add(row.bytes());
@@ -80,7 +80,7 @@ fn collect(
             };
             scan_into(&mut reader, wanted - first, &mut columns, go_on).map(|()| columns)
         });
-        let mut columns = Columns::with_capacity(capacity(wanted));
+        let mut columns = Columns::for_records(wanted);
         let first_half = scan_into(&mut reader, first, &mut columns, |_| true);
         if first_half.is_err() || columns.len() as u64 != first {
             stop.store(true, Ordering::Relaxed);
@@ -121,11 +121,6 @@ fn scan_into(
 
 fn from(offset: u64) -> ReaderOptions {
     ReaderOptions::default().start(StartPosition::Offset(offset))
-}
-
-/// Rows to reserve for `wanted` records.
-fn capacity(wanted: u64) -> usize {
-    usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20)
 }
 
 /// The columns of the next records of `reader` before `end`, at most `max_records`.

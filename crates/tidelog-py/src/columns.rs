@@ -193,13 +193,13 @@ impl Binary {
     /// `other`'s elements after these (`fits_after` checked).
     fn append(&mut self, mut other: Binary) {
         if other.offsets.is_empty() {
-            if self.offsets.is_empty() {
-                self.len += other.len;
-            } else {
-                for _ in 0..other.len {
-                    self.push(None);
-                }
+            if !self.offsets.is_empty() {
+                // Null elements: empty, each ending where the last one did.
+                let end = self.offsets.last().copied().unwrap_or(0);
+                self.offsets.extend(std::iter::repeat_n(end, other.len));
+                self.valid.append_n_nulls(other.len);
             }
+            self.len += other.len;
             return;
         }
         self.hold_values();
@@ -276,6 +276,11 @@ pub struct Columns {
 }
 
 impl Columns {
+    /// Empty columns for `wanted` records (rows reserved for at most 2^20 of them).
+    pub fn for_records(wanted: u64) -> Columns {
+        Columns::with_capacity(usize::try_from(wanted).unwrap_or(usize::MAX).min(1 << 20))
+    }
+
     /// Empty columns for about `capacity` rows.
     pub fn with_capacity(capacity: usize) -> Columns {
         Columns {
@@ -349,8 +354,7 @@ impl Columns {
         wanted: u64,
         scan: impl FnOnce(usize, &mut dyn FnMut(&Row<'_>) -> bool) -> tidelog::Result<usize>,
     ) -> tidelog::Result<Columns> {
-        let max = usize::try_from(wanted).unwrap_or(usize::MAX);
-        let mut c = Columns::with_capacity(max.min(1 << 20));
+        let mut c = Columns::for_records(wanted);
         c.fill_more(wanted, scan)?;
         Ok(c)
     }

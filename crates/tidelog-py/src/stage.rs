@@ -133,12 +133,11 @@ pub fn stage_commit(
     batch: Option<u64>,
 ) -> PyResult<()> {
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
-    match (sink, batch) {
-        (None, None) => detached(py, || tidelog::stage::commit(&path, job, &parts)),
-        (Some(sink), Some(batch)) => detached(py, || {
+    match sink_batch(sink, batch)? {
+        None => detached(py, || tidelog::stage::commit(&path, job, &parts)),
+        Some((sink, batch)) => detached(py, || {
             tidelog::stage::commit_for_sink(&path, job, &parts, &sink, batch)
         }),
-        _ => Err(sink_without_batch()),
     }
 }
 
@@ -165,11 +164,7 @@ pub fn stage_wait(
     batch: Option<u64>,
 ) -> PyResult<()> {
     let deadline = deadline(timeout_seconds(timeout)?);
-    let sink = match (sink, batch) {
-        (None, None) => None,
-        (Some(sink), Some(batch)) => Some((sink, batch)),
-        _ => return Err(sink_without_batch()),
-    };
+    let sink = sink_batch(sink, batch)?;
     let wait = |left: Duration| match &sink {
         None => tidelog::stage::wait_published(&path, job, left),
         Some((sink, batch)) => {
@@ -195,12 +190,17 @@ pub fn stage_wait(
     })
 }
 
-/// The error for a sink given without its batch, or a batch without its sink.
-fn sink_without_batch() -> PyErr {
-    crate::error::to_py(tidelog::Error::InvalidArgument {
-        name: "sink",
-        reason: "sink and batch go together".to_owned(),
-    })
+/// A streaming sink's micro-batch, when both are given; a sink without its batch, or a
+/// batch without its sink, is `InvalidArgumentError`.
+fn sink_batch(sink: Option<String>, batch: Option<u64>) -> PyResult<Option<(String, u64)>> {
+    match (sink, batch) {
+        (None, None) => Ok(None),
+        (Some(sink), Some(batch)) => Ok(Some((sink, batch))),
+        _ => Err(crate::error::to_py(tidelog::Error::InvalidArgument {
+            name: "sink",
+            reason: "sink and batch go together".to_owned(),
+        })),
+    }
 }
 
 /// Discards an uncommitted (or committed but not yet publishing, or set aside) job.
@@ -242,11 +242,7 @@ pub fn bucket_stage_commit(
     storage_options: Option<HashMap<String, Bound<'_, PyAny>>>,
 ) -> PyResult<bool> {
     let config = options::tier_config(url, storage_options, false)?;
-    let sink = match (sink, batch) {
-        (None, None) => None,
-        (Some(sink), Some(batch)) => Some((sink, batch)),
-        _ => return Err(sink_without_batch()),
-    };
+    let sink = sink_batch(sink, batch)?;
     let parts: Vec<&str> = parts.iter().map(String::as_str).collect();
     let done = detached(py, || {
         let sink = sink.as_ref().map(|(s, b)| (s.as_str(), *b));

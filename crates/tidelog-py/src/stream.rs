@@ -96,9 +96,8 @@ impl Batches {
     /// come as they would without it.
     fn fill_next(&mut self) -> Result<Option<Columns>, String> {
         let _building = Building::enter();
-        let ahead = self
-            .ahead_source()
-            .and_then(|source| Some((source, Building::helper()?)));
+        // The helper first: without one no second reader is made.
+        let ahead = Building::helper().and_then(|helper| Some((self.ahead_source()?, helper)));
         let Some(((next, mut second), helper)) = ahead else {
             return fill_batch(&mut self.source, self.end, self.batch_records);
         };
