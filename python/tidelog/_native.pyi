@@ -394,7 +394,7 @@ class Wal:
         the housekeeping leader), `epoch`, `manifest_version`, `uploaded_objects`,
         `uploaded_bytes`, `pending_extents`, `pending_bytes`, `lag_records` (records of
         this handle's topics the manifest lacks), `retries`, `last_error` (`None` once a
-        request succeeds again) and `fenced`."""
+        round of the upload thread's requests succeeds again) and `fenced`."""
     def __enter__(self) -> Self: ...
     def __exit__(
         self,

@@ -91,6 +91,9 @@ pub use stage::{StagedPart, StagedWriter};
 pub use sync::AppendHandle;
 pub use tier::TierStatus;
 #[cfg(feature = "tier")]
+#[doc(hidden)]
+pub use tier::faults as tier_faults;
+#[cfg(feature = "tier")]
 pub use tier::staging as tier_stage;
 #[cfg(feature = "tier")]
 pub use tier::{

@@ -19,6 +19,8 @@ use crate::error::{Error, Result};
 use crate::io::Storage;
 use crate::poison::Recover;
 
+use super::faults::{BucketFaults, FaultyStore};
+
 /// Worker threads of the process's tier runtime: requests are I/O bound.
 const RUNTIME_THREADS: usize = 2;
 /// Retries of a failed S3 request inside the store, and the longest a request and its
@@ -185,6 +187,11 @@ impl Bucket {
                     .map_err(|e| Error::invalid("tier", format!("{:?}: {e}", config.url)))?;
                 (Arc::from(store), root)
             }
+        };
+        // A test's fault plan for this URL, if one is installed.
+        let store: Arc<dyn ObjectStore> = match BucketFaults::for_url(&config.url) {
+            Some(faults) => Arc::new(FaultyStore::new(store, faults)),
+            None => store,
         };
         Ok(Bucket {
             store,
@@ -542,8 +549,6 @@ impl Bucket {
     }
 }
 
-/// The options to build a store for `scheme` with: the given ones, then `AWS_*` variables
-/// of the environment for S3. Each key must be one the store knows.
 /// Makes `ring` the process's TLS provider unless one is installed: the HTTPS client is
 /// built without a provider of its own (see the workspace's Cargo.toml), and any provider
 /// a host program installed first serves as well.
@@ -570,6 +575,8 @@ fn with_causes(e: &dyn std::error::Error) -> String {
     message
 }
 
+/// The options to build a store for `scheme` with: the given ones, then `AWS_*` variables
+/// of the environment for S3. Each key must be one the store knows.
 fn options_for(
     scheme: &object_store::ObjectStoreScheme,
     config: &TierConfig,

@@ -7,6 +7,9 @@
 #[cfg(feature = "tier")]
 mod bucket;
 #[cfg(feature = "tier")]
+#[doc(hidden)]
+pub mod faults;
+#[cfg(feature = "tier")]
 pub(crate) mod manifest;
 #[cfg(feature = "tier")]
 mod object;
@@ -86,7 +89,7 @@ pub struct TierStatus {
     pub lag_records: u64,
     /// Failed requests this handle retried.
     pub retries: u64,
-    /// The last failure, if the last request failed.
+    /// The last failure, until a later round of the upload thread's requests all succeed.
     pub last_error: Option<String>,
     /// True once another producer (or a newer claim) took the prefix: nothing more is
     /// uploaded by this handle, and local extents stay until it is reopened.

@@ -421,6 +421,20 @@ impl Tier {
         self.view().pending = pending;
     }
 
+    /// Failures noted so far ([`Tier::note_failure`]).
+    pub fn failures(&self) -> u64 {
+        self.view().retries
+    }
+
+    /// Records a round of requests that all succeeded: the last failure is over, unless one
+    /// was noted since `failures_before` ([`Tier::failures`] when the round began).
+    pub fn note_success(&self, failures_before: u64) {
+        let mut view = self.view();
+        if view.retries == failures_before && view.last_error.take().is_some() {
+            self.changed.notify_all();
+        }
+    }
+
     /// Records a failed request (it is retried).
     pub fn note_failure(&self, e: &Error) {
         let mut view = self.view();

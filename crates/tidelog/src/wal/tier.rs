@@ -31,6 +31,8 @@ const REFRESH_EVERY: Duration = Duration::from_secs(5);
 const FLUSH_LOOK: Duration = Duration::from_millis(20);
 /// How often the uploading handle looks for staged jobs committed in the bucket (one LIST).
 const STAGING_LOOK_EVERY: Duration = Duration::from_secs(1);
+/// ... and while jobs it took in wait for their publish, so their answer follows it soon.
+const STAGING_LOOK_BUSY: Duration = Duration::from_millis(100);
 /// How often the uploading handle sweeps the bucket for objects the manifest no longer
 /// names: half the delete delay, within these bounds (each sweep lists every object).
 const SWEEP_EVERY_MIN: Duration = Duration::from_millis(100);
@@ -54,8 +56,9 @@ pub(super) fn upload_loop(state: &State) {
     let mut tails = Tails::default();
     let mut swept: Option<Instant> = None;
     let mut ingested: Option<Instant> = None;
+    let mut in_flight = false;
     let mut retry: Option<Duration> = None;
-    let mut refreshed = Instant::now();
+    let mut refreshed = Some(Instant::now());
     loop {
         let wait = match tail_after {
             Some(after) => tick.min(after),
@@ -65,32 +68,53 @@ pub(super) fn upload_loop(state: &State) {
         if tier.stopping() || state.sync.check().is_err() {
             return;
         }
+        let failures_before = tier.failures();
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
-            let ingest_due = ingested.is_none_or(|t| t.elapsed() >= STAGING_LOOK_EVERY);
+            let look_every = if in_flight {
+                STAGING_LOOK_BUSY
+            } else {
+                STAGING_LOOK_EVERY
+            };
+            let ingest_due = ingested.is_none_or(|t| t.elapsed() >= look_every);
             let rounds = Rounds {
                 tail_after,
                 sweep: sweep_due.then_some(delete_delay),
                 ingest: ingest_due,
             };
             let result = housekeeping(state, &tier, &rounds, &mut tails);
-            if result.is_ok() {
-                if sweep_due {
-                    swept = Some(Instant::now());
+            match result {
+                Ok(jobs_in_flight) => {
+                    if sweep_due {
+                        swept = Some(Instant::now());
+                    }
+                    if ingest_due {
+                        ingested = Some(Instant::now());
+                        in_flight = jobs_in_flight;
+                    }
+                    Ok(())
                 }
-                if ingest_due {
-                    ingested = Some(Instant::now());
-                }
+                Err(e) => Err(e),
             }
+        } else if tier.take_refresh_wanted()
+            || refreshed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY)
+        {
+            // A failed refresh is due again at the retry: only a refresh clears its error.
+            let result = tier.refresh();
+            refreshed = result.is_ok().then(Instant::now);
             result
-        } else if tier.take_refresh_wanted() || refreshed.elapsed() >= REFRESH_EVERY {
-            refreshed = Instant::now();
-            tier.refresh()
         } else {
             Ok(())
         };
+        // Every step that failed runs again the next round (the uploading handle's sweep
+        // and ingest stay due, its upload and trim run each round): a round without an
+        // error means the failure is over.
         retry = match result {
-            Ok(()) | Err(Error::Fenced { .. }) => None,
+            Ok(()) => {
+                tier.note_success(failures_before);
+                None
+            }
+            Err(Error::Fenced { .. }) => None,
             Err(e) => {
                 tier.note_failure(&e);
                 Some(retry.map_or(RETRY_FIRST, |r| (r * 2).min(RETRY_MAX)))
@@ -103,8 +127,9 @@ pub(super) fn upload_loop(state: &State) {
 /// (`tail_upload_ms`), uploads, trims the manifest by retention and, when `sweep` gives the
 /// delay, deletes the objects it no longer names.
 /// Each step runs whatever another's outcome (a topic that cannot be uploaded must not
-/// hold staged jobs back); the first error is the round's.
-fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<()> {
+/// hold staged jobs back); the first error is the round's. True when the ingest found
+/// bucket jobs it has not answered yet.
+fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<bool> {
     let tailed = match rounds.tail_after {
         Some(after) => end_old_tails(state, after, tails),
         None => Ok(()),
@@ -121,7 +146,7 @@ fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) 
     let ingested = if rounds.ingest {
         ingest_pass(state, tier)
     } else {
-        Ok(())
+        Ok(false)
     };
     tailed.and(uploaded).and(trimmed).and(swept).and(ingested)
 }
@@ -140,11 +165,13 @@ struct Rounds {
 /// Brings the staged jobs committed in the bucket into the directory, committing each there
 /// (the directory's housekeeping publishes it, exactly once), and answers in the bucket
 /// those published (`PUBLISHED`, the sink's micro-batch) or that cannot be (`FAILED`).
-fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
+/// True when jobs taken in wait for their publish here.
+fn ingest_pass(state: &State, tier: &Tier) -> Result<bool> {
     // Only the producer that holds the prefix publishes its jobs.
     if tier.claimed().is_none() {
-        return Ok(());
+        return Ok(false);
     }
+    let mut in_flight = false;
     let bucket = tier.bucket();
     let storage = state.storage.as_ref();
     let jobs = staging::committed_jobs(bucket)?;
@@ -166,7 +193,10 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
                 continue;
             }
             // Committed here: the directory's housekeeping publishes it.
-            Ok(Some(Committed::Recorded)) => continue,
+            Ok(Some(Committed::Recorded)) => {
+                in_flight = true;
+                continue;
+            }
             Ok(None) => {
                 crate::process::crash_point("tier-ingest");
                 tier.check_fenced()?;
@@ -184,7 +214,10 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
                         )
                     });
                 match committed {
-                    Ok(_) => continue,
+                    Ok(_) => {
+                        in_flight = true;
+                        continue;
+                    }
                     Err(e) => e,
                 }
             }
@@ -203,7 +236,7 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<()> {
             other => return Err(other),
         }
     }
-    Ok(())
+    Ok(in_flight)
 }
 
 /// Per topic, the open extent (by first offset) first seen holding records, and when.

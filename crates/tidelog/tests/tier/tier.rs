@@ -7,27 +7,27 @@ use tidelog::{Config, Durability, Error, Retention, StartPosition, TierConfig, W
 
 use crate::common::{geometry, tempdir};
 
-const WAIT: Option<Duration> = Some(Duration::from_secs(60));
+pub(crate) const WAIT: Option<Duration> = Some(Duration::from_secs(60));
 
 /// 16 blocks of 64 KiB per file, periodic flush every 50 ms.
-fn config(tier: TierConfig) -> Config {
+pub(crate) fn config(tier: TierConfig) -> Config {
     geometry(16, 64 * 1024)
         .durability(Durability::Interval)
         .sync_interval_ms(50)
         .tier(tier)
 }
 
-fn file_url(dir: &Path) -> String {
+pub(crate) fn file_url(dir: &Path) -> String {
     format!("file://{}", dir.display())
 }
 
-fn value(topic: &str, offset: u64) -> Vec<u8> {
+pub(crate) fn value(topic: &str, offset: u64) -> Vec<u8> {
     let mut v = format!("{topic}:{offset}:").into_bytes();
     v.resize(900, b'a' + (offset % 26) as u8);
     v
 }
 
-fn append(wal: &Wal, topic: &str, from: u64, n: u64) {
+pub(crate) fn append(wal: &Wal, topic: &str, from: u64, n: u64) {
     let w = wal.writer(topic).unwrap();
     for i in from..from + n {
         assert_eq!(w.append(&value(topic, i)).unwrap(), i);
@@ -36,9 +36,9 @@ fn append(wal: &Wal, topic: &str, from: u64, n: u64) {
 
 /// One `add` of the manifest, as the test reads it from the bucket's files.
 #[derive(Debug)]
-struct Added {
+pub(crate) struct Added {
     topic: u64,
-    key: String,
+    pub(crate) key: String,
     first: u64,
     records: u64,
     bytes: u64,
@@ -83,7 +83,7 @@ fn deltas(bucket: &Path) -> Vec<serde_json::Value> {
     out
 }
 
-fn adds(bucket: &Path) -> Vec<Added> {
+pub(crate) fn adds(bucket: &Path) -> Vec<Added> {
     let mut out = Vec::new();
     for delta in deltas(bucket) {
         for entry in delta["entries"].as_array().unwrap() {
@@ -127,7 +127,7 @@ fn topic_id(bucket: &Path, name: &str) -> u64 {
 
 /// Checks that the bucket's objects of `topic` hold exactly its records `0..next`, each
 /// object the extent's bytes as they are (identity, frames with their offsets and values).
-fn check_bucket(bucket: &Path, topic: &str, next: u64) {
+pub(crate) fn check_bucket(bucket: &Path, topic: &str, next: u64) {
     let id = topic_id(bucket, topic);
     let mut expect = 0;
     for add in adds(bucket).iter().filter(|a| a.topic == id) {
@@ -1007,7 +1007,7 @@ fn a_remote_reader_seeks_by_offset_and_time_and_reads_ahead_across_objects() {
 }
 
 /// Waits up to 30 s for `done`.
-fn eventually(what: &str, mut done: impl FnMut() -> bool) {
+pub(crate) fn eventually(what: &str, mut done: impl FnMut() -> bool) {
     let start = Instant::now();
     while !done() {
         assert!(start.elapsed() < Duration::from_secs(30), "{what}");
@@ -1016,7 +1016,7 @@ fn eventually(what: &str, mut done: impl FnMut() -> bool) {
 }
 
 /// The extent objects under `bucket`, by key.
-fn object_files(bucket: &Path) -> Vec<String> {
+pub(crate) fn object_files(bucket: &Path) -> Vec<String> {
     fn walk(dir: &Path, root: &Path, out: &mut Vec<String>) {
         for entry in std::fs::read_dir(dir).into_iter().flatten() {
             let path = entry.unwrap().path();

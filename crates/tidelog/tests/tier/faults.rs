@@ -1,0 +1,199 @@
+//! Bucket requests that fail, lose their answer or answer late (`tidelog::tier_faults`):
+//! each request of a tiered directory's life faulted in turn, and nothing acknowledged is
+//! lost, nothing is published twice, and the bucket ends whole.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use tidelog::tier_faults::{BucketFault, BucketFaults, requests};
+use tidelog::tier_stage::{self, Commit};
+use tidelog::{Error, RemoteLog, TierConfig, Wal};
+
+use crate::common::tempdir;
+use crate::tier::{
+    WAIT, adds, append, check_bucket, config, eventually, file_url, object_files, value,
+};
+
+/// Calls `f` until it succeeds, at most `tries` times; each failure must be a bucket
+/// error (one armed fault fails one request: the caller's retry is what a user does).
+fn retried<T>(what: &str, tries: u32, mut f: impl FnMut() -> tidelog::Result<T>) -> T {
+    let mut last = None;
+    for _ in 0..tries {
+        match f() {
+            Ok(v) => return v,
+            Err(e @ (Error::Tier { .. } | Error::TierTimeout { .. })) => last = Some(e),
+            Err(e) => panic!("{what}: not a bucket error: {e:?}"),
+        }
+    }
+    panic!("{what}: failed {tries} times, last: {last:?}")
+}
+
+/// A task's directory holding part `part` of `job`: records `from..from + n` of `topic`.
+fn staged_part(job: &str, part: &str, topic: &str, from: u64, n: u64) -> tempfile::TempDir {
+    let task = tempdir();
+    let mut writer = tidelog::StagedWriter::create(task.path(), job, part).unwrap();
+    let values: Vec<Vec<u8>> = (from..from + n).map(|i| value(topic, i)).collect();
+    let records: Vec<tidelog::Append<'_>> = values
+        .iter()
+        .map(|v| tidelog::Append {
+            headers: None,
+            key: None,
+            value: v,
+            timestamp_us: None,
+        })
+        .collect();
+    writer.append(topic, &records).unwrap();
+    writer.finish().unwrap();
+    task
+}
+
+/// One life of a tiered directory under the URL's fault plan: open, append to two topics
+/// across several extents, wait for the bucket to hold them, stage a job in the bucket and
+/// have it published, close; then check the bucket alone, with a fresh open and a remote
+/// reader. Returns nothing: it panics on the first thing lost, doubled or damaged.
+fn life(dir: &Path, bucket: &Path) {
+    let tier = TierConfig::new(file_url(bucket)).delete_delay_ms(0);
+    let wal = retried("open", 2, || Wal::open_with(dir, config(tier.clone())));
+    append(&wal, "a", 0, 300);
+    append(&wal, "b", 0, 150);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket, "a", 300);
+    check_bucket(bucket, "b", 150);
+
+    // A job staged in the bucket, committed (retried as a committer would), published once.
+    let task = staged_part("job", "p0", "a", 300, 20);
+    retried("upload part", 2, || {
+        tier_stage::upload_part(&tier, task.path(), "job", "p0")
+    });
+    let commit = retried("commit", 2, || {
+        tier_stage::commit(&tier, "job", &["p0"], None)
+    });
+    assert_eq!(commit, Commit::Recorded);
+    let published = retried("wait", 2, || {
+        tier_stage::wait_published(&tier, "job", Duration::from_secs(30))
+    });
+    assert_eq!(published, vec![("a".to_owned(), 300..320)]);
+    assert_eq!(wal.topic_info("a").unwrap().next_offset, 320);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket, "a", 320);
+    // The sweep leaves exactly the objects the manifest names.
+    eventually("unnamed objects swept", || {
+        let named: Vec<String> = adds(bucket).into_iter().map(|a| a.key).collect();
+        let mut named = named;
+        named.sort();
+        object_files(bucket) == named
+    });
+    // The status reports a failure only until a round of requests succeeds.
+    eventually("the failure over in the status", || {
+        wal.tier_status().unwrap().unwrap().last_error.is_none()
+    });
+    wal.close().unwrap();
+
+    // Every record from the bucket alone.
+    let remote = retried("remote open", 2, || RemoteLog::open(&tier));
+    for (topic, next) in [("a", 320), ("b", 150)] {
+        for offset in 0..next {
+            let record = retried("remote read", 2, || remote.read(topic, offset));
+            assert_eq!(record.value, value(topic, offset), "{topic}@{offset}");
+        }
+    }
+}
+
+/// Runs [`life`] in fresh directories with `arm` applied to the URL's plan; returns the
+/// plan's requests and faults.
+fn faulted_life(arm: impl FnOnce(&BucketFaults)) -> (u64, u64) {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let url = file_url(bucket.path());
+    let faults = BucketFaults::install(&url);
+    arm(&faults);
+    life(dir.path(), bucket.path());
+    BucketFaults::uninstall(&url);
+    (faults.calls(None), faults.hits(None))
+}
+
+/// The requests to fault out of `calls`: all with `TIDELOG_SWEEP=full`; else the first
+/// and `SAMPLES` more spread over the life.
+fn picks(calls: u64) -> Vec<u64> {
+    const SAMPLES: u64 = 8;
+    if std::env::var("TIDELOG_SWEEP").as_deref() == Ok("full") {
+        return (0..calls).collect();
+    }
+    let mut picks: Vec<u64> = (0..=SAMPLES).map(|i| i * calls / (SAMPLES + 1)).collect();
+    picks.dedup();
+    picks
+}
+
+/// Runs a life per pick with its request faulted by `fault`; each fault fires at most once,
+/// and all but the last two picks (lives differ by a few requests) fire.
+fn sweep(fault: BucketFault) {
+    let (calls, hits) = faulted_life(|_| ());
+    assert_eq!(hits, 0);
+    let picks = picks(calls);
+    let mut fired = 0;
+    for &n in &picks {
+        let (_, hits) = faulted_life(|f| f.arm(None, None, n, fault));
+        assert!(hits <= 1, "request {n}");
+        fired += hits;
+    }
+    assert!(
+        fired + 2 >= picks.len() as u64,
+        "{fired} of {} fired",
+        picks.len()
+    );
+}
+
+#[test]
+fn each_request_failing_loses_nothing() {
+    sweep(BucketFault::Fail);
+}
+
+#[test]
+fn each_request_losing_its_answer_loses_nothing_and_doubles_nothing() {
+    sweep(BucketFault::Lost);
+}
+
+#[test]
+fn every_put_failing_a_while_then_healing_uploads_everything() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let url = file_url(bucket.path());
+    let faults = BucketFaults::install(&url);
+    let tier = TierConfig::new(url.clone());
+    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    faults.arm_always(Some(requests::PUT), None, BucketFault::Lost);
+    append(&wal, "a", 0, 300);
+    assert!(matches!(
+        wal.tier_flush(Some(Duration::from_millis(500))),
+        Err(Error::TierTimeout { .. })
+    ));
+    let status = wal.tier_status().unwrap().unwrap();
+    let reported = status.last_error.clone().unwrap_or_default();
+    assert!(reported.contains("lost its answer"), "{status:?}");
+    assert!(faults.hits(Some(requests::PUT)) > 1, "retried");
+    assert_eq!(wal.read("a", 0).unwrap().value(), value("a", 0));
+    faults.disarm_all();
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "a", 300);
+    wal.close().unwrap();
+    BucketFaults::uninstall(&url);
+}
+
+#[test]
+fn slow_requests_delay_uploads_and_lose_nothing() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let url = file_url(bucket.path());
+    let faults = BucketFaults::install(&url);
+    faults.arm_always(None, None, BucketFault::Delay(Duration::from_millis(30)));
+    let tier = TierConfig::new(url.clone());
+    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    append(&wal, "a", 0, 300);
+    wal.tier_flush(WAIT).unwrap();
+    check_bucket(bucket.path(), "a", 300);
+    wal.close().unwrap();
+    assert!(faults.hits(None) > 5);
+    BucketFaults::uninstall(&url);
+}
