@@ -44,14 +44,61 @@ struct Inode {
     pending: Vec<(u64, usize)>,
 }
 
+/// What a power loss leaves of a directory: its entries as of its last `sync_dir`.
+#[derive(Debug, Default, Clone)]
+struct Listing {
+    files: BTreeMap<OsString, u64>,
+    /// Subdirectories by name, and their directory ids.
+    dirs: BTreeMap<OsString, u64>,
+}
+
 #[derive(Debug, Default)]
 struct State {
     next_id: u64,
     inodes: HashMap<u64, Inode>,
     /// The live namespace: path of every file this storage knows, and its inode.
     names: HashMap<PathBuf, u64>,
-    /// The durable namespace: per directory, the entries as of its last `sync_dir`.
-    durable_dirs: HashMap<PathBuf, BTreeMap<OsString, u64>>,
+    /// The live directories and their ids (a renamed directory keeps its id, and with it
+    /// its durable listing: until its old parent is synced, a crash shows it at its old name).
+    dirs: HashMap<PathBuf, u64>,
+    /// The durable namespace: per directory id, the entries as of its last `sync_dir`.
+    durable: HashMap<u64, Listing>,
+    /// The root's directory id.
+    root: u64,
+}
+
+impl State {
+    fn new_id(&mut self) -> u64 {
+        let id = self.next_id;
+        self.next_id += 1;
+        id
+    }
+
+    /// Moves every live name at or under `from` to the same place under `to`.
+    fn move_tree(&mut self, from: &Path, to: &Path) {
+        let moved = |p: &Path| -> Option<PathBuf> {
+            let rest = p.strip_prefix(from).ok()?;
+            Some(if rest.as_os_str().is_empty() {
+                to.to_owned()
+            } else {
+                to.join(rest)
+            })
+        };
+        self.names = std::mem::take(&mut self.names)
+            .into_iter()
+            .map(|(p, id)| (moved(&p).unwrap_or(p), id))
+            .collect();
+        self.dirs = std::mem::take(&mut self.dirs)
+            .into_iter()
+            .map(|(p, id)| (moved(&p).unwrap_or(p), id))
+            .collect();
+    }
+
+    /// Forgets every live name at or under `dir`.
+    fn forget_tree(&mut self, dir: &Path) {
+        self.names.retain(|p, _| !p.starts_with(dir));
+        self.dirs.retain(|p, _| !p.starts_with(dir));
+    }
 }
 
 /// A `Storage` that models the page cache (see the module docs). Faults go through the
@@ -71,16 +118,18 @@ impl CrashStorage {
     /// A storage for `root`, whose present content (files and listings) counts as durable.
     fn new(root: &Path) -> CrashStorage {
         let mut state = State::default();
-        fn scan(state: &mut State, dir: &Path) {
-            let mut listing = BTreeMap::new();
+        fn scan(state: &mut State, dir: &Path) -> u64 {
+            let dir_id = state.new_id();
+            state.dirs.insert(dir.to_owned(), dir_id);
+            let mut listing = Listing::default();
             for entry in std::fs::read_dir(dir).unwrap() {
                 let entry = entry.unwrap();
                 let path = entry.path();
                 if entry.file_type().unwrap().is_dir() {
-                    scan(state, &path);
+                    let sub = scan(state, &path);
+                    listing.dirs.insert(entry.file_name(), sub);
                 } else {
-                    let id = state.next_id;
-                    state.next_id += 1;
+                    let id = state.new_id();
                     let bytes = std::fs::read(&path).unwrap();
                     state.inodes.insert(
                         id,
@@ -90,13 +139,14 @@ impl CrashStorage {
                         },
                     );
                     state.names.insert(path, id);
-                    listing.insert(entry.file_name(), id);
+                    listing.files.insert(entry.file_name(), id);
                 }
             }
-            state.durable_dirs.insert(dir.to_owned(), listing);
+            state.durable.insert(dir_id, listing);
+            dir_id
         }
         std::fs::create_dir_all(root).unwrap();
-        scan(&mut state, root);
+        state.root = scan(&mut state, root);
         CrashStorage {
             root: root.to_owned(),
             faults: FaultStorage::new(),
@@ -146,14 +196,14 @@ impl CrashStorage {
             rng ^= rng << 17;
             rng & 1 == 1
         };
-        std::fs::create_dir_all(dst).unwrap();
-        let mut dirs: Vec<_> = st.durable_dirs.iter().collect();
-        dirs.sort_by(|a, b| a.0.cmp(b.0));
-        for (dir, listing) in dirs {
-            let rel = dir.strip_prefix(&self.root).unwrap();
-            let to_dir = dst.join(rel);
+        // From the root down through the durable listings: a directory whose parent's
+        // listing does not name it (created, renamed or removed since) is where that
+        // listing says.
+        let mut stack = vec![(st.root, dst.to_owned())];
+        while let Some((dir_id, to_dir)) = stack.pop() {
             std::fs::create_dir_all(&to_dir).unwrap();
-            for (name, id) in listing {
+            let listing = st.durable.get(&dir_id).cloned().unwrap_or_default();
+            for (name, id) in &listing.files {
                 let mut bytes = st
                     .inodes
                     .get(id)
@@ -176,6 +226,9 @@ impl CrashStorage {
                     }
                 }
                 std::fs::write(to_dir.join(name), &bytes).unwrap();
+            }
+            for (name, sub) in &listing.dirs {
+                stack.push((*sub, to_dir.join(name)));
             }
         }
     }
@@ -257,13 +310,23 @@ impl Storage for CrashStorage {
     fn sync_dir(&self, dir: &Path) -> io::Result<()> {
         self.faults.sync_dir(dir)?;
         let mut st = lock(&self.state);
-        let listing: BTreeMap<OsString, u64> = st
-            .names
-            .iter()
-            .filter(|(p, _)| p.parent() == Some(dir))
-            .map(|(p, id)| (p.file_name().unwrap().to_owned(), *id))
-            .collect();
-        st.durable_dirs.insert(dir.to_owned(), listing);
+        let Some(&dir_id) = st.dirs.get(dir) else {
+            return Ok(());
+        };
+        let child = |p: &Path| (p.parent() == Some(dir)).then(|| p.file_name().unwrap().to_owned());
+        let listing = Listing {
+            files: st
+                .names
+                .iter()
+                .filter_map(|(p, id)| Some((child(p)?, *id)))
+                .collect(),
+            dirs: st
+                .dirs
+                .iter()
+                .filter_map(|(p, id)| Some((child(p)?, *id)))
+                .collect(),
+        };
+        st.durable.insert(dir_id, listing);
         Ok(())
     }
     fn rename(&self, from: &Path, to: &Path) -> io::Result<()> {
@@ -271,6 +334,9 @@ impl Storage for CrashStorage {
         let mut st = lock(&self.state);
         if let Some(id) = st.names.remove(from) {
             st.names.insert(to.to_owned(), id);
+        } else if st.dirs.contains_key(from) {
+            // A directory: its files and subdirectories go with it.
+            st.move_tree(from, to);
         }
         Ok(())
     }
@@ -281,9 +347,32 @@ impl Storage for CrashStorage {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.faults.create_dir_all(dir)?;
-        // Directories count as durable at once (the engine syncs their parent right after).
+        // New directories count as durable at once (the engine syncs their parent right
+        // after); removals and renames only with their parent's next sync.
         let mut st = lock(&self.state);
-        st.durable_dirs.entry(dir.to_owned()).or_default();
+        let mut missing: Vec<&Path> = dir
+            .ancestors()
+            .take_while(|a| a.starts_with(&self.root) && !st.dirs.contains_key(*a))
+            .collect();
+        missing.reverse();
+        for path in missing {
+            let id = st.new_id();
+            st.dirs.insert(path.to_owned(), id);
+            st.durable.insert(id, Listing::default());
+            if let Some(parent_id) = path.parent().and_then(|p| st.dirs.get(p).copied()) {
+                let name = path.file_name().unwrap().to_owned();
+                st.durable
+                    .entry(parent_id)
+                    .or_default()
+                    .dirs
+                    .insert(name, id);
+            }
+        }
+        Ok(())
+    }
+    fn remove_dir_all(&self, dir: &Path) -> io::Result<()> {
+        self.faults.remove_dir_all(dir)?;
+        lock(&self.state).forget_tree(dir);
         Ok(())
     }
     fn read_dir(&self, dir: &Path) -> io::Result<Vec<DirEntry>> {
@@ -403,6 +492,16 @@ enum Op {
     OtherDelete {
         topic: usize,
     },
+    /// A task stages `n` records for the topic in a job of its own (a `StagedWriter` in the
+    /// directory, through the same storage); with `commit` the job is committed and
+    /// published (`Wal::commit_staged`: durable, one contiguous range, all or none), else it
+    /// is left uncommitted and must never be published.
+    Stage {
+        topic: usize,
+        n: usize,
+        len: usize,
+        commit: bool,
+    },
     /// Clean close, then open again.
     Reopen,
     /// Power loss: only the durable image survives (`torn`: plus random unsynced pages).
@@ -438,6 +537,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
             .prop_map(|(topic, n, len, always, wait)| Op::AppendAsync { topic, n, len, always, wait }),
         2 => (topic.clone(), 1usize..5, 0usize..3000).prop_map(|(topic, n, len)| Op::Other { topic, n, len }),
         1 => topic.clone().prop_map(|topic| Op::OtherDelete { topic }),
+        2 => (topic.clone(), 1usize..6, 0usize..3000, prop::bool::weighted(0.8))
+            .prop_map(|(topic, n, len, commit)| Op::Stage { topic, n, len, commit }),
         1 => Just(Op::Reopen),
         2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
         1 => (0..FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..4, prop::bool::weighted(0.2))
@@ -482,6 +583,10 @@ struct TopicModel {
     durable: usize,
     /// Records appended by an operation that failed: they may or may not be there.
     maybe: Vec<Rec>,
+    /// Staged jobs whose commit failed, and their records: the next open publishes a job
+    /// whose commit stood, after whatever of the topic survived (`stage::wait_published`
+    /// tells which).
+    maybe_staged: Vec<(String, Vec<Rec>)>,
     /// Durably committed offset per group.
     groups: BTreeMap<String, u64>,
     /// Commits that failed: the group may hold this offset instead.
@@ -902,6 +1007,12 @@ impl Harness {
                 wait,
             } => self.append_async(topic, n, len, always, wait),
             Op::Other { topic, n, len } => self.other_process(topic, n, len),
+            Op::Stage {
+                topic,
+                n,
+                len,
+                commit,
+            } => self.stage(topic, n, len, commit),
             Op::Reopen => self.reopen(None, false).map_err(Outcome::Fail),
             Op::Crash { torn } => self.crash(torn).map_err(Outcome::Fail),
             Op::Fault { .. } => Ok(()),
@@ -943,6 +1054,66 @@ impl Harness {
                 Err(Outcome::Engine(e))
             }
         }
+    }
+
+    /// [`Op::Stage`]: stages `n` records in a job of their own and, with `commit`,
+    /// publishes it.
+    fn stage(&mut self, topic: usize, n: usize, len: usize, commit: bool) -> Result<(), Outcome> {
+        let name = TOPICS[topic];
+        let batch = self.next_batch;
+        self.next_batch += 1;
+        let job = format!("job{batch}");
+        let mut recs = Vec::new();
+        for i in 0..n {
+            let value = self.value(topic, len + i);
+            let ts = self.next_ts(name, 1);
+            recs.push(Rec {
+                key: (i % 2 == 1).then(|| vec![b's', i as u8]),
+                headers: headers_for(self.value_seq),
+                value,
+                ts,
+                batch,
+            });
+        }
+        let appends: Vec<Append<'_>> = recs
+            .iter()
+            .map(|r| Append {
+                headers: r.headers.as_deref().map(checked),
+                key: r.key.as_deref(),
+                value: &r.value,
+                timestamp_us: Some(r.ts),
+            })
+            .collect();
+        let storage = self.storage.clone() as Arc<dyn Storage>;
+        let staged = tidelog::StagedWriter::create_with_storage(&self.dir, &job, "p0", storage)
+            .and_then(|mut w| {
+                w.append(name, &appends)?;
+                w.finish()
+            });
+        drop(appends);
+        if let Err(e) = staged {
+            // Not committed: nothing of it may ever be published.
+            return Err(Outcome::Engine(e));
+        }
+        if !commit {
+            return Ok(());
+        }
+        let result = match self.wal().commit_staged(&job, &["p0"]) {
+            Ok(ranges) => match ranges.as_slice() {
+                [(topic, range)] if topic == name => Ok(range.clone()),
+                other => {
+                    return Err(Outcome::Fail(fail(format!(
+                        "job {job} published as {other:?}, not one range of {name}"
+                    ))));
+                }
+            },
+            Err(e) => {
+                let t = self.topics.entry(name.to_owned()).or_default();
+                t.maybe_staged.push((job, recs));
+                return Err(Outcome::Engine(e));
+            }
+        };
+        self.after_append(name, recs, true, result)
     }
 
     /// Deletes `topic` through the first handle, or through `other` (a second one).
@@ -1341,16 +1512,17 @@ impl Harness {
                     .is_ok_and(|i| i.next_offset > i.first_offset)
             })
             .count() as u64;
+        // A job whose commit failed is published by the open, after the scan it reports.
+        let published_at_open = self.topics.values().any(|t| !t.maybe_staged.is_empty());
         check!(
-            report.extents >= with_records,
+            published_at_open || report.extents >= with_records,
             "{with_records} topics with records from {} extents: {report:?}",
             report.extents
         );
         for name in &engine_topics {
-            let known = self
-                .topics
-                .get(name)
-                .is_some_and(|t| !t.recs.is_empty() || !t.maybe.is_empty());
+            let known = self.topics.get(name).is_some_and(|t| {
+                !t.recs.is_empty() || !t.maybe.is_empty() || !t.maybe_staged.is_empty()
+            });
             if !known {
                 let info = self
                     .wal()
@@ -1383,8 +1555,32 @@ impl Harness {
             }
             // A deletion cut short may have removed cursors before any record.
             let partly_deleted = std::mem::take(&mut t.maybe_deleted);
-            let all: Vec<Rec> = t.recs.iter().chain(t.maybe.iter()).cloned().collect();
+            let base: Vec<Rec> = t.recs.iter().chain(t.maybe.iter()).cloned().collect();
             let n = next as usize;
+            // Jobs whose commit stood were published last: after what survived.
+            let mut staged = Vec::new();
+            for (job, recs) in std::mem::take(&mut t.maybe_staged) {
+                if tidelog::stage::wait_published(&self.dir, &job, Duration::ZERO).is_ok() {
+                    staged.extend(recs);
+                }
+            }
+            let all: Vec<Rec> = if staged.is_empty() {
+                base
+            } else {
+                let p = n.saturating_sub(staged.len());
+                check!(
+                    n >= staged.len() && p >= t.durable && p <= base.len(),
+                    "{name}: recovered {n} records with {} of a published job, model appended {}, {} acknowledged durable",
+                    staged.len(),
+                    base.len(),
+                    t.durable
+                );
+                check!(
+                    p == 0 || p == base.len() || base[p - 1].batch != base[p].batch,
+                    "{name}: a published job follows a cut batch at offset {p}"
+                );
+                base[..p].iter().cloned().chain(staged).collect()
+            };
             check!(
                 n >= t.durable && n <= all.len(),
                 "{name}: recovered {n} records, model appended {} (+{} maybe), {} acknowledged durable",
@@ -1682,5 +1878,71 @@ fn regression_a_commit_after_another_process_deleted_the_topic() {
             n: 0,
         },
         Op::Reopen,
+    ]);
+}
+
+/// A published job, then another handle deletes its topic, then a power loss: the job's
+/// directory was renamed away and its parent synced when the publish returned, so the job
+/// is not published again into the name's new topic. (The crash model did not follow the
+/// rename of a directory, and recreated the job.)
+#[test]
+fn regression_a_published_job_stays_published_after_its_topic_goes() {
+    replay(vec![
+        Op::Stage {
+            topic: 0,
+            n: 2,
+            len: 1996,
+            commit: true,
+        },
+        Op::OtherDelete { topic: 0 },
+        Op::Crash { torn: None },
+    ]);
+}
+
+/// A commit whose directory fsync fails: the commit may stand, so the reopen publishes
+/// the job (its records were "maybe" records), after the recovery scan it reports.
+#[test]
+fn regression_a_commit_that_failed_its_fsync_is_published_by_the_next_open() {
+    replay(vec![
+        Op::Fault {
+            point: 2,
+            errno: 5,
+            skip: 1,
+            short: false,
+        },
+        Op::Stage {
+            topic: 0,
+            n: 1,
+            len: 0,
+            commit: true,
+        },
+    ]);
+}
+
+/// A record never made durable, then a commit that fails mid-publish (its ledger's write):
+/// the power loss takes the record, and the next open publishes the job where the topic
+/// now ends, at offset 0.
+#[test]
+fn regression_a_job_published_at_open_takes_the_offsets_of_lost_records() {
+    replay(vec![
+        Op::Append {
+            topic: 0,
+            len: 0,
+            key: false,
+            always: false,
+            ts_step: 0,
+        },
+        Op::Fault {
+            point: 1,
+            errno: 5,
+            skip: 3,
+            short: false,
+        },
+        Op::Stage {
+            topic: 0,
+            n: 1,
+            len: 0,
+            commit: true,
+        },
     ]);
 }

@@ -37,9 +37,9 @@ pub(crate) fn append(wal: &Wal, topic: &str, from: u64, n: u64) {
 /// One `add` of the manifest, as the test reads it from the bucket's files.
 #[derive(Debug)]
 pub(crate) struct Added {
-    topic: u64,
+    pub(crate) topic: u64,
     pub(crate) key: String,
-    first: u64,
+    pub(crate) first: u64,
     records: u64,
     bytes: u64,
     footer_position: u64,
@@ -114,7 +114,7 @@ fn claims(bucket: &Path) -> Vec<(u64, String)> {
 }
 
 /// Topic id by name, from the manifest's `topic` entries.
-fn topic_id(bucket: &Path, name: &str) -> u64 {
+pub(crate) fn topic_id(bucket: &Path, name: &str) -> u64 {
     deltas(bucket)
         .iter()
         .flat_map(|d| d["entries"].as_array().unwrap().clone())
