@@ -470,6 +470,8 @@ pub struct FaultStorage {
     calls: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
     /// Calls failed per point, by any fault armed since the layer was made.
     failed: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
+    /// The path of every call, in order, per point (tests check what was synced).
+    paths: Arc<Mutex<std::collections::HashMap<&'static str, Vec<std::path::PathBuf>>>>,
 }
 
 impl FaultStorage {
@@ -511,8 +513,20 @@ impl FaultStorage {
         calls.get(point).copied().unwrap_or(0)
     }
 
+    /// The paths `point` was called with so far, in order, failed or not.
+    pub fn paths(&self, point: &str) -> Vec<std::path::PathBuf> {
+        let paths = self.paths.lock().recover();
+        paths.get(point).cloned().unwrap_or_default()
+    }
+
     fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
         *self.calls.lock().recover().entry(point).or_insert(0) += 1;
+        self.paths
+            .lock()
+            .recover()
+            .entry(point)
+            .or_default()
+            .push(path.to_owned());
         let mut armed = self.armed.lock().recover();
         let path = path.to_string_lossy();
         let idx = armed.iter().position(|a| {

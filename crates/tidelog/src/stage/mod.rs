@@ -629,6 +629,14 @@ pub(crate) fn write_commit(
         return Ok(committed);
     }
     check_parts(storage, &job_dir, job, parts, limits)?;
+    // The job's directory, and the staging directory holding it, are durable before its
+    // commit is: a power loss must not take a job its committer was told is committed.
+    let staging = dir.join(STAGING_DIR);
+    for parent in [&staging, dir] {
+        storage
+            .sync_dir(parent)
+            .map_err(|e| Error::io("fsync directory", parent, e))?;
+    }
     crate::io::replace_file(
         storage,
         &job_dir,
@@ -1115,6 +1123,7 @@ pub(crate) fn forget_published(storage: &dyn Storage, dir: &Path, job: &str) -> 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::Arc;
     use std::time::{Duration, Instant};
 
     #[test]
@@ -1146,5 +1155,41 @@ mod tests {
         let got = lock_job_within(storage, &job_dir, Duration::from_secs(60)).expect("lock");
         assert!(got.is_none());
         assert!(began.elapsed() < Duration::from_secs(30));
+    }
+
+    /// A job directory made since the last sync of the staging directory is not durable:
+    /// the commit syncs the job's directory, the staging directory and the data directory.
+    #[test]
+    fn a_commit_makes_the_jobs_directory_durable_before_it_is_committed() {
+        use crate::io::{FaultStorage, points};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = Arc::new(FaultStorage::new());
+        let mut writer = crate::StagedWriter::create_with_storage(
+            dir.path(),
+            "job",
+            "p0",
+            Arc::clone(&storage) as Arc<dyn Storage>,
+        )
+        .expect("create");
+        let record = crate::Append {
+            headers: None,
+            key: None,
+            value: b"v",
+            timestamp_us: None,
+        };
+        writer.append("t", &[record]).expect("append");
+        writer.finish().expect("finish");
+        let synced_before = storage.paths(points::SYNC_DIR).len();
+        write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).expect("commit");
+        let synced = &storage.paths(points::SYNC_DIR)[synced_before..];
+        let staging = dir.path().join(STAGING_DIR);
+        for expected in [dir.path().to_owned(), staging.clone(), staging.join("job")] {
+            assert!(synced.contains(&expected), "{expected:?} not in {synced:?}");
+        }
+        // The staging directory cannot be synced: no commit.
+        std::fs::remove_file(staging.join("job").join(COMMIT_FILE)).expect("uncommit");
+        storage.arm_for(points::SYNC_DIR, None, crate::io::Fault::Once(libc::EIO));
+        assert!(write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).is_err());
+        assert!(!staging.join("job").join(COMMIT_FILE).exists());
     }
 }

@@ -347,8 +347,8 @@ impl Storage for CrashStorage {
     }
     fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
         self.faults.create_dir_all(dir)?;
-        // New directories count as durable at once (the engine syncs their parent right
-        // after); removals and renames only with their parent's next sync.
+        // A new directory is durable in its parent at the parent's next sync, as renames
+        // and removals are.
         let mut st = lock(&self.state);
         let mut missing: Vec<&Path> = dir
             .ancestors()
@@ -359,14 +359,6 @@ impl Storage for CrashStorage {
             let id = st.new_id();
             st.dirs.insert(path.to_owned(), id);
             st.durable.insert(id, Listing::default());
-            if let Some(parent_id) = path.parent().and_then(|p| st.dirs.get(p).copied()) {
-                let name = path.file_name().unwrap().to_owned();
-                st.durable
-                    .entry(parent_id)
-                    .or_default()
-                    .dirs
-                    .insert(name, id);
-            }
         }
         Ok(())
     }
