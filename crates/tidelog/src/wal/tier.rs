@@ -31,8 +31,11 @@ const REFRESH_EVERY: Duration = Duration::from_secs(5);
 const FLUSH_LOOK: Duration = Duration::from_millis(20);
 /// How often the uploading handle looks for staged jobs committed in the bucket (one LIST).
 const STAGING_LOOK_EVERY: Duration = Duration::from_secs(1);
-/// ... and while jobs it took in wait for their publish, so their answer follows it soon.
+/// ... and while jobs it took in wait for their publish, so their answer follows it soon:
+/// up to `STAGING_BUSY_MAX` after they began to wait or after the last answer (a job that
+/// stays unpublished is then looked at every second again).
 const STAGING_LOOK_BUSY: Duration = Duration::from_millis(100);
+const STAGING_BUSY_MAX: Duration = Duration::from_secs(10);
 /// How often the uploading handle sweeps the bucket for objects the manifest no longer
 /// names: half the delete delay, within these bounds (each sweep lists every object).
 const SWEEP_EVERY_MIN: Duration = Duration::from_millis(100);
@@ -56,7 +59,8 @@ pub(super) fn upload_loop(state: &State) {
     let mut tails = Tails::default();
     let mut swept: Option<Instant> = None;
     let mut ingested: Option<Instant> = None;
-    let mut in_flight = false;
+    // Since when the jobs taken in have waited for their publish (looks come sooner then).
+    let mut in_flight: Option<Instant> = None;
     let mut retry: Option<Duration> = None;
     let mut refreshed = Some(Instant::now());
     loop {
@@ -71,7 +75,7 @@ pub(super) fn upload_loop(state: &State) {
         let failures_before = tier.failures();
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
-            let look_every = if in_flight {
+            let look_every = if in_flight.is_some_and(|t| t.elapsed() < STAGING_BUSY_MAX) {
                 STAGING_LOOK_BUSY
             } else {
                 STAGING_LOOK_EVERY
@@ -84,13 +88,18 @@ pub(super) fn upload_loop(state: &State) {
             };
             let result = housekeeping(state, &tier, &rounds, &mut tails);
             match result {
-                Ok(jobs_in_flight) => {
+                Ok(looked) => {
                     if sweep_due {
                         swept = Some(Instant::now());
                     }
                     if ingest_due {
                         ingested = Some(Instant::now());
-                        in_flight = jobs_in_flight;
+                        // A job answered is progress: the sooner looks go on.
+                        in_flight = match (looked.waiting, looked.answered) {
+                            (0, _) => None,
+                            (_, 0) => in_flight.or_else(|| Some(Instant::now())),
+                            _ => Some(Instant::now()),
+                        };
                     }
                     Ok(())
                 }
@@ -127,9 +136,9 @@ pub(super) fn upload_loop(state: &State) {
 /// (`tail_upload_ms`), uploads, trims the manifest by retention and, when `sweep` gives the
 /// delay, deletes the objects it no longer names.
 /// Each step runs whatever another's outcome (a topic that cannot be uploaded must not
-/// hold staged jobs back); the first error is the round's. True when the ingest found
-/// bucket jobs it has not answered yet.
-fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<bool> {
+/// hold staged jobs back); the first error is the round's. Says what the ingest found of
+/// the bucket's jobs.
+fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) -> Result<Looked> {
     let tailed = match rounds.tail_after {
         Some(after) => end_old_tails(state, after, tails),
         None => Ok(()),
@@ -146,7 +155,7 @@ fn housekeeping(state: &State, tier: &Tier, rounds: &Rounds, tails: &mut Tails) 
     let ingested = if rounds.ingest {
         ingest_pass(state, tier)
     } else {
-        Ok(false)
+        Ok(Looked::default())
     };
     tailed.and(uploaded).and(trimmed).and(swept).and(ingested)
 }
@@ -165,13 +174,12 @@ struct Rounds {
 /// Brings the staged jobs committed in the bucket into the directory, committing each there
 /// (the directory's housekeeping publishes it, exactly once), and answers in the bucket
 /// those published (`PUBLISHED`, the sink's micro-batch) or that cannot be (`FAILED`).
-/// True when jobs taken in wait for their publish here.
-fn ingest_pass(state: &State, tier: &Tier) -> Result<bool> {
+fn ingest_pass(state: &State, tier: &Tier) -> Result<Looked> {
     // Only the producer that holds the prefix publishes its jobs.
     if tier.claimed().is_none() {
-        return Ok(false);
+        return Ok(Looked::default());
     }
-    let mut in_flight = false;
+    let mut looked = Looked::default();
     let bucket = tier.bucket();
     let storage = state.storage.as_ref();
     let jobs = staging::committed_jobs(bucket)?;
@@ -190,11 +198,12 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<bool> {
                 tier.check_fenced()?;
                 staging::answer_published(bucket, &job, &ranges)?;
                 stage::forget_bucket_job(storage, &state.dir, &job.job)?;
+                looked.answered += 1;
                 continue;
             }
             // Committed here: the directory's housekeeping publishes it.
             Ok(Some(Committed::Recorded)) => {
-                in_flight = true;
+                looked.waiting += 1;
                 continue;
             }
             Ok(None) => {
@@ -215,7 +224,7 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<bool> {
                     });
                 match committed {
                     Ok(_) => {
-                        in_flight = true;
+                        looked.waiting += 1;
                         continue;
                     }
                     Err(e) => e,
@@ -232,11 +241,21 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<bool> {
             | Error::UnsupportedVersion { .. } => {
                 staging::set_aside(bucket, &job.job, &refused.to_string())?;
                 stage::forget_bucket_job(storage, &state.dir, &job.job)?;
+                looked.answered += 1;
             }
             other => return Err(other),
         }
     }
-    Ok(in_flight)
+    Ok(looked)
+}
+
+/// What one [`ingest_pass`] found of the bucket's jobs.
+#[derive(Debug, Default, Clone, Copy)]
+struct Looked {
+    /// Taken in, waiting for their publish here.
+    waiting: usize,
+    /// Answered in the bucket (published or set aside).
+    answered: usize,
 }
 
 /// Per topic, the open extent (by first offset) first seen holding records, and when.
