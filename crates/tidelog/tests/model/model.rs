@@ -556,6 +556,18 @@ fn checked(bytes: &[u8]) -> HeaderBlock<'_> {
     HeaderBlock::parse(bytes).expect("headers the model built")
 }
 
+/// The appends that write `recs`.
+fn appends_of(recs: &[Rec]) -> Vec<Append<'_>> {
+    recs.iter()
+        .map(|r| Append {
+            headers: r.headers.as_deref().map(checked),
+            key: r.key.as_deref(),
+            value: &r.value,
+            timestamp_us: Some(r.ts),
+        })
+        .collect()
+}
+
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Rec {
     key: Option<Vec<u8>>,
@@ -794,29 +806,8 @@ impl Harness {
                 always,
             } => {
                 let name = TOPICS[topic];
-                let batch = self.next_batch;
-                self.next_batch += 1;
-                let mut recs = Vec::new();
-                for i in 0..n {
-                    let value = self.value(topic, len + i);
-                    let ts = self.next_ts(name, 1);
-                    recs.push(Rec {
-                        key: (i % 2 == 0).then(|| vec![b'k', i as u8]),
-                        headers: headers_for(self.value_seq),
-                        value,
-                        ts,
-                        batch,
-                    });
-                }
-                let appends: Vec<Append<'_>> = recs
-                    .iter()
-                    .map(|r| Append {
-                        headers: r.headers.as_deref().map(checked),
-                        key: r.key.as_deref(),
-                        value: &r.value,
-                        timestamp_us: Some(r.ts),
-                    })
-                    .collect();
+                let (_, recs) = self.batch_recs(topic, n, len, b'k', 0);
+                let appends = appends_of(&recs);
                 let result = if always {
                     self.wal().writer(name).and_then(|w| {
                         w.with_durability(Durability::Always)
@@ -1048,34 +1039,41 @@ impl Harness {
         }
     }
 
-    /// [`Op::Stage`]: stages `n` records in a job of their own and, with `commit`,
-    /// publishes it.
-    fn stage(&mut self, topic: usize, n: usize, len: usize, commit: bool) -> Result<(), Outcome> {
+    /// `n` records of one new batch for `topic` (values from `len` bytes up); every other
+    /// one, from the `keyed`th, has a key starting with `key_tag`.
+    fn batch_recs(
+        &mut self,
+        topic: usize,
+        n: usize,
+        len: usize,
+        key_tag: u8,
+        keyed: usize,
+    ) -> (u64, Vec<Rec>) {
         let name = TOPICS[topic];
         let batch = self.next_batch;
         self.next_batch += 1;
-        let job = format!("job{batch}");
         let mut recs = Vec::new();
         for i in 0..n {
             let value = self.value(topic, len + i);
             let ts = self.next_ts(name, 1);
             recs.push(Rec {
-                key: (i % 2 == 1).then(|| vec![b's', i as u8]),
+                key: (i % 2 == keyed).then(|| vec![key_tag, i as u8]),
                 headers: headers_for(self.value_seq),
                 value,
                 ts,
                 batch,
             });
         }
-        let appends: Vec<Append<'_>> = recs
-            .iter()
-            .map(|r| Append {
-                headers: r.headers.as_deref().map(checked),
-                key: r.key.as_deref(),
-                value: &r.value,
-                timestamp_us: Some(r.ts),
-            })
-            .collect();
+        (batch, recs)
+    }
+
+    /// [`Op::Stage`]: stages `n` records in a job of their own and, with `commit`,
+    /// publishes it.
+    fn stage(&mut self, topic: usize, n: usize, len: usize, commit: bool) -> Result<(), Outcome> {
+        let name = TOPICS[topic];
+        let (batch, recs) = self.batch_recs(topic, n, len, b's', 1);
+        let job = format!("job{batch}");
+        let appends = appends_of(&recs);
         let storage = self.storage.clone() as Arc<dyn Storage>;
         let staged = tidelog::StagedWriter::create_with_storage(&self.dir, &job, "p0", storage)
             .and_then(|mut w| {

@@ -13,7 +13,8 @@ use tidelog::{Error, RemoteLog, Retention, TierConfig, Wal};
 
 use crate::common::tempdir;
 use crate::tier::{
-    WAIT, adds, append, check_bucket, config, eventually, file_url, object_files, topic_id, value,
+    WAIT, adds, append, check_bucket, config, eventually, file_url, object_files, staged_part,
+    topic_id, value,
 };
 
 /// Calls `f` until it succeeds, at most `tries` times; each failure must be a bucket
@@ -28,25 +29,6 @@ fn retried<T>(what: &str, tries: u32, mut f: impl FnMut() -> tidelog::Result<T>)
         }
     }
     panic!("{what}: failed {tries} times, last: {last:?}")
-}
-
-/// A task's directory holding part `part` of `job`: records `from..from + n` of `topic`.
-fn staged_part(job: &str, part: &str, topic: &str, from: u64, n: u64) -> tempfile::TempDir {
-    let task = tempdir();
-    let mut writer = tidelog::StagedWriter::create(task.path(), job, part).unwrap();
-    let values: Vec<Vec<u8>> = (from..from + n).map(|i| value(topic, i)).collect();
-    let records: Vec<tidelog::Append<'_>> = values
-        .iter()
-        .map(|v| tidelog::Append {
-            headers: None,
-            key: None,
-            value: v,
-            timestamp_us: None,
-        })
-        .collect();
-    writer.append(topic, &records).unwrap();
-    writer.finish().unwrap();
-    task
 }
 
 /// One life of a tiered directory under the URL's fault plan: open, append to two topics

@@ -1195,6 +1195,18 @@ fn tail_upload_ms_puts_an_open_extent_in_the_bucket() {
 /// Stages part `part` of `job` in a directory of its own (a task's) with `n` records of
 /// topic `topic` from `from`, and puts it in the bucket.
 fn stage_in_bucket(tier: &TierConfig, job: &str, part: &str, topic: &str, from: u64, n: u64) {
+    let task = staged_part(job, part, topic, from, n);
+    tidelog::tier_stage::upload_part(tier, task.path(), job, part).unwrap();
+}
+
+/// A task's directory holding part `part` of `job`: records `from..from + n` of `topic`.
+pub(crate) fn staged_part(
+    job: &str,
+    part: &str,
+    topic: &str,
+    from: u64,
+    n: u64,
+) -> tempfile::TempDir {
     let task = tempdir();
     let mut writer = tidelog::StagedWriter::create(task.path(), job, part).unwrap();
     let values: Vec<Vec<u8>> = (from..from + n).map(|i| value(topic, i)).collect();
@@ -1209,7 +1221,7 @@ fn stage_in_bucket(tier: &TierConfig, job: &str, part: &str, topic: &str, from: 
         .collect();
     writer.append(topic, &records).unwrap();
     writer.finish().unwrap();
-    tidelog::tier_stage::upload_part(tier, task.path(), job, part).unwrap();
+    task
 }
 
 /// The first segment a job's part put under `bucket`.
