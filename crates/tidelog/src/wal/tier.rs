@@ -58,9 +58,7 @@ pub(super) fn upload_loop(state: &State) {
     let tail_after = settings.tail_upload_ms.map(Duration::from_millis);
     let mut tails = Tails::default();
     let mut swept: Option<Instant> = None;
-    let mut ingested: Option<Instant> = None;
-    // Since when the jobs taken in have waited for their publish (looks come sooner then).
-    let mut in_flight: Option<Instant> = None;
+    let mut looks = Looks::default();
     let mut retry: Option<Duration> = None;
     let mut refreshed = Some(Instant::now());
     loop {
@@ -75,12 +73,7 @@ pub(super) fn upload_loop(state: &State) {
         let failures_before = tier.failures();
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
-            let look_every = if in_flight.is_some_and(|t| t.elapsed() < STAGING_BUSY_MAX) {
-                STAGING_LOOK_BUSY
-            } else {
-                STAGING_LOOK_EVERY
-            };
-            let ingest_due = ingested.is_none_or(|t| t.elapsed() >= look_every);
+            let ingest_due = looks.due();
             let rounds = Rounds {
                 tail_after,
                 sweep: sweep_due.then_some(delete_delay),
@@ -93,13 +86,7 @@ pub(super) fn upload_loop(state: &State) {
                         swept = Some(Instant::now());
                     }
                     if ingest_due {
-                        ingested = Some(Instant::now());
-                        // A job answered is progress: the sooner looks go on.
-                        in_flight = match (looked.waiting, looked.answered) {
-                            (0, _) => None,
-                            (_, 0) => in_flight.or_else(|| Some(Instant::now())),
-                            _ => Some(Instant::now()),
-                        };
+                        looks.done(looked);
                     }
                     Ok(())
                 }
@@ -247,6 +234,40 @@ fn ingest_pass(state: &State, tier: &Tier) -> Result<Looked> {
         }
     }
     Ok(looked)
+}
+
+/// When the uploading handle looks for bucket jobs: every `STAGING_LOOK_EVERY`, sooner
+/// while jobs it took in wait for their publish.
+#[derive(Debug, Default)]
+struct Looks {
+    last: Option<Instant>,
+    /// Since when jobs have waited with none answered (a job answered is progress).
+    waiting_since: Option<Instant>,
+}
+
+impl Looks {
+    fn due(&self) -> bool {
+        let every = if self
+            .waiting_since
+            .is_some_and(|t| t.elapsed() < STAGING_BUSY_MAX)
+        {
+            STAGING_LOOK_BUSY
+        } else {
+            STAGING_LOOK_EVERY
+        };
+        self.last.is_none_or(|t| t.elapsed() >= every)
+    }
+
+    /// A look that found `looked`.
+    fn done(&mut self, looked: Looked) {
+        let now = Instant::now();
+        self.last = Some(now);
+        self.waiting_since = match (looked.waiting, looked.answered) {
+            (0, _) => None,
+            (_, 0) => self.waiting_since.or(Some(now)),
+            _ => Some(now),
+        };
+    }
 }
 
 /// What one [`ingest_pass`] found of the bucket's jobs.
