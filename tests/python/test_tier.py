@@ -150,6 +150,11 @@ def test_a_bucket_that_refuses_uploads_times_the_flush_out(tmp_path: Path) -> No
         blocker.unlink()
         wal.tier_flush(timeout=60)
         assert records_in_bucket(bucket, "t") == 100
+        # The failure is over: the status stops reporting it.
+        deadline = time.monotonic() + 30
+        while (wal.tier_status() or {}).get("last_error") is not None:
+            assert time.monotonic() < deadline, wal.tier_status()
+            time.sleep(0.02)
 
 
 def _append_worker(args: tuple[str, str, str, int]) -> int:
