@@ -466,11 +466,10 @@ struct Armed {
 #[derive(Debug, Default, Clone)]
 pub struct FaultStorage {
     armed: Arc<Mutex<Vec<Armed>>>,
-    /// Every call per point, failed or not (tests count syncs with it).
-    calls: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
     /// Calls failed per point, by any fault armed since the layer was made.
     failed: Arc<Mutex<std::collections::HashMap<&'static str, u64>>>,
-    /// The path of every call, in order, per point (tests check what was synced).
+    /// The path of every call per point, in order, failed or not (tests count syncs and
+    /// check what was synced with it).
     paths: Arc<Mutex<std::collections::HashMap<&'static str, Vec<std::path::PathBuf>>>>,
 }
 
@@ -509,8 +508,8 @@ impl FaultStorage {
 
     /// How many calls reached `point` so far, failed or not.
     pub fn calls(&self, point: &str) -> u64 {
-        let calls = self.calls.lock().recover();
-        calls.get(point).copied().unwrap_or(0)
+        let paths = self.paths.lock().recover();
+        paths.get(point).map_or(0, |p| p.len() as u64)
     }
 
     /// The paths `point` was called with so far, in order, failed or not.
@@ -520,7 +519,6 @@ impl FaultStorage {
     }
 
     fn check(&self, point: &'static str, path: &Path) -> Option<Fault> {
-        *self.calls.lock().recover().entry(point).or_insert(0) += 1;
         self.paths
             .lock()
             .recover()

@@ -1187,9 +1187,14 @@ mod tests {
             assert!(synced.contains(&expected), "{expected:?} not in {synced:?}");
         }
         // The staging directory cannot be synced: no commit.
-        std::fs::remove_file(staging.join("job").join(COMMIT_FILE)).expect("uncommit");
+        storage
+            .remove_file(&staging.join("job").join(COMMIT_FILE))
+            .expect("uncommit");
         storage.arm_for(points::SYNC_DIR, None, crate::io::Fault::Once(libc::EIO));
         assert!(write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).is_err());
-        assert!(!staging.join("job").join(COMMIT_FILE).exists());
+        assert!(!io::exists(
+            storage.as_ref(),
+            &staging.join("job").join(COMMIT_FILE)
+        ));
     }
 }

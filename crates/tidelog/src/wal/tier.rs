@@ -79,19 +79,14 @@ pub(super) fn upload_loop(state: &State) {
                 sweep: sweep_due.then_some(delete_delay),
                 ingest: ingest_due,
             };
-            let result = housekeeping(state, &tier, &rounds, &mut tails);
-            match result {
-                Ok(looked) => {
-                    if sweep_due {
-                        swept = Some(Instant::now());
-                    }
-                    if ingest_due {
-                        looks.done(looked);
-                    }
-                    Ok(())
+            housekeeping(state, &tier, &rounds, &mut tails).map(|looked| {
+                if sweep_due {
+                    swept = Some(Instant::now());
                 }
-                Err(e) => Err(e),
-            }
+                if ingest_due {
+                    looks.done(looked);
+                }
+            })
         } else if tier.take_refresh_wanted()
             || refreshed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY)
         {

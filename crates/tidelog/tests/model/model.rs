@@ -45,7 +45,7 @@ struct Inode {
 }
 
 /// What a power loss leaves of a directory: its entries as of its last `sync_dir`.
-#[derive(Debug, Default, Clone)]
+#[derive(Debug, Default)]
 struct Listing {
     files: BTreeMap<OsString, u64>,
     /// Subdirectories by name, and their directory ids.
@@ -202,7 +202,9 @@ impl CrashStorage {
         let mut stack = vec![(st.root, dst.to_owned())];
         while let Some((dir_id, to_dir)) = stack.pop() {
             std::fs::create_dir_all(&to_dir).unwrap();
-            let listing = st.durable.get(&dir_id).cloned().unwrap_or_default();
+            let Some(listing) = st.durable.get(&dir_id) else {
+                continue;
+            };
             for (name, id) in &listing.files {
                 let mut bytes = st
                     .inodes

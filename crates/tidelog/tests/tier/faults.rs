@@ -62,8 +62,7 @@ fn life(dir: &Path, bucket: &Path) {
     check_bucket(bucket, "a", 320);
     // The sweep leaves exactly the objects the manifest names.
     eventually("unnamed objects swept", || {
-        let named: Vec<String> = adds(bucket).into_iter().map(|a| a.key).collect();
-        let mut named = named;
+        let mut named: Vec<String> = adds(bucket).into_iter().map(|a| a.key).collect();
         named.sort();
         object_files(bucket) == named
     });
