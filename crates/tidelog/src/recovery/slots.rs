@@ -306,17 +306,27 @@ pub fn mark_topic_deleted(
 /// extents around it: it is marked `Consumed` here (no topic's chain holds it, so nothing
 /// else ever would, and its file would stay for good). A live roll's extent starts at its
 /// topic's next offset, never below the first.
+///
+/// An extent marked `Deleted` keeps its file until its topic's deletion ended
+/// (`deletion_ended(topic id)`: every extent of the topic marked). Its mark is the
+/// deletion's commit point, and a deleter that dies part way leaves the topic's later
+/// extents unmarked: without the mark, a recovery would bring the topic back without its
+/// head.
 pub fn file_retired(
     storage: &dyn Storage,
     file: &DataFile,
     below_first: impl Fn(u32, u64) -> bool,
+    deletion_ended: impl Fn(u32) -> bool,
 ) -> Result<bool> {
     let mut index = 0u32;
     while index < file.extent_count {
         match classify_slot(storage, file, index)? {
             SlotKind::Unused => index += 1,
+            SlotKind::Extent(id, Some(p), false, _) if p.state == ProgressState::Consumed => {
+                index += id.extent_count;
+            }
             SlotKind::Extent(id, Some(p), false, _)
-                if matches!(p.state, ProgressState::Consumed | ProgressState::Deleted) =>
+                if p.state == ProgressState::Deleted && deletion_ended(id.topic_id) =>
             {
                 index += id.extent_count;
             }

@@ -1,12 +1,12 @@
 //! Deleting a topic or a consumer group.
 //!
-//! Alone (an exclusive handle, or the only process of a shared directory) a deletion runs as
-//! one step under the process's own locks. Beside other processes it takes the publish turn
-//! (one publish or deletion at a time in the directory), marks the topic's slot `deleting`
-//! under its append lock (from then on every process treats the topic as deleted), marks its
-//! extents `Deleted` on disk (the first mark is recovery's commit point), removes its
-//! cursors and releases the slot. A deleter that dies leaves the slot marked; the next
-//! holder of the turn finishes the deletion ([`finish_cut_short`]).
+//! An exclusive handle deletes under its own locks. In shared mode a deletion marks the
+//! topic's slot `deleting` under its append lock (from then on every process treats the
+//! topic as deleted, and the housekeeping leader keeps the files of its marked extents),
+//! marks its extents `Deleted` on disk (the first mark is recovery's commit point), removes
+//! its cursors and releases the slot; beside other processes it first takes the publish
+//! turn (one publish or deletion at a time in the directory). A deleter that dies leaves the
+//! slot marked; the next holder of the turn finishes the deletion ([`finish_cut_short`]).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -34,20 +34,19 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     let _panic = PanicGuard::new(&state.sync.poison, "topic deletion (it panicked)");
     if let Some(_alone) = state.housekeeping_turn() {
         let topic = find(state, name)?;
-        if let Some(slot) = topic.slot()
-            && state.topics.is_shared_mode()
-        {
-            let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-            follow::check_live(state, &topic, slot)?;
-            follow::line_up(state, &topic, slot)?;
+        match topic.slot().filter(|_| state.topics.is_shared_mode()) {
+            Some(slot) => {
+                delete_locked(state, &topic, slot)?;
+                released(state, slot);
+            }
+            None => {
+                if !topic.stop_appends(true) {
+                    return Err(unknown(name));
+                }
+                retire_all(state, &topic, false)?;
+            }
         }
-        if !topic.stop_appends(true) {
-            return Err(unknown(name));
-        }
-        if let Some(slot) = topic.slot() {
-            slot.release();
-        }
-        return retire_all(state, &topic, false);
+        return Ok(());
     }
     let Some(_turn) = state.dir_lock.publish_turn(TURN_WAIT)? else {
         return Err(Error::Locked {
@@ -58,21 +57,28 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     state.resume_cut_short(true)?;
     let topic = find(state, name)?;
     let slot = state.follow.slot(&topic).ok_or_else(|| unknown(name))?;
-    {
-        let _lock = slot.lock(SHARED_LOCK_WAIT)?;
-        follow::check_live(state, &topic, &slot)?;
-        follow::line_up(state, &topic, &slot)?;
-        slot.mark_deleting();
-        crate::process::crash_point("delete-begun");
-        if !topic.stop_appends(true) {
-            return Err(unknown(name));
-        }
-        retire_all(state, &topic, true)?;
-        // Any extent of the topic this handle's view lacks is marked too.
-        mark_on_disk(state, topic.id)?;
-    }
+    delete_locked(state, &topic, &slot)?;
     released(state, &slot);
     Ok(())
+}
+
+/// Shared mode: under `topic`'s append lock, lined up, marks its slot `deleting` (crash
+/// point `delete-begun`; from then on every process treats it as deleted, and the leader
+/// keeps the files of its marked extents) and marks every extent `Deleted`, those this
+/// handle's view lacks included. The caller releases the slot.
+fn delete_locked(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
+    let _lock = slot.lock(SHARED_LOCK_WAIT)?;
+    follow::check_live(state, topic, slot)?;
+    follow::line_up(state, topic, slot)?;
+    // Appends stop first: a thread of this process that finds the slot marked then drops
+    // nothing from the chain this deletion marks.
+    if !topic.stop_appends(true) {
+        return Err(unknown(&topic.name));
+    }
+    slot.mark_deleting();
+    crate::process::crash_point("delete-begun");
+    retire_all(state, topic, true)?;
+    mark_on_disk(state, topic.id)
 }
 
 /// Beside other processes, under the publish turn: finishes the deletions whose process

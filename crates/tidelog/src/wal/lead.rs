@@ -7,6 +7,7 @@
 //! follow what the leader retired (`follow_retired`).
 
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::follow;
@@ -78,7 +79,7 @@ impl Election {
 /// which is retired.
 pub(super) fn leader_pass(
     state: &State,
-    shared: &SharedState,
+    shared: &Arc<SharedState>,
     election: &mut Election,
 ) -> Result<()> {
     let storage = state.storage.as_ref();
@@ -109,17 +110,18 @@ pub(super) fn leader_pass(
     }
     // Judged again at the next pass if this one fails.
     election.judge_files = true;
-    if delete_retired_files(state)? {
+    if delete_retired_files(state, shared)? {
         shared.note_retired();
     }
     election.judge_files = false;
     Ok(())
 }
 
-/// Deletes the data files the allocator moved past whose every extent is retired on disk.
+/// Deletes the data files the allocator moved past whose every extent is retired on disk,
+/// those of a topic whose deletion is under way (its slot marked `deleting`) excepted.
 /// True when it deleted any. A file whose slots do not read (damage) stays, and the first
 /// such error is returned after the others are done.
-fn delete_retired_files(state: &State) -> Result<bool> {
+fn delete_retired_files(state: &State, shared: &Arc<SharedState>) -> Result<bool> {
     let storage = state.storage.as_ref();
     let mut first_error = Ok(());
     let mut deleted = false;
@@ -131,8 +133,12 @@ fn delete_retired_files(state: &State) -> Result<bool> {
         .map(|t| (t.id, t.first_offset()))
         .collect();
     let below_first = |id: u32, offset: u64| firsts.get(&id).is_some_and(|&first| offset < first);
+    // A released slot ended its deletion (its deleter or a finisher marked every extent
+    // first); a file that is not current (rebuilt) tells nothing, so the file stays.
+    let deletion_ended =
+        |id: u32| shared.is_current() && shared.find(id).is_none_or(|slot| !slot.is_deleting());
     for file in state.alloc.passed_files(storage)? {
-        match recovery::file_retired(storage, &file, below_first) {
+        match recovery::file_retired(storage, &file, below_first, deletion_ended) {
             Ok(true) => {}
             Ok(false) => continue,
             Err(e) => {

@@ -190,6 +190,12 @@ impl DirLock {
         }
         let guard = self.file.lock().recover();
         let file = guard.as_ref()?;
+        // Another handle's share of the alone byte answers without the open's turn: a
+        // process stopped (SIGSTOP) inside this look would hold that turn, and every open
+        // of the directory would wait for it.
+        if ofd::held_by_other(file, ALONE_BYTE).unwrap_or(true) {
+            return None;
+        }
         if !ofd::try_lock(file, INIT_BYTE, Kind::Exclusive).unwrap_or(false) {
             return None;
         }

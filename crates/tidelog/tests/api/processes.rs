@@ -847,17 +847,7 @@ fn resume(pid: u32) {
 /// Waits until `child` stopped itself at a `stop:` crash point (`place` says where, for the
 /// failure message).
 fn wait_until_stopped(child: &std::process::Child, place: &str) {
-    let stat = format!("/proc/{}/stat", child.id());
-    let deadline = Instant::now() + WAIT;
-    while !std::fs::read_to_string(&stat)
-        .unwrap()
-        .rsplit(')')
-        .next()
-        .is_some_and(|rest| rest.trim_start().starts_with('T'))
-    {
-        assert!(Instant::now() < deadline, "the child never stopped {place}");
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    common::wait_until_stopped(child.id(), WAIT, place);
 }
 
 #[test]

@@ -494,6 +494,23 @@ pub fn open_child(
     session
 }
 
+/// Waits until process `pid` is stopped (`SIGSTOP`: a `stop:` crash point); fails the test
+/// after `wait`, naming `place`.
+#[track_caller]
+pub fn wait_until_stopped(pid: u32, wait: Duration, place: &str) {
+    let stat = format!("/proc/{pid}/stat");
+    let deadline = Instant::now() + wait;
+    while !std::fs::read_to_string(&stat)
+        .unwrap()
+        .rsplit(')')
+        .next()
+        .is_some_and(|rest| rest.trim_start().starts_with('T'))
+    {
+        assert!(Instant::now() < deadline, "the child never stopped {place}");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// Waits until `done` holds, polling every 10 ms; fails the test after `wait`.
 #[track_caller]
 pub fn eventually(what: &str, wait: Duration, mut done: impl FnMut() -> bool) {
@@ -569,6 +586,11 @@ impl ChildSession {
     pub fn kill(&mut self) {
         let _ = self.child.kill();
         let _ = self.child.wait();
+    }
+
+    /// The child's pid.
+    pub fn id(&self) -> u32 {
+        self.child.id()
     }
 
     /// True once the child exited (or was killed).
