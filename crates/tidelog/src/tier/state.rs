@@ -372,7 +372,8 @@ impl Tier {
                 view.uploaded_bytes += bytes;
             }
         }
-        view.last_error = None;
+        // The error stays: only a round without failures clears it (a checkpoint that
+        // failed in this commit must still show).
         self.changed.notify_all();
         Ok(true)
     }

@@ -13,8 +13,8 @@ use tidelog::{Error, RemoteLog, Retention, TierConfig, Wal};
 
 use crate::common::tempdir;
 use crate::tier::{
-    WAIT, adds, append, check_bucket, config, eventually, file_url, object_files, staged_part,
-    topic_id, value,
+    WAIT, adds, append, check_bucket, config, deltas, eventually, file_url, object_files,
+    staged_part, topic_id, value,
 };
 
 /// Calls `f` until it succeeds, at most `tries` times; each failure must be a bucket
@@ -234,4 +234,62 @@ fn slow_requests_delay_uploads_and_lose_nothing() {
     wal.close().unwrap();
     assert!(faults.hits(None) > 5);
     BucketFaults::uninstall(&url);
+}
+
+#[test]
+fn a_checkpoint_that_fails_is_reported_and_opens_read_the_deltas_instead() {
+    let dir = tempdir();
+    let bucket = tempdir();
+    let url = file_url(bucket.path());
+    let faults = BucketFaults::install(&url);
+    faults.arm(
+        Some(requests::PUT),
+        Some("checkpoint"),
+        0,
+        BucketFault::Fail,
+    );
+    let tier = || config(TierConfig::new(url.clone()));
+    let wal = Wal::open_with(dir.path(), tier()).unwrap();
+    // One delta per flush: the commit of version 100 writes the first checkpoint.
+    let mut next = 0;
+    while faults.hits(None) == 0 {
+        assert!(
+            deltas(bucket.path()).len() <= 101,
+            "no checkpoint was written"
+        );
+        append(&wal, "c", next, 1);
+        next += 1;
+        wal.tier_flush(WAIT).unwrap();
+    }
+    // The commit stands; the status says its checkpoint did not, until a round succeeds.
+    let status = wal.tier_status().unwrap().unwrap();
+    let reported = status.last_error.clone().unwrap_or_default();
+    assert!(reported.contains("checkpoint"), "{status:?}");
+    assert!(status.retries >= 1, "{status:?}");
+    eventually("the status clears once a round succeeds", || {
+        wal.tier_status().unwrap().unwrap().last_error.is_none()
+    });
+    wal.close().unwrap();
+    BucketFaults::uninstall(&url);
+    let manifest = bucket.path().join("_tidelog");
+    assert!(!manifest.join("last_checkpoint").exists());
+    assert!(
+        !manifest
+            .join("checkpoint")
+            .join(format!("{:020}.checkpoint", 100))
+            .exists()
+    );
+
+    // Without a checkpoint an open reads every delta; nothing acknowledged is missing.
+    let wal = Wal::open_with(dir.path(), tier()).unwrap();
+    append(&wal, "c", next, 1);
+    next += 1;
+    wal.tier_flush(WAIT).unwrap();
+    assert!(wal.tier_status().unwrap().unwrap().manifest_version > 100);
+    wal.close().unwrap();
+    check_bucket(bucket.path(), "c", next);
+    let remote = RemoteLog::open(&TierConfig::new(url.clone())).unwrap();
+    for offset in 0..next {
+        assert_eq!(remote.read("c", offset).unwrap().value, value("c", offset));
+    }
 }

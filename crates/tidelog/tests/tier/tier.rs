@@ -46,7 +46,7 @@ pub(crate) struct Added {
 }
 
 /// The deltas under `bucket`, checked (magic, length, checksum), in order.
-fn deltas(bucket: &Path) -> Vec<serde_json::Value> {
+pub(crate) fn deltas(bucket: &Path) -> Vec<serde_json::Value> {
     let dir = bucket.join("_tidelog/manifest");
     if !dir.exists() {
         return Vec::new();
