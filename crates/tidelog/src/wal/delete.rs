@@ -36,7 +36,8 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
         let topic = find(state, name)?;
         match topic.slot().filter(|_| state.topics.is_shared_mode()) {
             Some(slot) => {
-                delete_locked(state, &topic, slot)?;
+                // Lined up, this handle's view holds every extent of the topic.
+                delete_locked(state, &topic, slot, false)?;
                 released(state, slot);
             }
             None => {
@@ -57,16 +58,17 @@ pub(super) fn delete_topic(state: &State, name: &str) -> Result<()> {
     state.resume_cut_short(true)?;
     let topic = find(state, name)?;
     let slot = state.follow.slot(&topic).ok_or_else(|| unknown(name))?;
-    delete_locked(state, &topic, &slot)?;
+    delete_locked(state, &topic, &slot, true)?;
     released(state, &slot);
     Ok(())
 }
 
 /// Shared mode: under `topic`'s append lock, lined up, marks its slot `deleting` (crash
 /// point `delete-begun`; from then on every process treats it as deleted, and the leader
-/// keeps the files of its marked extents) and marks every extent `Deleted`, those this
-/// handle's view lacks included. The caller releases the slot.
-fn delete_locked(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
+/// keeps the files of its marked extents) and marks every extent `Deleted`; with
+/// `whole_disk` (beside other processes) also those this handle's view lacks, found in the
+/// block slots of every data file. The caller releases the slot.
+fn delete_locked(state: &State, topic: &Topic, slot: &TopicSlot, whole_disk: bool) -> Result<()> {
     let _lock = slot.lock(SHARED_LOCK_WAIT)?;
     follow::check_live(state, topic, slot)?;
     follow::line_up(state, topic, slot)?;
@@ -78,7 +80,10 @@ fn delete_locked(state: &State, topic: &Topic, slot: &TopicSlot) -> Result<()> {
     slot.mark_deleting();
     crate::process::crash_point("delete-begun");
     retire_all(state, topic, true)?;
-    mark_on_disk(state, topic.id)
+    if whole_disk {
+        mark_on_disk(state, topic.id)?;
+    }
+    Ok(())
 }
 
 /// Beside other processes, under the publish turn: finishes the deletions whose process
