@@ -71,6 +71,8 @@ pub(super) fn upload_loop(state: &State) {
             return;
         }
         let failures_before = tier.failures();
+        // Whether this round sent requests: only such a round tells a failure is over.
+        let mut requested = true;
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
             let ingest_due = looks.due();
@@ -95,6 +97,7 @@ pub(super) fn upload_loop(state: &State) {
             refreshed = result.is_ok().then(Instant::now);
             result
         } else {
+            requested = false;
             Ok(())
         };
         // Every step that failed runs again the next round (the uploading handle's sweep
@@ -102,7 +105,9 @@ pub(super) fn upload_loop(state: &State) {
         // error means the failure is over.
         retry = match result {
             Ok(()) => {
-                tier.note_success(failures_before);
+                if requested {
+                    tier.note_success(failures_before);
+                }
                 None
             }
             Err(Error::Fenced { .. }) => None,
