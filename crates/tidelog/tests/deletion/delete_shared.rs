@@ -255,6 +255,7 @@ fn a_deleter_killed_after_its_first_extent_mark_is_finished_by_the_leader() {
 /// `crash/delete_kill9.rs`).
 #[test]
 fn a_deletion_under_way_keeps_the_file_of_its_first_mark() {
+    const OTHER: &str = "x";
     let dir = tempdir();
     // The first file: the topic's first extent, then another topic's extents, deleted.
     {
@@ -263,12 +264,12 @@ fn a_deletion_under_way_keeps_the_file_of_its_first_mark() {
             wal.append(TOPIC, &value(TOPIC, i)).unwrap();
         }
         for i in 0..3000 {
-            wal.append(KEPT, &value(KEPT, i)).unwrap();
+            wal.append(OTHER, &value(OTHER, i)).unwrap();
         }
         for i in 10..3000 {
             wal.append(TOPIC, &value(TOPIC, i)).unwrap();
         }
-        wal.delete_topic(KEPT).unwrap();
+        wal.delete_topic(OTHER).unwrap();
         wal.close().unwrap();
     }
     let first_file = data_files(dir.path())[0].clone();
