@@ -71,8 +71,7 @@ pub(super) fn upload_loop(state: &State) {
             return;
         }
         let failures_before = tier.failures();
-        // Whether this round sent requests: only such a round tells a failure is over.
-        let mut requested = true;
+        // `None`: a round that sent no request, which tells nothing of a failure.
         let result = if tier.is_uploading() {
             let sweep_due = swept.is_none_or(|t| t.elapsed() >= sweep_every);
             let ingest_due = looks.due();
@@ -81,37 +80,36 @@ pub(super) fn upload_loop(state: &State) {
                 sweep: sweep_due.then_some(delete_delay),
                 ingest: ingest_due,
             };
-            housekeeping(state, &tier, &rounds, &mut tails).map(|looked| {
-                if sweep_due {
-                    swept = Some(Instant::now());
-                }
-                if ingest_due {
-                    looks.done(looked);
-                }
-            })
+            Some(
+                housekeeping(state, &tier, &rounds, &mut tails).map(|looked| {
+                    if sweep_due {
+                        swept = Some(Instant::now());
+                    }
+                    if ingest_due {
+                        looks.done(looked);
+                    }
+                }),
+            )
         } else if tier.take_refresh_wanted()
             || refreshed.is_none_or(|t| t.elapsed() >= REFRESH_EVERY)
         {
             // A failed refresh is due again at the retry: only a refresh clears its error.
             let result = tier.refresh();
             refreshed = result.is_ok().then(Instant::now);
-            result
+            Some(result)
         } else {
-            requested = false;
-            Ok(())
+            None
         };
         // Every step that failed runs again the next round (the uploading handle's sweep
         // and ingest stay due, its upload and trim run each round): a round without an
         // error means the failure is over.
         retry = match result {
-            Ok(()) => {
-                if requested {
-                    tier.note_success(failures_before);
-                }
+            None | Some(Err(Error::Fenced { .. })) => None,
+            Some(Ok(())) => {
+                tier.note_success(failures_before);
                 None
             }
-            Err(Error::Fenced { .. }) => None,
-            Err(e) => {
+            Some(Err(e)) => {
                 tier.note_failure(&e);
                 Some(retry.map_or(RETRY_FIRST, |r| (r * 2).min(RETRY_MAX)))
             }

@@ -831,7 +831,7 @@ fn stopped_child(dir: &Path, mode: &str, point: &str, place: &str) -> std::proce
         .env("TIDELOG_CRASH_AT", format!("stop:{point}"))
         .spawn()
         .unwrap();
-    wait_until_stopped(&child, place);
+    common::wait_until_stopped(child.id(), WAIT, place);
     child
 }
 
@@ -842,12 +842,6 @@ fn resume(pid: u32) {
         .status()
         .unwrap();
     assert!(status.success());
-}
-
-/// Waits until `child` stopped itself at a `stop:` crash point (`place` says where, for the
-/// failure message).
-fn wait_until_stopped(child: &std::process::Child, place: &str) {
-    common::wait_until_stopped(child.id(), WAIT, place);
 }
 
 #[test]

@@ -5,6 +5,7 @@
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tidelog::tier_faults::{BucketFault, BucketFaults, requests};
@@ -136,17 +137,42 @@ fn retention_life(dir: &Path, bucket: &Path) {
     wal.close().unwrap();
 }
 
+/// A fresh directory and `file://` bucket, with an empty fault plan installed for the
+/// bucket's URL until this is dropped.
+struct Planned {
+    dir: tempfile::TempDir,
+    bucket: tempfile::TempDir,
+    url: String,
+    faults: Arc<BucketFaults>,
+}
+
+impl Planned {
+    fn new() -> Planned {
+        let bucket = tempdir();
+        let url = file_url(bucket.path());
+        let faults = BucketFaults::install(&url);
+        Planned {
+            dir: tempdir(),
+            bucket,
+            url,
+            faults,
+        }
+    }
+}
+
+impl Drop for Planned {
+    fn drop(&mut self) {
+        BucketFaults::uninstall(&self.url);
+    }
+}
+
 /// Runs `life` in fresh directories with `arm` applied to the URL's plan; returns the
 /// plan's requests and faults.
 fn faulted_life(life: fn(&Path, &Path), arm: impl FnOnce(&BucketFaults)) -> (u64, u64) {
-    let dir = tempdir();
-    let bucket = tempdir();
-    let url = file_url(bucket.path());
-    let faults = BucketFaults::install(&url);
-    arm(&faults);
-    life(dir.path(), bucket.path());
-    BucketFaults::uninstall(&url);
-    (faults.calls(None), faults.hits(None))
+    let p = Planned::new();
+    arm(&p.faults);
+    life(p.dir.path(), p.bucket.path());
+    (p.faults.calls(None), p.faults.hits(None))
 }
 
 /// The requests to fault out of `calls`: all with `TIDELOG_SWEEP=full`; else the first
@@ -195,12 +221,9 @@ fn each_request_of_retention_failing_or_losing_its_answer_keeps_what_the_manifes
 
 #[test]
 fn every_put_failing_a_while_then_healing_uploads_everything() {
-    let dir = tempdir();
-    let bucket = tempdir();
-    let url = file_url(bucket.path());
-    let faults = BucketFaults::install(&url);
-    let tier = TierConfig::new(url.clone());
-    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    let p = Planned::new();
+    let faults = &p.faults;
+    let wal = Wal::open_with(p.dir.path(), config(TierConfig::new(p.url.clone()))).unwrap();
     faults.arm_always(Some(requests::PUT), None, BucketFault::Lost);
     append(&wal, "a", 0, 300);
     assert!(matches!(
@@ -214,34 +237,27 @@ fn every_put_failing_a_while_then_healing_uploads_everything() {
     assert_eq!(wal.read("a", 0).unwrap().value(), value("a", 0));
     faults.disarm_all();
     wal.tier_flush(WAIT).unwrap();
-    check_bucket(bucket.path(), "a", 300);
+    check_bucket(p.bucket.path(), "a", 300);
     wal.close().unwrap();
-    BucketFaults::uninstall(&url);
 }
 
 #[test]
 fn slow_requests_delay_uploads_and_lose_nothing() {
-    let dir = tempdir();
-    let bucket = tempdir();
-    let url = file_url(bucket.path());
-    let faults = BucketFaults::install(&url);
-    faults.arm_always(None, None, BucketFault::Delay(Duration::from_millis(30)));
-    let tier = TierConfig::new(url.clone());
-    let wal = Wal::open_with(dir.path(), config(tier)).unwrap();
+    let p = Planned::new();
+    p.faults
+        .arm_always(None, None, BucketFault::Delay(Duration::from_millis(30)));
+    let wal = Wal::open_with(p.dir.path(), config(TierConfig::new(p.url.clone()))).unwrap();
     append(&wal, "a", 0, 300);
     wal.tier_flush(WAIT).unwrap();
-    check_bucket(bucket.path(), "a", 300);
+    check_bucket(p.bucket.path(), "a", 300);
     wal.close().unwrap();
-    assert!(faults.hits(None) > 5);
-    BucketFaults::uninstall(&url);
+    assert!(p.faults.hits(None) > 5);
 }
 
 #[test]
 fn a_checkpoint_that_fails_is_reported_and_opens_read_the_deltas_instead() {
-    let dir = tempdir();
-    let bucket = tempdir();
-    let url = file_url(bucket.path());
-    let faults = BucketFaults::install(&url);
+    let p = Planned::new();
+    let (dir, bucket, url, faults) = (&p.dir, &p.bucket, &p.url, &p.faults);
     faults.arm(
         Some(requests::PUT),
         Some("checkpoint"),
@@ -270,7 +286,7 @@ fn a_checkpoint_that_fails_is_reported_and_opens_read_the_deltas_instead() {
         wal.tier_status().unwrap().unwrap().last_error.is_none()
     });
     wal.close().unwrap();
-    BucketFaults::uninstall(&url);
+    BucketFaults::uninstall(url);
     let manifest = bucket.path().join("_tidelog");
     assert!(!manifest.join("last_checkpoint").exists());
     assert!(
