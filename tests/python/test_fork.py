@@ -145,3 +145,41 @@ def test_records_read_before_fork_stay_readable_in_child(tmp_path: Path) -> None
             return 0 if bytes(rec) == b"shared mapping" else 1
 
         assert in_child(child) == 0
+
+
+def test_an_inherited_ring_refuses_every_call_in_the_child(tmp_path: Path) -> None:
+    """A `RingWal` has no workers in a forked child: each call raises `ForkedError` there
+    (none waits for ever), and dropping it writes nothing the parent owns."""
+    ring_path = tmp_path / "ring"
+    ring = tidelog.RingWal(ring_path, 1 << 20, block_bytes=64 * 1024)
+    ring.append(b"before fork").wait()
+    pending = ring.append(b"in flight")
+
+    def child() -> int:
+        calls: list[Callable[[], object]] = [
+            lambda: ring.append(b"from child"),
+            lambda: ring.flush(),
+            lambda: ring.trim(0),
+            lambda: ring.recover(),
+            lambda: pending.wait(),
+            lambda: ring.close(),
+        ]
+        for n, call in enumerate(calls):
+            try:
+                call()
+            except tidelog.ForkedError:
+                continue
+            return 40 + n
+        return 0
+
+    assert in_child(child) == 0
+    pending.wait()
+    ring.append(b"after fork").wait()
+    ring.close()
+    with tidelog.RingWal(ring_path) as again:
+        assert again.recovery.clean_shutdown
+        assert [bytes(v) for _, v in again.recover()] == [
+            b"before fork",
+            b"in flight",
+            b"after fork",
+        ]

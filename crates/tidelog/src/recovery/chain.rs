@@ -386,17 +386,21 @@ impl Recovery<'_> {
         Ok(true)
     }
 
-    /// The records of extent `f` a read-only handle may read up to the next extent although
-    /// the writer reported no end for it: the writers left it for the next one and published
-    /// past that (a roll the shared state file no longer lists), or a later extent claims
-    /// durable records, which were published after every record of this one (in shared mode
-    /// a process may sync a later extent before another's progress slot claims an earlier
-    /// one). `None` otherwise, and for the writer.
+    /// The records of extent `f` a read-only handle may read up to the next extent, past
+    /// the end the writer reported for it (if any): the writers left it for the next one
+    /// and published past that (a roll the shared state file no longer lists; only for an
+    /// extent without a reported end, since a reported end and next offset are of one
+    /// moment), or a later extent claims durable records, which were published after every
+    /// record of this one. The slots are read after the reported ends, so a writer may have
+    /// filled this extent, rolled and synced in between; and in shared mode a process may
+    /// sync a later extent before another's progress slot claims an earlier one. `None`
+    /// otherwise, and for the writer.
     fn left_published(&self, f: &Found, next: Option<Next>, reported_end: u64) -> Option<u64> {
         let next = next?;
         let published = self.published.next.get(&f.id.topic_id).copied();
-        let passed = published.is_some_and(|p| p >= next.first) || next.durable_after;
-        (!self.writable && reported_end == 0 && passed && next.first > f.id.first_offset)
+        let rolled = reported_end == 0 && published.is_some_and(|p| p >= next.first);
+        let passed = rolled || next.durable_after;
+        (!self.writable && passed && next.first > f.id.first_offset)
             .then(|| next.first - f.id.first_offset)
     }
 

@@ -214,6 +214,7 @@ impl RingWal {
     /// `offset` and everything is durable, the trim moves on to the flushed offset, so the
     /// space of the last block's tail and of padding is freed too.
     pub fn trim(&self, offset: u64) -> Result<()> {
+        self.shared.check_not_forked()?;
         let mut hs = self.header.lock().recover();
         let (offset, block) = {
             let st = self.shared.lock();
@@ -277,6 +278,7 @@ impl RingWal {
     /// Reads back every live record, `(offset, body)`, from the trim offset up to the
     /// flushed offset as of this call. Each record is validated again as it is read.
     pub fn recover(&self) -> Result<RecoverIter> {
+        self.shared.check_not_forked()?;
         let (trim_offset, trim_block) = {
             let st = self.shared.lock();
             if st.closing {
@@ -346,14 +348,20 @@ impl RingWal {
     pub fn path(&self) -> &Path {
         &self.shared.dev.path
     }
-    /// True after [`RingWal::close`].
+    /// True after [`RingWal::close`] (false in a forked child, which cannot close it).
     pub fn is_closed(&self) -> bool {
-        self.shared.lock().closing
+        !self.shared.is_forked() && self.shared.lock().closing
     }
 
     /// Writes every appended record, stops the workers and records a clean shutdown.
     /// Idempotent. Fails if a write failed (the header then still says unclean).
+    ///
+    /// Every call on a ring inherited across `fork` fails with
+    /// [`Error::Forked`](crate::Error::Forked) in the child, and dropping it there writes
+    /// nothing and joins no thread: the parent's workers, header and records stay the
+    /// parent's.
     pub fn close(&self) -> Result<()> {
+        self.shared.check_not_forked()?;
         let mut hs = self.header.lock().recover();
         let first = self.shared.begin_close();
         let workers = std::mem::take(&mut *self.workers.lock().recover());
@@ -384,6 +392,12 @@ impl RingWal {
 
 impl Drop for RingWal {
     fn drop(&mut self) {
+        if self.shared.is_forked() {
+            // The handles name the parent's threads: neither join nor detach them.
+            let workers = self.workers.get_mut().unwrap_or_else(|p| p.into_inner());
+            std::mem::forget(std::mem::take(workers));
+            return;
+        }
         let _ = self.close();
     }
 }

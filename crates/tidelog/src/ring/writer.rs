@@ -21,6 +21,7 @@ use super::format::{
 use crate::dio::AlignedBuf;
 use crate::error::{Error, Result};
 use crate::poison::Recover;
+use crate::status::Status as Opener;
 use crate::uring::{Uring, Waker};
 use std::os::fd::RawFd;
 
@@ -56,6 +57,9 @@ pub(crate) struct Shared {
     done_cv: Condvar,
     /// Wakes the io_uring worker out of the kernel (threads wait on `work_cv` only).
     waker: Option<Waker>,
+    /// The opening process: a forked child has none of the workers, and its copies of the
+    /// locks may be frozen mid-critical-section, so it takes none of them.
+    opener: Opener,
 }
 
 /// The first failed write: nothing at or past `at` is durable.
@@ -266,7 +270,18 @@ impl Shared {
             done_lock: Mutex::new(()),
             done_cv: Condvar::new(),
             waker,
+            opener: Opener::new(false),
         }
+    }
+
+    /// [`Error::Forked`] in a process forked after the ring was opened.
+    pub fn check_not_forked(&self) -> Result<()> {
+        self.opener.check_not_forked()
+    }
+
+    /// True in a process forked after the ring was opened.
+    pub fn is_forked(&self) -> bool {
+        self.opener.is_forked()
     }
 
     /// Tells the workers there is work: a sealed block, a block whose timer started, a close.
@@ -334,6 +349,7 @@ impl Shared {
     /// Waits for a free block buffer up to [`BUFFER_WAIT`] (or `space_wait`, if longer), then
     /// fails with [`Error::RingFull`] too.
     pub fn append(&self, data: &[u8], space_wait: Option<Duration>) -> Result<(u64, u64)> {
+        self.check_not_forked()?;
         if data.len() > self.max_record_bytes {
             return Err(Error::limit(
                 "max_record_bytes",
@@ -440,6 +456,7 @@ impl Shared {
 
     /// Seals the open block and returns the offset everything appended so far ends at.
     pub fn seal_for_flush(&self) -> Result<u64> {
+        self.check_not_forked()?;
         let mut st = self.lock();
         self.check_open(&st)?;
         if st.cur.is_some() {
@@ -451,6 +468,8 @@ impl Shared {
 
     /// Waits until everything below `end` is durable, or `deadline` passes (`Ok(None)`).
     pub fn wait_durable(&self, end: u64, deadline: Option<Instant>) -> Result<Option<u64>> {
+        // A forked child has no worker that could make anything durable.
+        self.check_not_forked()?;
         loop {
             let d = self.durable();
             if d >= end {

@@ -6,8 +6,12 @@
 use crate::common;
 use tidelog::{Error, Wal};
 
+/// Longest a forked child may run: one that waits for the parent's threads hangs.
+const CHILD_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
+
 /// Forks; the child runs `child` and exits with its return value (never unwinding into the
-/// test harness); the parent gets the child's exit status.
+/// test harness); the parent gets the child's exit status, or fails the test when the child
+/// hangs.
 fn in_child(child: impl FnOnce() -> i32) -> i32 {
     #[expect(unsafe_code, reason = "fork has no safe wrapper")]
     // SAFETY: the child only runs `child`, which touches the Wal and exits with `_exit`
@@ -23,10 +27,30 @@ fn in_child(child: impl FnOnce() -> i32) -> i32 {
         };
     }
     let mut status = 0;
-    #[expect(unsafe_code, reason = "waitpid has no safe wrapper")]
-    // SAFETY: `status` is a valid out-pointer and `pid` is our own child.
-    let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
-    assert_eq!(waited, pid);
+    let deadline = std::time::Instant::now() + CHILD_WAIT;
+    loop {
+        #[expect(unsafe_code, reason = "waitpid has no safe wrapper")]
+        // SAFETY: `status` is a valid out-pointer and `pid` is our own child.
+        let waited = unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) };
+        if waited == pid {
+            break;
+        }
+        assert_eq!(waited, 0, "waitpid failed");
+        if std::time::Instant::now() >= deadline {
+            #[expect(unsafe_code, reason = "kill has no safe wrapper")]
+            // SAFETY: kill takes no pointers; `pid` is our own child.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL)
+            };
+            #[expect(unsafe_code, reason = "waitpid has no safe wrapper")]
+            // SAFETY: `status` is a valid out-pointer and `pid` is our own child.
+            unsafe {
+                libc::waitpid(pid, &mut status, 0)
+            };
+            panic!("the forked child hung");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
     assert!(
         libc::WIFEXITED(status),
         "child did not exit normally: {status}"
@@ -92,4 +116,54 @@ fn a_handle_opened_in_the_child_works() {
     assert_eq!(code, 0);
     let wal = Wal::open_with(dir.path(), common::small()).unwrap();
     assert_eq!(wal.read("t", 0).unwrap().value(), b"child");
+}
+
+#[test]
+fn an_inherited_ring_fails_in_the_child_and_the_parent_carries_on() {
+    let dir = common::tempdir();
+    let path = dir.path().join("ring");
+    let ring = tidelog::RingWal::open(&path, common::ring_config()).unwrap();
+    let first = ring.append(b"before fork").unwrap();
+    first.wait().unwrap();
+    // An append the parent has not made durable yet when it forks.
+    let pending = ring.append(b"in flight").unwrap();
+    let mut handles = Some((ring, pending));
+
+    let code = in_child(|| {
+        let (ring, pending) = handles.take().unwrap();
+        let parent = std::os::unix::process::parent_id();
+        let forked = |e: &Error| matches!(e, Error::Forked { opener_pid } if *opener_pid == parent);
+        let checks = [
+            ring.append(b"from child").err().is_some_and(|e| forked(&e)),
+            ring.flush().err().is_some_and(|e| forked(&e)),
+            ring.trim(0).err().is_some_and(|e| forked(&e)),
+            ring.recover().err().is_some_and(|e| forked(&e)),
+            // No worker here could make it durable: the wait must not start.
+            pending.wait().err().is_some_and(|e| forked(&e)),
+            ring.close().err().is_some_and(|e| forked(&e)),
+            !ring.is_closed(),
+        ];
+        // Dropping the inherited ring must neither join the parent's workers nor write the
+        // ring's header.
+        drop(pending);
+        drop(ring);
+        let failed = checks.iter().filter(|ok| !**ok).count();
+        i32::try_from(failed).unwrap()
+    });
+    assert_eq!(code, 0, "{code} checks failed in the child");
+
+    let (ring, pending) = handles.take().unwrap();
+    pending.wait().unwrap();
+    ring.append(b"after fork").unwrap().wait().unwrap();
+    ring.close().unwrap();
+    let ring = tidelog::RingWal::open(&path, common::ring_config()).unwrap();
+    assert!(ring.recovery_report().clean_shutdown);
+    let values: Vec<Vec<u8>> = common::ring_records(&ring)
+        .into_iter()
+        .map(|(_, v)| v)
+        .collect();
+    assert_eq!(
+        values,
+        [&b"before fork"[..], b"in flight", b"after fork"].map(<[u8]>::to_vec)
+    );
 }

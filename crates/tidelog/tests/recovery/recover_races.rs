@@ -90,3 +90,70 @@ fn a_read_only_open_that_races_retirement_starts_at_the_first_extent_kept() {
     }
     assert_eq!(offset, 600);
 }
+
+/// Block the writer rolls to in the refresh test: its slots are read after the slot of
+/// extent 0, whose records the refresh took as published before the roll.
+const ROLLED_TO: u64 = 1;
+
+/// Goal: a read-only refresh reads the ends the writer reported, then the extents' slots.
+/// When the writer fills the reported tail extent, rolls and flushes between those two
+/// reads, the refresh holds an end of that extent from before the roll, next to a later
+/// extent that claims durable records. Every record of the earlier extent was published
+/// before those, so the refresh reads it whole, and reports no gap.
+///
+/// Method: a read hook lets the writer (in this process) fill extent 0, roll to the next
+/// block and flush, at the moment the refresh reads that next block's slots.
+#[test]
+fn a_refresh_that_races_a_roll_and_a_flush_reads_the_extent_rolled_from_whole() {
+    let dir = tempdir();
+    // No periodic flush: extent 0's progress slot keeps its first claim until the hook's.
+    let config = geometry(16, BLOCK).sync_interval_ms(3_600_000);
+    let wal = Arc::new(Wal::open_with(dir.path(), config.clone()).unwrap());
+    let value = vec![3u8; 1000];
+    for _ in 0..10 {
+        wal.append("t", &value).unwrap();
+    }
+    let armed = Arc::new(AtomicBool::new(false));
+    let fired = Arc::new(AtomicBool::new(false));
+    let storage = {
+        let (wal, armed, fired, value) = (
+            Arc::clone(&wal),
+            Arc::clone(&armed),
+            Arc::clone(&fired),
+            value.clone(),
+        );
+        GateStorage::on_read(Box::new(move |path, offset| {
+            let slots = format::FILE_HEADER_BYTES + ROLLED_TO * BLOCK;
+            if path.file_name() == Some(format!("{:020}.tdl", 0).as_ref())
+                && offset == slots
+                && armed.load(Ordering::Acquire)
+                && !fired.swap(true, Ordering::AcqRel)
+            {
+                while wal.topic_info("t").unwrap().extents < 2 {
+                    wal.append("t", &value).unwrap();
+                }
+                for _ in 0..5 {
+                    wal.append("t", &value).unwrap();
+                }
+                wal.flush().unwrap();
+            }
+        }))
+    };
+    let ro = Wal::open_read_only_with_storage(dir.path(), config, Arc::new(storage)).unwrap();
+    assert_eq!(ro.topic_info("t").unwrap().next_offset, 10);
+    armed.store(true, Ordering::Release);
+    ro.refresh().unwrap();
+    assert!(fired.load(Ordering::Acquire), "the refresh read the slots");
+    ro.refresh().unwrap();
+    let next = wal.topic_info("t").unwrap().next_offset;
+    assert_eq!(ro.topic_info("t").unwrap().next_offset, next);
+    let mut reader = ro
+        .reader_with("t", ReaderOptions::default().start(StartPosition::Earliest))
+        .unwrap();
+    let mut offset = 0;
+    while let Some(rec) = reader.next().unwrap() {
+        assert_eq!((rec.offset, rec.value), (offset, &value[..]));
+        offset += 1;
+    }
+    assert_eq!(offset, next);
+}
