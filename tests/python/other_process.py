@@ -3,9 +3,12 @@ the state machine's other handle, as a real process (which the test may SIGKILL)
 
 from __future__ import annotations
 
+import faulthandler
 import multiprocessing as mp
 import os
 import signal
+import time
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -18,7 +21,9 @@ WAIT_S = 30.0
 
 def serve(conn: Any, path: str) -> None:
     """The child: opens `path` and runs each command it receives, replying `("ok", result)`
-    or `("err", exception class name)`, until `close` or the pipe closes."""
+    or `("err", exception class name)`, until `close` or the pipe closes. SIGUSR1 prints
+    its Python threads' stacks to stderr (the test's captured output)."""
+    faulthandler.register(signal.SIGUSR1, all_threads=True)
     wal = open_small(path, fsync="never")
     conn.send(("ok", None))
     while True:
@@ -74,11 +79,32 @@ class OtherProcess:
 
     def call_result(self) -> Any:
         if not self.conn.poll(WAIT_S):
-            raise TimeoutError("the other process did not answer")
+            raise TimeoutError(f"the other process did not answer: {self.hung()}")
         status, result = self.conn.recv()
         if status == "err":
             raise getattr(tidelog, result)(f"raised in the other process: {result}")
         return result
+
+    def hung(self) -> str:
+        """What a child that does not answer is doing: its Python stacks go to stderr, and
+        each thread's kernel wait is returned. Then it is killed, so the locks it holds go
+        with it and later steps do not wait for them too."""
+        pid = self.process.pid
+        assert pid is not None
+        threads = []
+        try:
+            os.kill(pid, signal.SIGUSR1)
+            time.sleep(0.5)
+            for task in sorted(Path(f"/proc/{pid}/task").iterdir()):
+                name = (task / "comm").read_text().strip()
+                wchan = (task / "wchan").read_text().strip()
+                call = (task / "syscall").read_text().split(" ")[0]
+                threads.append(f"{name} (wait {wchan or '-'}, syscall {call})")
+        except OSError as e:
+            threads.append(f"not readable: {e}")
+        os.kill(pid, signal.SIGKILL)
+        self.process.join(WAIT_S)
+        return "; ".join(threads)
 
     def call(self, command: str, *args: Any) -> Any:
         self.conn.send((command, args))
