@@ -404,9 +404,12 @@ def test_kill_9_among_appenders_loses_no_acknowledged_record(tmp_path: Path) -> 
         assert read_topic(wal, "c") == records
 
 
-def fork_then_append(path: str) -> None:
-    """Child: opens `path`, forks a grandchild that only sleeps (it inherits this process's
-    descriptors), then appends until its crash point kills it holding the topic's lock."""
+def fork_then_append(path: str, others: int) -> None:
+    """Child: holds `others` other directories open, opens `path`, forks a grandchild that
+    only sleeps (it inherits this process's descriptors), then appends until its crash point
+    kills it holding the topic's lock."""
+    held = [tidelog.open(f"{path}-others/{i}") for i in range(others)]
+    assert len(held) == others
     with tidelog.open(path) as wal:
         wal.append("f", b"child")
         pid = os.fork()
@@ -419,9 +422,11 @@ def fork_then_append(path: str) -> None:
             wal.append("f", b"child")
 
 
-def test_a_forked_grandchild_does_not_keep_a_dead_holder_alive(tmp_path: Path) -> None:
+@pytest.mark.parametrize("others", [0, 40])
+def test_a_forked_grandchild_does_not_keep_a_dead_holder_alive(tmp_path: Path, others: int) -> None:
     """The fork handler detaches a child's copies of the lock descriptors: a process killed
-    holding a topic's lock is seen dead although a process it forked lives on."""
+    holding a topic's lock is seen dead although a process it forked lives on, also when
+    that process held many other directories open (each handle's descriptors count)."""
     import signal
 
     ctx = mp.get_context("spawn")
@@ -429,7 +434,7 @@ def test_a_forked_grandchild_does_not_keep_a_dead_holder_alive(tmp_path: Path) -
         wal.append("f", b"parent")
         os.environ["TIDELOG_CRASH_AT"] = "kill:append-locked:20"
         try:
-            p = ctx.Process(target=fork_then_append, args=(str(tmp_path),))
+            p = ctx.Process(target=fork_then_append, args=(str(tmp_path), others))
             p.start()
         finally:
             del os.environ["TIDELOG_CRASH_AT"]

@@ -14,8 +14,9 @@ static REGISTER: Once = Once::new();
 
 /// Descriptors a child must not keep: those holding a shared-mode handle's byte locks (its
 /// liveness). A child keeping them would keep the parent "alive" to other processes after
-/// its death, so a lock the parent died holding would never be taken over.
-const LOCK_FDS: usize = 64;
+/// its death, so a lock the parent died holding would never be taken over. A shared-mode
+/// handle registers two, so 512 such handles open at once in one process are covered.
+const LOCK_FDS: usize = 1024;
 static LOCK_FD: [AtomicI32; LOCK_FDS] = [const { AtomicI32::new(-1) }; LOCK_FDS];
 
 extern "C" fn on_fork_child() {

@@ -1,5 +1,6 @@
 //! Whether a handle may still be used: not closed, not inherited across `fork`, and, for
-//! writes, not read-only. Shared by the `Wal` and every writer and reader made from it.
+//! writes, not read-only. Shared by the `Wal` and every writer and reader made from it; a
+//! `RingWal` keeps one for its fork check.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 

@@ -21,6 +21,8 @@ pub(super) struct Recovery<'a> {
     pub(super) interval: u64,
     /// Read-ahead hints for the scans' records.
     pub(super) ahead: std::sync::Mutex<Ahead<'a>>,
+    /// Set when an extent that claims durable records follows a gap (see `recover`).
+    pub(super) gap: &'a std::sync::atomic::AtomicBool,
 }
 
 /// Where the extent after the one being placed starts, and whether any later extent
@@ -237,17 +239,22 @@ impl Recovery<'_> {
         block: &Extent,
         report: &mut RecoveryReport,
     ) -> Result<()> {
-        let durable_claim = f.progress.map_or(0, |p| p.record_count);
-        if durable_claim > 0
-            && f.progress
-                .is_some_and(|p| p.durable_end > format::BLOCK_HEADER_BYTES)
+        if let Some(p) = f.progress
+            && p.record_count > 0
+            && p.durable_end > format::BLOCK_HEADER_BYTES
         {
-            return Err(block.corruption(
+            self.gap.store(true, std::sync::atomic::Ordering::Relaxed);
+            let expected = topic.expected.unwrap_or(f.id.first_offset);
+            let mut err = block.corruption(
                 &topic.name,
-                topic.expected.unwrap_or(f.id.first_offset),
+                expected,
                 format::BLOCK_HEADER_BYTES,
                 FrameError::WrongOffset,
-            ));
+            );
+            if let Error::Corruption { reason, .. } = &mut err {
+                *reason = gap_reason(topic, f, p, expected);
+            }
+            return Err(err);
         }
         topic.dropping = true;
         report.dropped_extents += 1;
@@ -473,6 +480,32 @@ impl Recovery<'_> {
             topic.unsynced.push(Arc::clone(block));
         }
     }
+}
+
+/// Why extent `f`, which claims the durable records of `p`, cannot follow the extents placed
+/// in `topic` (they end at offset `expected`): what each side holds, so a report tells an
+/// extent read short from one that is missing.
+fn gap_reason(topic: &TopicChain, f: &Found, p: Progress, expected: u64) -> String {
+    let before = match topic.chain.last() {
+        Some(last) => {
+            let (records, end) = last.published();
+            format!(
+                "the extent before it (file {}, block {}) starts at offset {} and holds {records} \
+                 records up to byte {end}",
+                last.file.seq, last.block_index, last.first_offset
+            )
+        }
+        None => "no extent comes before it".to_owned(),
+    };
+    format!(
+        "{}: the extent at file {}, block {} starts at offset {} and claims {} durable records, \
+         but the topic's records before it end at offset {expected}; {before}",
+        FrameError::WrongOffset.describe(),
+        f.file.seq,
+        f.id.block_index,
+        f.id.first_offset,
+        p.record_count,
+    )
 }
 
 /// True when extent `f` claims no durable record and its first frame is not a record of

@@ -10,6 +10,7 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -233,6 +234,52 @@ pub fn recover(
     published: &Published,
     scope: Scope,
 ) -> Result<Recovered> {
+    // A recovery that does not repair reads while writers hand out, fill, roll and sync
+    // extents: a block it read blank may hold an extent by the time it reads a later one
+    // that claims durable records, which looks like a gap. Such a gap is read again (damage
+    // stays, and is reported at the last read).
+    let mut reads = 1;
+    loop {
+        let gap = AtomicBool::new(false);
+        let result = recover_once(
+            dir,
+            config,
+            storage,
+            writable,
+            known_files,
+            known,
+            published,
+            scope,
+            &gap,
+        );
+        if result.is_ok() || writable || !gap.load(Ordering::Relaxed) || reads >= GAP_READS {
+            return result;
+        }
+        reads += 1;
+    }
+}
+
+/// How many times a recovery that does not repair reads the directory while it finds a
+/// durable extent after a gap (see [`recover`]).
+const GAP_READS: u32 = 4;
+
+/// One read of the directory (see [`recover`]); sets `gap` when an extent that claims
+/// durable records followed a gap in its topic's offsets.
+#[expect(
+    clippy::too_many_arguments,
+    reason = "what a recovery reuses and covers, each from its caller's state"
+)]
+fn recover_once(
+    dir: &Path,
+    config: &Config,
+    storage: &dyn Storage,
+    writable: bool,
+    known_files: &BTreeMap<u64, Arc<DataFile>>,
+    known: &Known,
+    published: &Published,
+    scope: Scope,
+    gap: &AtomicBool,
+) -> Result<Recovered> {
     let mut out = Recovered::default();
     let (listed, unfinished) = list_files(storage, dir)?;
     if writable {
@@ -270,6 +317,7 @@ pub fn recover(
         interval: config.index_interval_bytes,
         track_unsynced: map_writable,
         ahead: std::sync::Mutex::new(ahead),
+        gap,
     };
     let threads = config.effective_recovery_threads();
     let topics: Vec<_> = std::mem::take(&mut grouped.by_topic).into_iter().collect();

@@ -223,3 +223,65 @@ fn frames_in_first_extent(dir: &Path) -> u64 {
     assert!(p.durable_end > format::BLOCK_HEADER_BYTES);
     p.record_count
 }
+
+/// Goal: an extent that claims durable records after a gap in its topic's offsets (here the
+/// extent before it lost its slots) is corruption, and the report says what each side of the
+/// gap holds: where the extent starts and how many durable records it claims, and where the
+/// records before it end.
+#[test]
+fn an_extent_after_a_gap_is_reported_with_both_sides_of_the_gap() {
+    let dir = tempdir();
+    let block = 64 * 1024;
+    let wal = Wal::open_with(dir.path(), geometry(16, block).exclusive(true)).unwrap();
+    for i in 0..SEALED_COUNT {
+        wal.append(TOPIC, &value(i, SEALED_VALUE)).unwrap();
+    }
+    wal.flush().unwrap();
+    wal.close().unwrap();
+    let found = extents(dir.path());
+    assert!(found.len() >= 3, "{} extents", found.len());
+    let (first, lost, after) = (&found[0], &found[1], &found[2]);
+    // The middle extent's identity and progress slots, blank: a block never handed out.
+    let file = std::fs::OpenOptions::new()
+        .write(true)
+        .open(&lost.file)
+        .unwrap();
+    std::os::unix::fs::FileExt::write_all_at(
+        &file,
+        &[0u8; format::BLOCK_HEADER_BYTES as usize],
+        lost.start,
+    )
+    .unwrap();
+    drop(file);
+
+    let err = Wal::open_with(dir.path(), geometry(16, block).exclusive(true)).unwrap_err();
+    let Error::Corruption {
+        topic,
+        offset,
+        reason,
+        ..
+    } = err
+    else {
+        panic!("expected corruption, got {err:?}");
+    };
+    assert_eq!(topic, TOPIC);
+    assert_eq!(offset, lost.id.first_offset, "{reason}");
+    let block_of = |e: &crate::common::ExtentLoc| (e.start - format::FILE_HEADER_BYTES) / block;
+    let claimed = after.progress.unwrap().record_count;
+    for part in [
+        "record offset out of sequence".to_owned(),
+        format!(
+            "block {} starts at offset {} and claims {claimed} durable records",
+            block_of(after),
+            after.id.first_offset
+        ),
+        format!("end at offset {}", lost.id.first_offset),
+        format!(
+            "the extent before it (file 0, block {}) starts at offset {}",
+            block_of(first),
+            first.id.first_offset
+        ),
+    ] {
+        assert!(reason.contains(&part), "{part:?} not in {reason:?}");
+    }
+}

@@ -157,3 +157,67 @@ fn a_refresh_that_races_a_roll_and_a_flush_reads_the_extent_rolled_from_whole() 
     }
     assert_eq!(offset, next);
 }
+
+/// Goal: a read-only refresh that reads a block before the writer hands it out, and the
+/// block after it once the writer filled the first, rolled to the second and flushed, sees
+/// a gap before an extent that claims durable records. That is the directory changing under
+/// the read, not damage: the refresh reads the directory again and finds every record.
+///
+/// Method: a read hook lets the writer fill extent 0 and the extent it rolls to at block 1,
+/// roll again to block 2 and flush, at the moment the refresh reads block 2's slots (block
+/// 1's it read blank).
+#[test]
+fn a_refresh_that_read_a_block_before_its_allocation_reads_the_directory_again() {
+    let dir = tempdir();
+    let config = geometry(16, BLOCK).sync_interval_ms(3_600_000);
+    let wal = Arc::new(Wal::open_with(dir.path(), config.clone()).unwrap());
+    let value = vec![5u8; 1000];
+    for _ in 0..10 {
+        wal.append("t", &value).unwrap();
+    }
+    let armed = Arc::new(AtomicBool::new(false));
+    let fired = Arc::new(AtomicBool::new(false));
+    let storage = {
+        let (wal, armed, fired, value) = (
+            Arc::clone(&wal),
+            Arc::clone(&armed),
+            Arc::clone(&fired),
+            value.clone(),
+        );
+        GateStorage::on_read(Box::new(move |path, offset| {
+            let slots = format::FILE_HEADER_BYTES + 2 * BLOCK;
+            if path.file_name() == Some(format!("{:020}.tdl", 0).as_ref())
+                && offset == slots
+                && armed.load(Ordering::Acquire)
+                && !fired.swap(true, Ordering::AcqRel)
+            {
+                while wal.topic_info("t").unwrap().extents < 3 {
+                    wal.append("t", &value).unwrap();
+                }
+                for _ in 0..5 {
+                    wal.append("t", &value).unwrap();
+                }
+                wal.flush().unwrap();
+            }
+        }))
+    };
+    let ro = Wal::open_read_only_with_storage(dir.path(), config, Arc::new(storage)).unwrap();
+    assert_eq!(ro.topic_info("t").unwrap().extents, 1);
+    armed.store(true, Ordering::Release);
+    ro.refresh().unwrap();
+    assert!(
+        fired.load(Ordering::Acquire),
+        "the refresh read block 2's slots"
+    );
+    let next = wal.topic_info("t").unwrap().next_offset;
+    assert_eq!(ro.topic_info("t").unwrap().next_offset, next);
+    let mut reader = ro
+        .reader_with("t", ReaderOptions::default().start(StartPosition::Earliest))
+        .unwrap();
+    let mut offset = 0;
+    while let Some(rec) = reader.next().unwrap() {
+        assert_eq!((rec.offset, rec.value), (offset, &value[..]));
+        offset += 1;
+    }
+    assert_eq!(offset, next);
+}
