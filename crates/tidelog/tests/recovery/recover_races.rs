@@ -91,22 +91,39 @@ fn a_read_only_open_that_races_retirement_starts_at_the_first_extent_kept() {
     assert_eq!(offset, 600);
 }
 
-/// Block the writer rolls to in the refresh test: its slots are read after the slot of
-/// extent 0, whose records the refresh took as published before the roll.
-const ROLLED_TO: u64 = 1;
-
 /// Goal: a read-only refresh reads the ends the writer reported, then the extents' slots.
 /// When the writer fills the reported tail extent, rolls and flushes between those two
 /// reads, the refresh holds an end of that extent from before the roll, next to a later
 /// extent that claims durable records. Every record of the earlier extent was published
 /// before those, so the refresh reads it whole, and reports no gap.
 ///
-/// Method: a read hook lets the writer (in this process) fill extent 0, roll to the next
-/// block and flush, at the moment the refresh reads that next block's slots.
+/// Method: a read hook lets the writer (in this process) fill extent 0, roll to block 1 and
+/// flush, at the moment the refresh reads block 1's slots.
 #[test]
 fn a_refresh_that_races_a_roll_and_a_flush_reads_the_extent_rolled_from_whole() {
+    refresh_while_the_writer_rolls(1);
+}
+
+/// Goal: a read-only refresh that reads a block before the writer hands it out, and the
+/// block after it once the writer filled the first, rolled to the second and flushed, sees
+/// a gap before an extent that claims durable records. That is the directory changing under
+/// the read, not damage: the refresh reads the directory again and finds every record.
+///
+/// Method: a read hook lets the writer fill extent 0 and the extent it rolls to at block 1,
+/// roll again to block 2 and flush, at the moment the refresh reads block 2's slots (block
+/// 1's it read blank).
+#[test]
+fn a_refresh_that_read_a_block_before_its_allocation_reads_the_directory_again() {
+    refresh_while_the_writer_rolls(2);
+}
+
+/// A writer appends ten records to topic `t` (one extent, at block 0), a read-only handle
+/// opens, then refreshes. When the refresh reads the slots of block `trigger`, a read hook
+/// has the writer append until its extent at that block exists, five records more, and
+/// flush. The refresh must then see every record, each whole and in order.
+fn refresh_while_the_writer_rolls(trigger: u64) {
     let dir = tempdir();
-    // No periodic flush: extent 0's progress slot keeps its first claim until the hook's.
+    // No periodic flush: the slots keep their first claims until the hook's flush.
     let config = geometry(16, BLOCK).sync_interval_ms(3_600_000);
     let wal = Arc::new(Wal::open_with(dir.path(), config.clone()).unwrap());
     let value = vec![3u8; 1000];
@@ -123,75 +140,13 @@ fn a_refresh_that_races_a_roll_and_a_flush_reads_the_extent_rolled_from_whole() 
             value.clone(),
         );
         GateStorage::on_read(Box::new(move |path, offset| {
-            let slots = format::FILE_HEADER_BYTES + ROLLED_TO * BLOCK;
+            let slots = format::FILE_HEADER_BYTES + trigger * BLOCK;
             if path.file_name() == Some(format!("{:020}.tdl", 0).as_ref())
                 && offset == slots
                 && armed.load(Ordering::Acquire)
                 && !fired.swap(true, Ordering::AcqRel)
             {
-                while wal.topic_info("t").unwrap().extents < 2 {
-                    wal.append("t", &value).unwrap();
-                }
-                for _ in 0..5 {
-                    wal.append("t", &value).unwrap();
-                }
-                wal.flush().unwrap();
-            }
-        }))
-    };
-    let ro = Wal::open_read_only_with_storage(dir.path(), config, Arc::new(storage)).unwrap();
-    assert_eq!(ro.topic_info("t").unwrap().next_offset, 10);
-    armed.store(true, Ordering::Release);
-    ro.refresh().unwrap();
-    assert!(fired.load(Ordering::Acquire), "the refresh read the slots");
-    ro.refresh().unwrap();
-    let next = wal.topic_info("t").unwrap().next_offset;
-    assert_eq!(ro.topic_info("t").unwrap().next_offset, next);
-    let mut reader = ro
-        .reader_with("t", ReaderOptions::default().start(StartPosition::Earliest))
-        .unwrap();
-    let mut offset = 0;
-    while let Some(rec) = reader.next().unwrap() {
-        assert_eq!((rec.offset, rec.value), (offset, &value[..]));
-        offset += 1;
-    }
-    assert_eq!(offset, next);
-}
-
-/// Goal: a read-only refresh that reads a block before the writer hands it out, and the
-/// block after it once the writer filled the first, rolled to the second and flushed, sees
-/// a gap before an extent that claims durable records. That is the directory changing under
-/// the read, not damage: the refresh reads the directory again and finds every record.
-///
-/// Method: a read hook lets the writer fill extent 0 and the extent it rolls to at block 1,
-/// roll again to block 2 and flush, at the moment the refresh reads block 2's slots (block
-/// 1's it read blank).
-#[test]
-fn a_refresh_that_read_a_block_before_its_allocation_reads_the_directory_again() {
-    let dir = tempdir();
-    let config = geometry(16, BLOCK).sync_interval_ms(3_600_000);
-    let wal = Arc::new(Wal::open_with(dir.path(), config.clone()).unwrap());
-    let value = vec![5u8; 1000];
-    for _ in 0..10 {
-        wal.append("t", &value).unwrap();
-    }
-    let armed = Arc::new(AtomicBool::new(false));
-    let fired = Arc::new(AtomicBool::new(false));
-    let storage = {
-        let (wal, armed, fired, value) = (
-            Arc::clone(&wal),
-            Arc::clone(&armed),
-            Arc::clone(&fired),
-            value.clone(),
-        );
-        GateStorage::on_read(Box::new(move |path, offset| {
-            let slots = format::FILE_HEADER_BYTES + 2 * BLOCK;
-            if path.file_name() == Some(format!("{:020}.tdl", 0).as_ref())
-                && offset == slots
-                && armed.load(Ordering::Acquire)
-                && !fired.swap(true, Ordering::AcqRel)
-            {
-                while wal.topic_info("t").unwrap().extents < 3 {
+                while (wal.topic_info("t").unwrap().extents as u64) <= trigger {
                     wal.append("t", &value).unwrap();
                 }
                 for _ in 0..5 {
@@ -207,7 +162,7 @@ fn a_refresh_that_read_a_block_before_its_allocation_reads_the_directory_again()
     ro.refresh().unwrap();
     assert!(
         fired.load(Ordering::Acquire),
-        "the refresh read block 2's slots"
+        "the refresh read block {trigger}'s slots"
     );
     let next = wal.topic_info("t").unwrap().next_offset;
     assert_eq!(ro.topic_info("t").unwrap().next_offset, next);
