@@ -188,17 +188,18 @@ fn picks(calls: u64) -> Vec<u64> {
 }
 
 /// Runs a life per pick with its request faulted by `fault`. Each fault fires at most
-/// once; those among the first three quarters of a fault-free life's requests must fire
-/// (lives differ by the polls their waits make, so the last ones may come too late).
+/// once, and fires whenever its life makes that request: lives differ by the polls their
+/// waits make (a slow machine polls more), so a pick may lie past the end of a faulted life.
 fn sweep(life: fn(&Path, &Path), fault: BucketFault) {
     let (calls, hits) = faulted_life(life, |_| ());
     assert_eq!(hits, 0);
     for n in picks(calls) {
-        let (_, hits) = faulted_life(life, |f| f.arm(None, None, n, fault));
+        let (made, hits) = faulted_life(life, |f| f.arm(None, None, n, fault));
         assert!(hits <= 1, "request {n}");
         assert!(
-            hits == 1 || n >= calls * 3 / 4,
-            "request {n} of {calls} never came"
+            hits == 1 || made <= n,
+            "request {n} came ({made} requests in that life, {calls} without faults) and was \
+             not faulted"
         );
     }
 }
