@@ -394,7 +394,7 @@ impl Drop for RingWal {
     fn drop(&mut self) {
         if self.shared.is_forked() {
             // The handles name the parent's threads: neither join nor detach them.
-            let workers = self.workers.get_mut().unwrap_or_else(|p| p.into_inner());
+            let workers = self.workers.get_mut().recover();
             std::mem::forget(std::mem::take(workers));
             return;
         }
