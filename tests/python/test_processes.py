@@ -516,6 +516,25 @@ def test_an_exclusive_handle_has_no_leader(tmp_path: Path) -> None:
         assert wal.leader() is None
 
 
+def test_an_open_alone_fails_on_a_foreign_lock_of_the_publish_turn(tmp_path: Path) -> None:
+    """A lock on the publish byte (byte 3 of `LOCK`) that no handle holds (here a POSIX record
+    lock of this process, which conflicts with the handles' descriptor locks) fails the open
+    alone with `LockedError` after a bounded wait, instead of blocking it for ever."""
+    import fcntl
+
+    with tidelog.open(tmp_path) as wal:
+        wal.append("t", b"kept")
+    with open(tmp_path / "LOCK", "r+b") as lock:
+        fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB, 1, 3)
+        started = time.monotonic()
+        with pytest.raises(tidelog.LockedError):
+            tidelog.open(tmp_path)
+        assert time.monotonic() - started < WAIT_S
+    # Released with the descriptor: the next open goes ahead and keeps the record.
+    with tidelog.open(tmp_path) as wal:
+        assert wal.read("t", 0).value == b"kept"
+
+
 def hold_worker(path: str, ready: Any, stop: Any) -> None:
     """Child: holds `path` open in shared mode (appending to `own`) until `stop` is set."""
     with tidelog.open(path, fsync_interval_ms=20) as wal:

@@ -342,6 +342,11 @@ fn allocator(
     alloc
 }
 
+/// How long an open alone waits for the publish turn. No other handle of the directory can
+/// hold it then, so a holder is a lock taken on `LOCK` by something else, which waiting
+/// would not end: the open fails with `Locked` instead of waiting for ever.
+const ALONE_PUBLISH_WAIT: std::time::Duration = std::time::Duration::from_secs(1);
+
 /// The writable handle's work before its first append: the ring replayed, what recovery cut
 /// sealed, committed staged jobs published, consumption rebuilt and what it frees deleted.
 pub(super) fn prepare_writable(state: &State) -> Result<()> {
@@ -366,7 +371,11 @@ pub(super) fn prepare_writable(state: &State) -> Result<()> {
     // Committed staged jobs (one cut by a crash resumes from its ledger) go in before any
     // new append could take the offsets the ledger gives them. No other thread runs yet.
     {
-        let _publishing = state.dir_lock.publish_turn(std::time::Duration::MAX)?;
+        let Some(_publishing) = state.dir_lock.publish_turn(ALONE_PUBLISH_WAIT)? else {
+            return Err(crate::Error::Locked {
+                path: state.dir.clone(),
+            });
+        };
         state.ingest_committed(false)?;
     }
     state.remove_abandoned_staged()?;
