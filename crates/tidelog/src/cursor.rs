@@ -513,7 +513,7 @@ impl CursorTable {
             .get(topic)
             .map(|g| g.keys().cloned().collect())
             .unwrap_or_default();
-        groups.extend(Self::list(storage, data_dir, topic));
+        groups.extend(Self::list(storage, data_dir, topic)?);
         groups.sort();
         groups.dedup();
         for group in groups {
@@ -522,13 +522,16 @@ impl CursorTable {
         Ok(())
     }
 
-    /// Groups with a cursor file for `topic`, sorted.
-    pub fn list(storage: &dyn Storage, data_dir: &Path, topic: &str) -> Vec<String> {
+    /// Groups with a cursor file for `topic`, sorted. A directory or hashed cursor file that
+    /// does not read is an error, not "no groups": a topic's deletion must find them all.
+    pub fn list(storage: &dyn Storage, data_dir: &Path, topic: &str) -> Result<Vec<String>> {
         let dir = data_dir.join(CURSOR_DIR);
         let prefix = format!("{topic}@");
         let suffix = format!(".{CURSOR_SUFFIX}");
-        let Ok(entries) = storage.read_dir(&dir) else {
-            return Vec::new();
+        let entries = match storage.read_dir(&dir) {
+            Ok(entries) => entries,
+            Err(e) if crate::io::is_absent(&e) => return Ok(Vec::new()),
+            Err(e) => return Err(Error::io("list", &dir, e)),
         };
         let mut groups: Vec<String> = Vec::new();
         for name in entries
@@ -542,11 +545,17 @@ impl CursorTable {
                 groups.push(group.to_owned());
             } else if name.starts_with('#') && name.ends_with(&suffix) {
                 // A hashed name: the slots say whose cursor it is.
-                if let Ok(bytes) = storage.read_file(&dir.join(&name))
-                    && let Some(r) = bytes
-                        .chunks(CURSOR_SLOT_BYTES)
-                        .filter_map(decode_slot)
-                        .find(|r| r.topic == topic)
+                let path = dir.join(&name);
+                let bytes = match storage.read_file(&path) {
+                    Ok(bytes) => bytes,
+                    // Removed since the listing.
+                    Err(e) if crate::io::is_absent(&e) => continue,
+                    Err(e) => return Err(Error::io("read cursor", &path, e)),
+                };
+                if let Some(r) = bytes
+                    .chunks(CURSOR_SLOT_BYTES)
+                    .filter_map(decode_slot)
+                    .find(|r| r.topic == topic)
                 {
                     groups.push(r.group);
                 }
@@ -554,7 +563,7 @@ impl CursorTable {
         }
         groups.sort();
         groups.dedup();
-        groups
+        Ok(groups)
     }
 }
 

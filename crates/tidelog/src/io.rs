@@ -208,16 +208,33 @@ pub(crate) fn read_text_optional(
     }
 }
 
-/// True when `path` exists (as `Path::exists`: an error reading its metadata counts as
-/// absent), asked through `storage`.
-pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> bool {
-    storage.metadata(path).is_ok()
+/// Whether `path` exists, asked through `storage`. Only a missing entry (or a component
+/// that is not a directory) is "no": any other error reading its metadata (EIO, EACCES) is
+/// returned, never taken for absent, unlike `Path::exists`.
+pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> crate::error::Result<bool> {
+    match storage.metadata(path) {
+        Ok(_) => Ok(true),
+        Err(e) if is_absent(&e) => Ok(false),
+        Err(e) => Err(crate::error::Error::io("read metadata", path, e)),
+    }
 }
 
-/// True when `path` is a directory (as `Path::is_dir`: an error reading its metadata counts
-/// as not one), asked through `storage`.
-pub(crate) fn is_dir(storage: &dyn Storage, path: &Path) -> bool {
-    storage.metadata(path).is_ok_and(|m| m.is_dir())
+/// Whether `path` is a directory, asked through `storage`; errors as [`exists`].
+pub(crate) fn is_dir(storage: &dyn Storage, path: &Path) -> crate::error::Result<bool> {
+    match storage.metadata(path) {
+        Ok(m) => Ok(m.is_dir()),
+        Err(e) if is_absent(&e) => Ok(false),
+        Err(e) => Err(crate::error::Error::io("read metadata", path, e)),
+    }
+}
+
+/// An error that says the path is not there: no such entry, or a component of it is not a
+/// directory.
+pub(crate) fn is_absent(e: &io::Error) -> bool {
+    matches!(
+        e.kind(),
+        io::ErrorKind::NotFound | io::ErrorKind::NotADirectory
+    )
 }
 
 /// Replaces `path` (in `dir`) with `bytes` atomically: written to `path.tmp`, synced,

@@ -94,7 +94,7 @@ impl Journal {
                 ));
             }
             // A new ring in place of a lost one would drop its appends without a word.
-            if !crate::io::exists(storage.as_ref(), &device) {
+            if !crate::io::exists(storage.as_ref(), &device)? {
                 return Err(Error::io(
                     "open the directory's ring",
                     &device,
@@ -102,7 +102,7 @@ impl Journal {
                 ));
             }
         }
-        if backend.ring.format && crate::io::exists(storage.as_ref(), &marker) {
+        if backend.ring.format && crate::io::exists(storage.as_ref(), &marker)? {
             return Err(Error::invalid(
                 "format",
                 format!(
@@ -117,7 +117,7 @@ impl Journal {
             config.effective_max_batch_bytes(),
         );
         let mut ring_config = backend.ring.clone().max_record_bytes(entry_bytes_max);
-        if ring_config.capacity_bytes.is_none() && !crate::io::exists(storage.as_ref(), &device) {
+        if ring_config.capacity_bytes.is_none() && !crate::io::exists(storage.as_ref(), &device)? {
             ring_config = ring_config.capacity_bytes(RING_CAPACITY_DEFAULT);
         }
         let ring = RingWal::open_with_storage(&device, ring_config, storage.clone())?;

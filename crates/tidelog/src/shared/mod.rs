@@ -199,7 +199,7 @@ impl SharedState {
             storage: Arc::clone(storage),
             writable: true,
             generation: 0,
-            boot: boot_id(storage.as_ref()),
+            boot: boot_id(storage.as_ref())?,
             liveness: OnceLock::new(),
             opens: std::sync::atomic::AtomicU64::new(0),
         };
@@ -297,7 +297,7 @@ impl SharedState {
             storage: Arc::clone(storage),
             writable,
             generation: 0,
-            boot: boot_id(storage.as_ref()),
+            boot: boot_id(storage.as_ref()).ok()?,
             liveness: OnceLock::new(),
             opens: std::sync::atomic::AtomicU64::new(0),
         };
@@ -847,12 +847,17 @@ fn probe(id: u32) -> impl Iterator<Item = usize> {
     (0..SLOTS).map(move |i| (home + i) % SLOTS)
 }
 
-/// The kernel's boot id as two words; zeros where the kernel does not say (then a reader
-/// that reads it does not trust a writer that could not, and falls back to the directory).
-fn boot_id(storage: &dyn Storage) -> [u64; 2] {
-    let bytes = storage
-        .read_file(Path::new("/proc/sys/kernel/random/boot_id"))
-        .unwrap_or_default();
+/// The kernel's boot id as two words; zeros where the kernel does not say (no such file:
+/// then a reader that reads it does not trust a writer that could not, and falls back to
+/// the directory). Any other error reading it is returned: a writer that took it for zeros
+/// would mark the state file with a boot no other process computes, and none could join.
+fn boot_id(storage: &dyn Storage) -> Result<[u64; 2]> {
+    let path = Path::new("/proc/sys/kernel/random/boot_id");
+    let bytes = match storage.read_file(path) {
+        Ok(bytes) => bytes,
+        Err(e) if crate::io::is_absent(&e) => Vec::new(),
+        Err(e) => return Err(Error::io("read boot id", path, e)),
+    };
     let text = String::from_utf8_lossy(&bytes);
     let hex: String = text.chars().filter(char::is_ascii_hexdigit).collect();
     let word = |r: std::ops::Range<usize>| {
@@ -860,5 +865,5 @@ fn boot_id(storage: &dyn Storage) -> [u64; 2] {
             .and_then(|h| u64::from_str_radix(h, 16).ok())
             .unwrap_or(0)
     };
-    [word(0..16), word(16..32)]
+    Ok([word(0..16), word(16..32)])
 }

@@ -254,28 +254,44 @@ fn list_jobs(storage: &dyn Storage, dir: &Path) -> Result<Vec<StagedJob>> {
             continue;
         };
         let job_dir = staging.join(&job);
-        if job.starts_with('.') || !io::is_dir(storage, &job_dir) {
+        if job.starts_with('.') || !io::is_dir(storage, &job_dir)? {
             continue;
         }
         let (mut parts, mut bytes) = (0, 0);
-        for f in storage.read_dir(&job_dir).unwrap_or_default() {
+        let files = match storage.read_dir(&job_dir) {
+            Ok(files) => files,
+            // Removed since the listing (published, aborted).
+            Err(e) if io::is_absent(&e) => continue,
+            Err(e) => return Err(Error::io("list staged job", &job_dir, e)),
+        };
+        let mut newest = match storage.metadata(&job_dir).and_then(|m| m.modified()) {
+            Ok(modified) => modified,
+            Err(e) if io::is_absent(&e) => continue,
+            Err(e) => return Err(Error::io("read metadata", &job_dir, e)),
+        };
+        for f in files {
             if f.name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
                 parts += 1;
             }
+            let path = job_dir.join(&f.name);
+            let meta = match storage.metadata(&path) {
+                Ok(meta) => meta,
+                Err(e) if io::is_absent(&e) => continue,
+                Err(e) => return Err(Error::io("read metadata", &path, e)),
+            };
             // Blocks on disk: segments are sparse.
-            bytes += storage
-                .metadata(&job_dir.join(&f.name))
-                .map_or(0, |m| m.blocks() * 512);
+            bytes += meta.blocks() * 512;
+            if let Ok(modified) = meta.modified() {
+                newest = newest.max(modified);
+            }
         }
         jobs.push(StagedJob {
-            committed: io::exists(storage, &job_dir.join(COMMIT_FILE)),
-            publishing: io::exists(storage, &job_dir.join(INGEST_FILE)),
+            committed: io::exists(storage, &job_dir.join(COMMIT_FILE))?,
+            publishing: io::exists(storage, &job_dir.join(INGEST_FILE))?,
             failed: read_failed(storage, &job_dir)?,
             parts,
             bytes,
-            idle: newest_change(storage, &job_dir)
-                .and_then(|t| now.duration_since(t).ok())
-                .unwrap_or_default(),
+            idle: now.duration_since(newest).unwrap_or_default(),
             job,
         });
     }
@@ -301,7 +317,7 @@ pub(crate) fn remove_abandoned(
             continue;
         };
         // A commit written while we looked wins.
-        if is_committed(storage, &job_dir) {
+        if is_committed(storage, &job_dir)? {
             continue;
         }
         if remove_job_dir(storage, &job_dir)? {
@@ -316,13 +332,15 @@ pub(crate) fn remove_abandoned(
 /// than that is no retry.
 fn remove_old_published(storage: &dyn Storage, dir: &Path, ttl: std::time::Duration) -> Result<()> {
     let published = dir.join(STAGING_DIR).join(PUBLISHED_DIR);
-    let Ok(entries) = storage.read_dir(&published) else {
-        return Ok(());
+    let entries = match storage.read_dir(&published) {
+        Ok(e) => e,
+        Err(e) if io::is_absent(&e) => return Ok(()),
+        Err(e) => return Err(Error::io("list published jobs", &published, e)),
     };
     let now = std::time::SystemTime::now();
     let waiting = dir.join(STAGING_DIR).join(BUCKET_JOBS_DIR);
     for entry in entries {
-        if io::exists(storage, &waiting.join(&entry.name)) {
+        if io::exists(storage, &waiting.join(&entry.name))? {
             continue;
         }
         let path = published.join(&entry.name);
@@ -401,26 +419,9 @@ fn remove_tree(storage: &dyn Storage, path: &Path) -> Result<()> {
     }
 }
 
-fn is_committed(storage: &dyn Storage, job_dir: &Path) -> bool {
-    io::exists(storage, &job_dir.join(COMMIT_FILE))
-        || io::exists(storage, &job_dir.join(INGEST_FILE))
-}
-
-/// The latest modification time of `job_dir` and the files in it.
-fn newest_change(storage: &dyn Storage, job_dir: &Path) -> Option<std::time::SystemTime> {
-    let own = storage.metadata(job_dir).and_then(|m| m.modified()).ok()?;
-    let files = storage.read_dir(job_dir).ok()?;
-    Some(
-        files
-            .iter()
-            .filter_map(|f| {
-                storage
-                    .metadata(&job_dir.join(&f.name))
-                    .and_then(|m| m.modified())
-                    .ok()
-            })
-            .fold(own, std::cmp::max),
-    )
+fn is_committed(storage: &dyn Storage, job_dir: &Path) -> Result<bool> {
+    Ok(io::exists(storage, &job_dir.join(COMMIT_FILE))?
+        || io::exists(storage, &job_dir.join(INGEST_FILE))?)
 }
 
 /// Name of the lock file a publish or an abort holds (`flock`) inside a job's directory.
@@ -457,7 +458,7 @@ pub(crate) fn lock_job_within(
         if let Some(file) = try_lock_job(storage, job_dir)? {
             return Ok(Some(file));
         }
-        if std::time::Instant::now() >= deadline || !io::exists(storage, job_dir) {
+        if std::time::Instant::now() >= deadline || !io::exists(storage, job_dir)? {
             return Ok(None);
         }
         std::thread::sleep(std::time::Duration::from_millis(1));
@@ -470,7 +471,7 @@ pub(crate) fn lock_job_within(
 pub fn abort(dir: &Path, job: &str) -> Result<()> {
     let storage = &StdStorage;
     let job_dir = job_dir(dir, job)?;
-    if !io::exists(storage, &job_dir) {
+    if !io::exists(storage, &job_dir)? {
         return Ok(());
     }
     let Some(_lock) = try_lock_job(storage, &job_dir)? else {
@@ -479,8 +480,8 @@ pub fn abort(dir: &Path, job: &str) -> Result<()> {
             format!("job {job:?} is being published and cannot be aborted"),
         ));
     };
-    if io::exists(storage, &job_dir.join(INGEST_FILE))
-        && !io::exists(storage, &job_dir.join(FAILED_FILE))
+    if io::exists(storage, &job_dir.join(INGEST_FILE))?
+        && !io::exists(storage, &job_dir.join(FAILED_FILE))?
     {
         return Err(Error::invalid(
             "job",
@@ -709,7 +710,7 @@ fn committed_before(
         ));
     }
     if let Some((sink, batch)) = sink
-        && !io::exists(storage, job_dir)
+        && !io::exists(storage, job_dir)?
         && read_sink_batch(storage, dir, sink)?.is_some_and(|last| last >= batch)
     {
         return Ok(Some(Committed::Published(Vec::new())));
@@ -727,7 +728,7 @@ fn check_parts(
     limits: Option<Limits>,
 ) -> Result<()> {
     for part in parts {
-        if !io::exists(storage, &job_dir.join(format!("{part}{PART_SUFFIX}"))) {
+        if !io::exists(storage, &job_dir.join(format!("{part}{PART_SUFFIX}")))? {
             return Err(Error::invalid(
                 "parts",
                 format!("part {part:?} of job {job:?} was not staged (or not finished)"),
@@ -913,7 +914,7 @@ fn wait_for_publish(
                 Err(Error::Corruption { .. }) => seen = true,
                 Err(e) => return Err(e),
             }
-        } else if !io::exists(storage, &job_dir.join(COMMIT_FILE)) {
+        } else if !io::exists(storage, &job_dir.join(COMMIT_FILE))? {
             break;
         }
         if let Some(reason) = read_failed(storage, &job_dir)? {
@@ -1192,9 +1193,49 @@ mod tests {
             .expect("uncommit");
         storage.arm_for(points::SYNC_DIR, None, crate::io::Fault::Once(libc::EIO));
         assert!(write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).is_err());
-        assert!(!io::exists(
-            storage.as_ref(),
-            &staging.join("job").join(COMMIT_FILE)
-        ));
+        assert!(
+            !io::exists(storage.as_ref(), &staging.join("job").join(COMMIT_FILE)).expect("stat")
+        );
+    }
+
+    /// A commit whose metadata does not read (EIO) is an error, not "uncommitted": the
+    /// clean-up of abandoned jobs removed such a committed job before.
+    #[test]
+    fn a_commit_that_does_not_stat_keeps_its_job() {
+        use crate::io::{Fault, FaultStorage, points};
+        let dir = tempfile::tempdir().expect("temp dir");
+        let storage = Arc::new(FaultStorage::new());
+        let mut writer = crate::StagedWriter::create_with_storage(
+            dir.path(),
+            "job",
+            "p0",
+            Arc::clone(&storage) as Arc<dyn Storage>,
+        )
+        .expect("create");
+        let record = crate::Append {
+            headers: None,
+            key: None,
+            value: b"v",
+            timestamp_us: None,
+        };
+        writer.append("t", &[record]).expect("append");
+        writer.finish().expect("finish");
+        write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).expect("commit");
+        storage.arm_for(
+            points::METADATA,
+            Some(COMMIT_FILE),
+            Fault::Always(libc::EIO),
+        );
+        let err = remove_abandoned(storage.as_ref(), dir.path(), Duration::ZERO)
+            .expect_err("a commit that does not stat");
+        assert!(matches!(err, Error::Io { .. }), "{err:?}");
+        storage.disarm_all();
+        let job_dir = dir.path().join(STAGING_DIR).join("job");
+        assert!(io::exists(storage.as_ref(), &job_dir.join(COMMIT_FILE)).expect("stat"));
+        assert!(
+            remove_abandoned(storage.as_ref(), dir.path(), Duration::ZERO)
+                .expect("clean-up")
+                .is_empty()
+        );
     }
 }

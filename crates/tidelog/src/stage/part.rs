@@ -290,7 +290,7 @@ impl StagedWriter {
         storage: Arc<dyn Storage>,
     ) -> Result<StagedWriter> {
         validate_name(part)?;
-        if !io::is_dir(storage.as_ref(), dir) {
+        if !io::is_dir(storage.as_ref(), dir)? {
             return Err(Error::io(
                 "open directory",
                 dir,
@@ -301,7 +301,7 @@ impl StagedWriter {
         storage
             .create_dir_all(&job_dir)
             .map_err(|e| Error::io("create staging directory", &job_dir, e))?;
-        if io::exists(storage.as_ref(), &job_dir.join(COMMIT_FILE)) {
+        if io::exists(storage.as_ref(), &job_dir.join(COMMIT_FILE))? {
             return Err(Error::invalid(
                 "job",
                 format!("job {job:?} is already committed"),
@@ -310,7 +310,7 @@ impl StagedWriter {
         if io::exists(
             storage.as_ref(),
             &job_dir.join(format!("{part}{PART_SUFFIX}")),
-        ) {
+        )? {
             return Err(Error::invalid(
                 "part",
                 format!("part {part:?} of job {job:?} already exists"),

@@ -54,7 +54,7 @@ pub fn upload_part(config: &TierConfig, dir: &Path, job: &str, part: &str) -> Re
     let storage = &StdStorage;
     let job_dir = stage::job_dir(dir, job)?;
     let manifest_name = format!("{part}{PART_SUFFIX}");
-    if !io::exists(storage, &job_dir.join(&manifest_name)) {
+    if !io::exists(storage, &job_dir.join(&manifest_name))? {
         return Err(Error::invalid(
             "part",
             format!("part {part:?} of job {job:?} was not staged (or not finished) in {dir:?}"),
@@ -369,7 +369,7 @@ pub(crate) fn download_parts(
         .map_err(|e| Error::io("create staged job directory", &job_dir, e))?;
     for part in &job.parts {
         let manifest_name = format!("{part}{PART_SUFFIX}");
-        if io::exists(storage, &job_dir.join(&manifest_name)) {
+        if io::exists(storage, &job_dir.join(&manifest_name))? {
             continue;
         }
         let key = job_key(&job.job, &manifest_name);

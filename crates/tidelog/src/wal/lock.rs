@@ -50,8 +50,8 @@ pub(crate) struct DirLock {
 impl DirLock {
     /// No lock: a read-only handle, after checking that `dir` is a directory.
     pub fn none(storage: &dyn Storage, dir: &Path) -> Result<DirLock> {
-        if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
-            let errno = if crate::io::exists(storage, dir) {
+        if !crate::io::is_dir(storage, dir)? {
+            let errno = if crate::io::exists(storage, dir)? {
                 libc::ENOTDIR
             } else {
                 libc::ENOENT
@@ -329,7 +329,7 @@ impl Drop for AloneGuard<'_> {
 fn make_cursor_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
     {
         let cursors = dir.join(CURSOR_DIR);
-        if !crate::io::exists(storage, &cursors) {
+        if !crate::io::exists(storage, &cursors)? {
             storage
                 .create_dir_all(&cursors)
                 .map_err(|e| Error::io("create directory", &cursors, e))?;
@@ -377,7 +377,7 @@ impl Drop for DirLock {
 /// Creates `dir` (and makes its entry durable) if it does not exist; fails unless it is a
 /// directory.
 fn create_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
-    if !crate::io::exists(storage, dir) {
+    if !crate::io::exists(storage, dir)? {
         storage
             .create_dir_all(dir)
             .map_err(|e| Error::io("create directory", dir, e))?;
@@ -387,7 +387,7 @@ fn create_dir(storage: &dyn Storage, dir: &Path) -> Result<()> {
                 .map_err(|e| Error::io("fsync directory", parent, e))?;
         }
     }
-    if !storage.metadata(dir).is_ok_and(|m| m.is_dir()) {
+    if !crate::io::is_dir(storage, dir)? {
         return Err(Error::io(
             "open directory",
             dir,

@@ -355,7 +355,7 @@ impl Wal {
             durable_offset: t.durable_next().min(t.next_offset()),
             bytes: t.bytes(),
             extents: t.extent_count(),
-            groups: CursorTable::list(state.storage.as_ref(), &state.dir, topic),
+            groups: CursorTable::list(state.storage.as_ref(), &state.dir, topic)?,
         })
     }
 
@@ -630,7 +630,7 @@ pub fn commit_staged(
         }
         let commit = stage::job_dir(dir, job)?.join(stage::COMMIT_FILE);
         // Gone: published as its record says, or aborted (an error).
-        if !io::exists(&StdStorage, &commit) || Instant::now() >= deadline {
+        if !io::exists(&StdStorage, &commit)? || Instant::now() >= deadline {
             return stage::wait_published(dir, job, Duration::ZERO);
         }
     }

@@ -178,29 +178,31 @@ impl State {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Error::io("list staging directory", &staging, e)),
         };
-        let jobs: Vec<String> = entries
-            .into_iter()
-            .filter(|e| {
-                let path = staging.join(&e.name);
-                io::exists(storage, &path.join(stage::COMMIT_FILE))
-                    && !io::exists(storage, &path.join(stage::FAILED_FILE))
-            })
-            .filter_map(|e| e.name.to_str().map(str::to_owned))
+        let mut jobs: Vec<String> = Vec::new();
+        for entry in entries {
             // Not a job: the sinks' ledgers, a removal cut short.
-            .filter(|name| !name.starts_with('.'))
-            .collect();
+            let Some(name) = entry.name.to_str().filter(|n| !n.starts_with('.')) else {
+                continue;
+            };
+            let path = staging.join(name);
+            if io::exists(storage, &path.join(stage::COMMIT_FILE))?
+                && !io::exists(storage, &path.join(stage::FAILED_FILE))?
+            {
+                jobs.push(name.to_owned());
+            }
+        }
         // A publish cut short resumes first: its ledger gives it the offsets after each of
         // its topics' records as they were then, and another job published before it would
         // take them (the resume would count that job's records as its own and skip as many
         // of its own). Then the others, by name.
-        let mut jobs: Vec<(bool, String)> = jobs
-            .into_iter()
-            .map(|job| {
-                let fresh = !io::exists(storage, &staging.join(&job).join(stage::INGEST_FILE));
-                (fresh, job)
-            })
-            .filter(|(fresh, _)| !(cut_short && *fresh))
-            .collect();
+        let mut ordered: Vec<(bool, String)> = Vec::with_capacity(jobs.len());
+        for job in jobs {
+            let fresh = !io::exists(storage, &staging.join(&job).join(stage::INGEST_FILE))?;
+            if !(cut_short && fresh) {
+                ordered.push((fresh, job));
+            }
+        }
+        let mut jobs = ordered;
         jobs.sort();
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
     }
@@ -219,7 +221,7 @@ impl State {
                     return Ok(ranges);
                 }
                 let job_dir = stage::job_dir(&self.dir, job)?;
-                if io::exists(storage, &job_dir.join(stage::COMMIT_FILE)) {
+                if io::exists(storage, &job_dir.join(stage::COMMIT_FILE))? {
                     return Err(Error::io(
                         "lock staged job (held by an abort, or a child process's copy)",
                         &job_dir,
@@ -269,7 +271,7 @@ impl State {
             }
         }
         // Only an adoption takes a segment away, and only after the ledger is written.
-        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
+        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE))?;
         let limits = self.limits;
         let mut segments = Vec::new();
         let mut names: Vec<(String, u64)> = Vec::new();
@@ -289,7 +291,7 @@ impl State {
                     }
                 }
                 let path = job_dir.join(stage::segment_name(part, entry.index));
-                if !io::exists(self.storage.as_ref(), &path) {
+                if !io::exists(self.storage.as_ref(), &path)? {
                     if !resumed {
                         return Err(staged_corruption(
                             &path,
@@ -397,7 +399,7 @@ impl State {
         if !self.topics.is_shared_mode() {
             return Ok(None);
         }
-        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE));
+        let resumed = io::exists(self.storage.as_ref(), &job_dir.join(stage::INGEST_FILE))?;
         let mut reserved = Reserved {
             topics: Vec::with_capacity(topics.len()),
             keep: resumed,

@@ -27,7 +27,7 @@ use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
 use tidelog::io::{DirEntry, Fault, FaultStorage, Mapping, Storage, points};
 use tidelog::{
     Append, Config, Durability, Error, HeaderBlock, Headers, ReaderOptions, RecordFormat,
-    StartPosition, Wal,
+    Retention, StartPosition, Wal,
 };
 
 const PAGE: usize = 4096;
@@ -394,6 +394,13 @@ impl Storage for CrashStorage {
 // ---------------------------------------------------------------------------------------------
 
 const TOPICS: [&str; 3] = ["t0", "t1", "t2"];
+/// The topic kept by size (`Retention::max_bytes`): its oldest extents go while the rest
+/// holds at least [`RETAINED_BYTES`] of frames.
+const RETAINED_TOPIC: &str = "t2";
+const RETAINED_BYTES: u64 = 4 * 1024;
+/// More than a record's frame takes beyond its key, value and header bytes, in either record
+/// format (a record frame's header and padding; a batch of one's header, entry and padding).
+const FRAME_OVERHEAD_MAX: u64 = 128;
 const GROUPS: [&str; 2] = ["g0", "g1"];
 const FAULT_POINTS: [&str; 9] = [
     points::SYNC_MAP,
@@ -405,6 +412,21 @@ const FAULT_POINTS: [&str; 9] = [
     points::WRITE,
     points::REMOVE,
     points::RENAME,
+];
+/// The points an open meets: reads of what recovery trusts first (an error there must fail
+/// the open, never read as "absent" or "empty"), and the writes of its repairs.
+const OPEN_FAULT_POINTS: [&str; 11] = [
+    points::OPEN,
+    points::READ,
+    points::READ_DIR,
+    points::READ_FILE,
+    points::FILE_METADATA,
+    points::METADATA,
+    points::SYNC_MAP,
+    points::SYNC_DIR,
+    points::CREATE,
+    points::SET_LEN,
+    points::ALLOCATE,
 ];
 
 #[derive(Debug, Clone)]
@@ -509,6 +531,14 @@ enum Op {
         skip: u64,
         short: bool,
     },
+    /// A clean close (`crash`: a power loss), then an open whose `skip`-th call of
+    /// `OPEN_FAULT_POINTS[point]` fails with `errno`.
+    FaultedOpen {
+        point: usize,
+        errno: i32,
+        skip: u64,
+        crash: bool,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -537,6 +567,8 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         2 => prop::option::weighted(0.5, any::<u64>()).prop_map(|torn| Op::Crash { torn }),
         1 => (0..FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..4, prop::bool::weighted(0.2))
             .prop_map(|(point, errno, skip, short)| Op::Fault { point, errno, skip, short }),
+        1 => (0..OPEN_FAULT_POINTS.len(), prop_oneof![Just(libc::EIO), Just(libc::ENOSPC)], 0u64..12, any::<bool>())
+            .prop_map(|(point, errno, skip, crash)| Op::FaultedOpen { point, errno, skip, crash }),
     ]
 }
 
@@ -605,6 +637,10 @@ struct TopicModel {
     maybe_start: u64,
     /// Timestamp of the newest record (timestamps never decrease).
     last_ts: u64,
+    /// Retention by size may have removed the records below this offset: the highest
+    /// [`retention_floor`] over the records this topic has held (a power loss may take
+    /// the newer records whose bytes let retention go that far).
+    retained_below: u64,
 }
 
 impl TopicModel {
@@ -617,8 +653,43 @@ impl TopicModel {
             Some(min) => min,
             None => self.maybe_groups.values().copied().max().unwrap_or(0),
         };
-        by_groups.max(self.start).max(self.maybe_start)
+        by_groups
+            .max(self.start)
+            .max(self.maybe_start)
+            .max(self.retained_below)
     }
+
+    /// Raises [`TopicModel::retained_below`] to what the records appended so far (failed
+    /// and staged ones included: they may be in the extents retention measures) allow.
+    fn note_retention(&mut self, name: &str) {
+        let staged = self.maybe_staged.iter().flat_map(|(_, recs)| recs);
+        let all = self.recs.iter().chain(&self.maybe).chain(staged);
+        self.retained_below = self.retained_below.max(retention_floor(name, all));
+    }
+}
+
+/// The highest offset below which retention by size may remove records of `name`, whose
+/// records from offset 0 are `recs`: an extent goes only while the records after it hold at
+/// least `RETAINED_BYTES` of frames, so the records from any offset it removed up to the
+/// end take at least that much, counted with each frame's largest overhead.
+fn retention_floor<'a>(name: &str, recs: impl Iterator<Item = &'a Rec>) -> u64 {
+    if name != RETAINED_TOPIC {
+        return 0;
+    }
+    let bytes: Vec<u64> = recs
+        .map(|r| {
+            let payload = r.value.len() + r.key.as_ref().map_or(0, Vec::len);
+            payload as u64 + r.headers.as_ref().map_or(0, |h| h.len() as u64) + FRAME_OVERHEAD_MAX
+        })
+        .collect();
+    let mut from_end = 0;
+    for (offset, b) in bytes.iter().enumerate().rev() {
+        from_end += b;
+        if from_end >= RETAINED_BYTES {
+            return offset as u64;
+        }
+    }
+    0
 }
 
 struct Harness {
@@ -637,6 +708,8 @@ struct Harness {
     value_seq: u64,
     /// A fault to arm for the next operation.
     pending_fault: Option<(usize, i32, u64, bool)>,
+    /// A fault to arm for the next open: `(point, errno, skip)`.
+    open_fault: Option<(&'static str, i32, u64)>,
     /// A fault was armed since the last open: errors are expected until the next reopen.
     faulted: bool,
     /// The last open followed a clean close.
@@ -650,10 +723,14 @@ struct Harness {
 /// The model's geometry; `interval_ms`: `Interval` durability with a periodic flush this
 /// often, else `Never` (only `flush`, `Always` and a close make records durable).
 fn config(interval_ms: Option<u64>) -> Config {
+    let c = common::small().topic_retention(
+        RETAINED_TOPIC,
+        Retention::default().max_bytes(RETAINED_BYTES),
+    );
     match interval_ms {
-        None => common::small(),
+        None => c,
         Some(ms) => {
-            let mut c = common::small().durability(Durability::Interval);
+            let mut c = c.durability(Durability::Interval);
             c.sync_interval_ms = ms;
             c
         }
@@ -694,6 +771,7 @@ impl Harness {
             next_batch: 0,
             value_seq: 0,
             pending_fault: None,
+            open_fault: None,
             faulted: false,
             clean_open: true,
             interval_ms,
@@ -725,6 +803,19 @@ impl Harness {
             }
             // Faults are for the first handle's operations: the other one's stay for the
             // next of those.
+            Op::FaultedOpen {
+                point,
+                errno,
+                skip,
+                crash,
+            } => {
+                self.open_fault = Some((OPEN_FAULT_POINTS[*point], *errno, *skip));
+                return if *crash {
+                    self.crash(None)
+                } else {
+                    self.reopen(None, false)
+                };
+            }
             Op::Reopen | Op::Crash { .. } | Op::Other { .. } | Op::OtherDelete { .. } => None,
             _ => self.pending_fault.take(),
         };
@@ -737,17 +828,13 @@ impl Harness {
             };
             self.storage.faults.arm(point, f);
         }
-        let hits_before: u64 = FAULT_POINTS
-            .iter()
-            .map(|p| self.storage.faults.hits(p))
-            .sum();
+        let hits_before = self.fault_hits();
         let result = self.apply(op);
+        for (name, t) in &mut self.topics {
+            t.note_retention(name);
+        }
         self.storage.faults.disarm_all();
-        let hits_after: u64 = FAULT_POINTS
-            .iter()
-            .map(|p| self.storage.faults.hits(p))
-            .sum();
-        if hits_after > hits_before {
+        if self.fault_hits() > hits_before {
             self.log.push("  (fault fired)".to_owned());
             self.faulted = true;
         }
@@ -762,6 +849,15 @@ impl Harness {
                 self.reopen(None, true)
             }
         }
+    }
+
+    /// How many armed faults fired on the storage so far.
+    fn fault_hits(&self) -> u64 {
+        FAULT_POINTS
+            .iter()
+            .chain(&OPEN_FAULT_POINTS)
+            .map(|p| self.storage.faults.hits(p))
+            .sum()
     }
 
     fn apply(&mut self, op: &Op) -> Result<(), Outcome> {
@@ -837,7 +933,8 @@ impl Harness {
                 }
                 let committed = t.groups.get(GROUPS[group]).copied();
                 let durable = t.durable as u64;
-                let (start_lo, start_hi) = (t.start, t.maybe_start);
+                // Retention may have moved the topic's start past the commit too.
+                let (start_lo, start_hi) = (t.start, t.maybe_start.max(t.retained_below));
                 let mut reader = self
                     .wal()
                     .reader(name, GROUPS[group])
@@ -1000,7 +1097,7 @@ impl Harness {
             } => self.stage(topic, n, len, commit),
             Op::Reopen => self.reopen(None, false).map_err(Outcome::Fail),
             Op::Crash { torn } => self.crash(torn).map_err(Outcome::Fail),
-            Op::Fault { .. } => Ok(()),
+            Op::Fault { .. } | Op::FaultedOpen { .. } => Ok(()),
         }
     }
 
@@ -1420,6 +1517,12 @@ impl Harness {
 
     /// Power loss: the durable image goes to a new directory, a fresh `Wal` opens there.
     fn crash(&mut self, torn: Option<u64>) -> Result<(), TestCaseError> {
+        self.power_loss(torn);
+        self.open_and_check()
+    }
+
+    /// The durable image of the directory goes to a new one, which the next open opens.
+    fn power_loss(&mut self, torn: Option<u64>) {
         self.generation += 1;
         let dst = self.base.join(format!("gen{}", self.generation));
         self.storage.crash_image(&dst, torn);
@@ -1428,7 +1531,6 @@ impl Harness {
         self.dir = dst;
         self.storage = Arc::new(CrashStorage::new(&self.dir));
         self.clean_open = false;
-        self.open_and_check()
     }
 
     /// Clean close and open; `after_error`: a close that fails becomes a crash.
@@ -1458,6 +1560,40 @@ impl Harness {
     fn open_and_check(&mut self) -> Result<(), TestCaseError> {
         self.faulted = false;
         self.pending_fault = None;
+        if let Some((point, errno, skip)) = self.open_fault.take() {
+            // The open itself meets the fault: one that fails must leave the directory as
+            // recoverable as before, now (a second open) or after a power loss (odd skips).
+            self.opens += 1;
+            self.storage.faults.arm(point, Fault::After { skip, errno });
+            let hits_before = self.fault_hits();
+            let opened = Wal::open_with_storage(
+                &self.dir,
+                self.config(),
+                self.storage.clone() as Arc<dyn Storage>,
+            );
+            self.storage.faults.disarm_all();
+            let fired = self.fault_hits() > hits_before;
+            match opened {
+                Ok(wal) => {
+                    // A fault it met and got past may still fail a later operation.
+                    self.faulted = fired;
+                    self.wal = Some(wal);
+                    return self.check_recovered();
+                }
+                Err(e) => {
+                    check!(fired, "open failed with no fault injected: {e}");
+                    self.log
+                        .push(format!("  -> open failed: {e}; opening again"));
+                    // What the failed open began is as a crash leaves it.
+                    self.clean_open = false;
+                    if skip % 2 == 1 {
+                        self.log
+                            .push("  power loss before the next open".to_owned());
+                        self.power_loss(None);
+                    }
+                }
+            }
+        }
         self.opens += 1;
         let wal = Wal::open_with_storage(
             &self.dir,
@@ -1870,6 +2006,26 @@ fn regression_a_commit_after_another_process_deleted_the_topic() {
             n: 0,
         },
         Op::Reopen,
+    ]);
+}
+
+/// An open whose read of the kernel's boot id failed (ENOSPC here) took it for zeros and
+/// went on: its shared state file then named a boot no other process computes, and a second
+/// handle could not join ("its tidelog.state is not current"). Such an open now fails.
+#[test]
+fn regression_an_open_that_cannot_read_the_boot_id_fails() {
+    replay(vec![
+        Op::FaultedOpen {
+            point: 3,
+            errno: 28,
+            skip: 1,
+            crash: true,
+        },
+        Op::Other {
+            topic: 0,
+            n: 1,
+            len: 1300,
+        },
     ]);
 }
 
