@@ -33,6 +33,17 @@ T = TypeVar("T")
 _SLICE_S = 0.05
 
 
+def _seconds(timeout: float) -> float:
+    """A `timeout=` in seconds, checked as the handles' own waits check it: NaN and negative
+    values are `InvalidArgumentError` (a NaN deadline would never pass)."""
+    if timeout != timeout or timeout < 0:
+        reason = f"{timeout} is not a non-negative number of seconds"
+        raise tidelog.InvalidArgumentError(
+            f"invalid timeout: {reason}", name="timeout", reason=reason
+        )
+    return timeout
+
+
 class _Waiter:
     """One daemon thread that runs blocking calls in order and hands each result to its
     future on the event loop."""
@@ -264,7 +275,7 @@ class Reader:
         """The next record; with nothing there, waits up to `timeout` seconds (None: until
         one arrives) without blocking the loop. None when the timeout passed. The record is
         read on the loop's thread, so a cancelled wait never takes one."""
-        deadline = None if timeout is None else self._loop.time() + timeout
+        deadline = None if timeout is None else self._loop.time() + _seconds(timeout)
         while True:
             record = self.reader.next()
             if record is not None:
@@ -303,6 +314,8 @@ class Reader:
         self, max_records: int = 1000, max_bytes: int = 16777216, timeout: float | None = None
     ) -> list[tidelog.Record]:
         """As `Reader.next_batch`; with `timeout`, waits for a first record off the loop."""
+        if timeout is not None:
+            timeout = _seconds(timeout)
         batch = self.reader.next_batch(max_records, max_bytes)
         if batch or not timeout:
             return batch

@@ -112,3 +112,27 @@ def test_waits_after_close_fail_instead_of_hanging(tmp_path: Path) -> None:
             await asyncio.wait_for(reader.commit(), timeout=10)
 
     run(main())
+
+
+@pytest.mark.parametrize("timeout", [-1.0, float("nan")])
+def test_a_nan_or_negative_timeout_is_refused_as_the_handles_refuse_it(
+    tmp_path: Path, timeout: float
+) -> None:
+    """As `Reader.next`: `InvalidArgumentError`, not a wait (a NaN deadline never passed,
+    so `next(nan)` waited for ever) and not an empty answer."""
+
+    async def main() -> None:
+        async with tidelog.aio.open(tmp_path, **SMALL) as wal:
+            await wal.append("t", b"x")
+            async with wal.reader("t", start="latest") as reader:
+                with pytest.raises(tidelog.InvalidArgumentError, match="timeout"):
+                    await asyncio.wait_for(reader.next(timeout), 10)
+                with pytest.raises(tidelog.InvalidArgumentError, match="timeout"):
+                    await asyncio.wait_for(reader.next_batch(timeout=timeout), 10)
+                # A valid one still times out with nothing new.
+                assert await reader.next(0.01) is None
+
+    run(main())
+    with tidelog.open(tmp_path, **SMALL) as wal:
+        with pytest.raises(tidelog.InvalidArgumentError, match="timeout"):
+            wal.reader("t", start="latest").next(timeout)
