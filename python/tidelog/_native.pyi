@@ -336,7 +336,8 @@ class Wal:
         `commit` says when its position persists: "explicit" (only `commit()`), "auto" (at
         least once: every `auto_commit_every` records, default 1000, the next read first
         commits what came before; a crash replays at most that many) or "strict" (at most
-        once: each record's successor is committed before the record is returned)."""
+        once: each record's successor is committed before the record is returned). A
+        read-only handle refuses "auto" and "strict" with `ReadOnlyError`."""
     def read(self, topic: str, offset: int) -> Record: ...
     def scan(
         self,

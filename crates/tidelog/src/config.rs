@@ -774,7 +774,8 @@ pub enum StartPosition {
     Offset(u64),
 }
 
-/// When a grouped reader persists its position.
+/// When a grouped reader persists its position. A read-only handle refuses a reader of any
+/// mode but `Explicit` (`Error::ReadOnly`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum CommitMode {
     /// Only [`crate::Reader::commit`] and [`crate::Reader::commit_offset`] persist.

@@ -218,6 +218,10 @@ impl Reader {
                 format!("at most {SPIN_MAX:?}, not {:?}", options.spin),
             ));
         }
+        // Its first read would fail to commit: refused at once.
+        if handle.status.is_read_only() && options.commit != CommitMode::Explicit {
+            return Err(Error::ReadOnly);
+        }
         if cursor.is_none() && options.commit != CommitMode::Explicit {
             return Err(Error::invalid(
                 "commit",

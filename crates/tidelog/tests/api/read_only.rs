@@ -289,11 +289,17 @@ fn read_only_refuses_writes() {
     let mut g = ro.reader("a", "g").expect("group reader");
     assert_eq!(g.next().expect("next").expect("record").value, b"x");
     assert!(matches!(g.commit(), Err(Error::ReadOnly)));
-    assert!(matches!(
-        ro.reader_with("a", ReaderOptions::group("s").commit(CommitMode::Strict))
-            .and_then(|mut r| r.next().map(|rec| rec.is_some())),
-        Err(Error::ReadOnly)
-    ));
+    // A reader that commits by itself is refused when made, not at a later read.
+    for mode in [
+        CommitMode::Strict,
+        CommitMode::AutoEvery(1),
+        CommitMode::AutoEvery(100),
+    ] {
+        assert!(matches!(
+            ro.reader_with("a", ReaderOptions::group("s").commit(mode)),
+            Err(Error::ReadOnly)
+        ));
+    }
     let cursors = dir.path().join("cursors");
     let cursor_files = std::fs::read_dir(&cursors).map_or(0, |d| d.count());
     assert_eq!(cursor_files, 0, "a read-only handle writes no cursor");
