@@ -104,3 +104,49 @@ def test_bench_is_not_in_the_wheel_and_says_how_to_run_it() -> None:
         lines = out.stderr.strip().splitlines()
         assert len(lines) == 1 and "scripts/bench.sh" in lines[0], out.stderr
         assert out.stdout == ""
+
+
+def flip(path: Path, position: int) -> None:
+    with open(path, "r+b") as f:
+        f.seek(position)
+        byte = f.read(1)[0]
+        f.seek(position)
+        f.write(bytes([byte ^ 1]))
+
+
+def test_verify_fails_on_a_cursor_with_no_valid_slot(tmp_path: Path) -> None:
+    """Both slots of a group's cursor damaged: the group's reader raises `CorruptionError`,
+    and `verify` names it and exits 1 (it said "ok" before)."""
+    with tidelog.open(tmp_path) as wal:
+        wal.append_batch("t", [b"x%d" % i for i in range(10)])
+        with wal.reader("t", "g", start="earliest") as reader:
+            reader.next_batch(5)
+            reader.commit()
+    # The crc field of each slot (FORMAT.md, "Cursor file": two slots of 1024 bytes).
+    for slot_at in (0, 1024):
+        flip(tmp_path / "cursors" / "t@g.cur", slot_at + 8)
+    with tidelog.open(tmp_path, readonly=True) as ro, pytest.raises(tidelog.CorruptionError):
+        ro.reader("t", "g")
+    out = run("verify", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "group g" in out.stdout and "CORRUPT" in out.stdout
+
+
+def test_verify_fails_on_a_staged_job_set_aside(tmp_path: Path) -> None:
+    """A committed job whose segment fails its checks is set aside by the next writable
+    open, never published in part; `verify` reports it and exits 1."""
+    with tidelog.open(tmp_path) as wal:
+        wal.append("alpha", b"a")
+    writer = tidelog.StagedWriter(tmp_path, "job1", "p0")
+    for i in range(30):
+        writer.append("st", b"v%d" % i * 20)
+    writer.finish()
+    tidelog.stage_commit(tmp_path, "job1", ["p0"])
+    # The first batch frame of the segment's first extent (after the file and block headers).
+    flip(tmp_path / "staging" / "job1" / "p0.0.seg", 4096 + 4096 + 20)
+    tidelog.open(tmp_path).close()
+    with pytest.raises(tidelog.InvalidArgumentError):
+        tidelog.stage_wait(tmp_path, "job1", timeout=5)
+    out = run("verify", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "staged job job1 is set aside" in out.stdout

@@ -558,8 +558,25 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
                 Err(e) => return Err(e.into()),
             }
         }
+        // Each group's cursor: one with no valid slot fails its reader.
+        for group in wal.topic_info(t)?.groups {
+            match wal.reader(t, &group) {
+                Ok(_) => {}
+                Err(e @ Error::Corruption { .. }) => bad.push(format!("group {group}: {e}")),
+                Err(e) => return Err(e.into()),
+            }
+        }
     }
     progress.finish();
+    // A committed job whose bytes failed their checks stays set aside: it cannot be published.
+    for job in tidelog::stage::jobs(dir)? {
+        if let Some(reason) = job.failed {
+            bad.push(format!(
+                "staged job {} is set aside, its bytes fail their checks: {reason}",
+                job.job
+            ));
+        }
+    }
     // A damaged progress slot loses no record (its extent is scanned instead), but it is
     // damage all the same: reported, and the directory is not "ok".
     let damaged_slots = report.damaged_progress_slots;
