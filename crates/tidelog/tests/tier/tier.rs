@@ -249,6 +249,9 @@ fn a_second_directory_is_fenced_unless_it_takes_over() {
     second.close().unwrap();
 }
 
+/// How long a tier's last error may outlive the flush after it (a round of uploads).
+const WAIT_FOR_CLEAR: Duration = Duration::from_secs(10);
+
 /// Puts of extent objects fail while `topics` under the bucket is a file, not a directory.
 fn block_uploads(bucket: &Path) -> PathBuf {
     let blocker = bucket.join("topics");
@@ -284,8 +287,17 @@ fn extents_the_bucket_lacks_are_kept_and_uploads_are_retried() {
     std::fs::remove_file(&blocker).unwrap();
     wal.tier_flush(WAIT).unwrap();
     check_bucket(bucket.path(), "r", 400);
-    let status = wal.tier_status().unwrap().unwrap();
-    assert_eq!(status.last_error, None);
+    // The failure is over once a whole round of requests succeeds; the round that finished
+    // the flush may have begun before the blocker went (its failed put then keeps it).
+    let start = Instant::now();
+    loop {
+        let status = wal.tier_status().unwrap().unwrap();
+        if status.last_error.is_none() {
+            break;
+        }
+        assert!(start.elapsed() < WAIT_FOR_CLEAR, "{status:?}");
+        std::thread::sleep(Duration::from_millis(10));
+    }
     // Now retention goes ahead on disk.
     let start = Instant::now();
     while wal.topic_info("r").unwrap().local_first_offset == 0 {
