@@ -1167,7 +1167,10 @@ impl Extent {
         durable_offset: u64,
     ) -> Result<Option<bool>> {
         let st = self.sync_state();
-        if st.sealed_on_disk || st.deleted {
+        // Before the identity slot is durable, nothing else goes into its page: a torn write
+        // of the page could keep a copy and lose the identity, which recovery would take for
+        // damage. The first sync (from 0) takes the two-step path, identity included.
+        if st.sealed_on_disk || st.deleted || st.synced_end == 0 {
             return Ok(None);
         }
         let Some(disk) = self.claim_on_disk() else {

@@ -285,3 +285,43 @@ fn an_extent_after_a_gap_is_reported_with_both_sides_of_the_gap() {
         assert!(reason.contains(&part), "{part:?} not in {reason:?}");
     }
 }
+
+/// Goal: an identity slot zeroed by damage is not a block never handed out while its progress
+/// slot (a sector of its own) claims records: reported, read-only and writable, for the
+/// topic's first and last extents alike (no extent after them shows a gap). Before, the
+/// extent was skipped: the records were lost without a word, and a writable open gave their
+/// offsets to new records.
+#[test]
+fn a_zeroed_identity_beside_a_progress_slot_that_claims_records_is_corruption() {
+    let block = 64 * 1024;
+    let cfg = || geometry(16, block).exclusive(true);
+    let base = tempdir();
+    let wal = Wal::open_with(base.path(), cfg()).unwrap();
+    for i in 0..SEALED_COUNT {
+        wal.append(TOPIC, &value(i, SEALED_VALUE)).unwrap();
+    }
+    wal.close().unwrap();
+    let found = extents(base.path());
+    assert!(found.len() >= 2, "{} extents", found.len());
+    for victim in [&found[0], &found[found.len() - 1]] {
+        let dir = tempdir();
+        copy_dir(base.path(), dir.path());
+        let path = dir.path().join(victim.file.file_name().unwrap());
+        let file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        let zeros = [0u8; format::ID_LEN];
+        std::os::unix::fs::FileExt::write_all_at(&file, &zeros, victim.start).unwrap();
+        drop(file);
+        for read_only in [true, false] {
+            let err = if read_only {
+                Wal::open_read_only_with(dir.path(), cfg()).unwrap_err()
+            } else {
+                Wal::open_with(dir.path(), cfg()).unwrap_err()
+            };
+            let Error::Corruption { reason, .. } = &err else {
+                panic!("expected corruption, got {err:?}");
+            };
+            assert!(reason.contains("identity slot of block"), "{reason}");
+            assert!(reason.contains("progress slot says"), "{reason}");
+        }
+    }
+}
