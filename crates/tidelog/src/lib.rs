@@ -84,7 +84,7 @@ pub use format::TOPIC_NAME_MAX;
 pub use headers::{HEADER_COUNT_MAX, HEADER_KEY_MAX, HeaderBlock, HeaderIter, Headers};
 pub use journal::MARKER_FILE as RING_MARKER_FILE;
 pub use reader::{Reader, Record, RecordRef};
-pub use record::Append;
+pub use record::{Append, TIMESTAMP_US_MAX};
 pub use recovery::RecoveryReport;
 pub use ring::{DirectIo, IoEngine, RingAppend, RingConfig, RingRecovery, RingWal};
 pub use stage::{StagedPart, StagedWriter};

@@ -11,10 +11,29 @@ pub struct Append<'a> {
     pub key: Option<&'a [u8]>,
     /// The value.
     pub value: &'a [u8],
-    /// Microseconds since the Unix epoch; `None` stamps the append time.
+    /// Microseconds since the Unix epoch, at most [`TIMESTAMP_US_MAX`]; `None` stamps the
+    /// append time.
     pub timestamp_us: Option<u64>,
     /// Headers, built with [`crate::Headers`]; `None` for none.
     pub headers: Option<HeaderBlock<'a>>,
+}
+
+/// The largest timestamp an append takes: `i64::MAX` microseconds, so every timestamp reads
+/// back unchanged as the signed 64-bit integers of Arrow, Spark and Kafka.
+pub const TIMESTAMP_US_MAX: u64 = i64::MAX as u64;
+
+/// Refuses records whose timestamp is past [`TIMESTAMP_US_MAX`] (`InvalidArgument`).
+pub(crate) fn check_timestamps(records: &[Append<'_>]) -> crate::Result<()> {
+    match records
+        .iter()
+        .find_map(|r| r.timestamp_us.filter(|&t| t > TIMESTAMP_US_MAX))
+    {
+        Some(t) => Err(crate::Error::invalid(
+            "timestamp",
+            format!("{t} us is past the largest timestamp, {TIMESTAMP_US_MAX} us (i64::MAX)"),
+        )),
+        None => Ok(()),
+    }
 }
 
 impl<'a> Append<'a> {

@@ -406,6 +406,7 @@ impl StagedWriter {
         if records.is_empty() {
             return Ok(());
         }
+        crate::record::check_timestamps(records)?;
         let max = record_bytes_max(self.block_bytes, self.blocks_max);
         if let Some(big) = records.iter().map(Append::payload_len).find(|&n| n > max) {
             return Err(Error::limit("staged record bytes", big, max));

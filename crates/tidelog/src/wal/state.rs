@@ -164,6 +164,7 @@ impl State {
                 cfg.max_batch_records,
             ));
         }
+        crate::record::check_timestamps(records)?;
         let record_max = self.limits.record_bytes_max;
         let mut total = 0u64;
         for r in records {

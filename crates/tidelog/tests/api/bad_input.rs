@@ -8,8 +8,8 @@
 
 use crate::common::{small, tempdir};
 use tidelog::{
-    Append, CommitMode, Config, Durability, Error, ReaderOptions, Retention, StartPosition, Wal,
-    validate_name,
+    Append, CommitMode, Config, Durability, Error, ReaderOptions, Retention, StartPosition,
+    TIMESTAMP_US_MAX, Wal, validate_name,
 };
 
 fn open(dir: &std::path::Path) -> Wal {
@@ -438,4 +438,57 @@ fn rejected_appends_create_no_topic() {
     // A valid append still creates its topic.
     assert_eq!(wal.append("ok", b"fine").expect("append"), 0);
     assert_eq!(wal.topics(), vec!["ok".to_owned()]);
+}
+
+/// A timestamp past `i64::MAX` microseconds is refused at append, by the Wal, a writer and a
+/// staged writer alike, and nothing is written: it would come back clamped from Arrow and as
+/// another value from Spark or Kafka. `i64::MAX` itself is kept exactly.
+#[test]
+fn timestamps_past_i64_max_are_refused() {
+    let dir = tempdir();
+    let wal = open(dir.path());
+    let at = |ts: u64| Append {
+        timestamp_us: Some(ts),
+        ..Append::value(b"v")
+    };
+    for ts in [TIMESTAMP_US_MAX + 1, u64::MAX] {
+        let refused = [
+            wal.append_record("t", at(ts)).map(drop),
+            wal.append_batch_records("t", &[at(1), at(ts)]).map(drop),
+            wal.writer("t")
+                .and_then(|w| w.append_record(at(ts)))
+                .map(drop),
+        ];
+        for result in refused {
+            assert!(
+                matches!(
+                    &result,
+                    Err(Error::InvalidArgument {
+                        name: "timestamp",
+                        ..
+                    })
+                ),
+                "{result:?}"
+            );
+        }
+        let mut staged = tidelog::StagedWriter::create(dir.path(), "job", "p0").expect("staged");
+        assert!(matches!(
+            staged.append("t", &[at(ts)]),
+            Err(Error::InvalidArgument {
+                name: "timestamp",
+                ..
+            })
+        ));
+    }
+    // (The writer made the topic, empty.)
+    assert_eq!(wal.topic_info("t").map_or(0, |i| i.next_offset), 0);
+    assert_eq!(
+        wal.append_record("t", at(TIMESTAMP_US_MAX))
+            .expect("append"),
+        0
+    );
+    assert_eq!(
+        wal.read("t", 0).expect("read").timestamp_us(),
+        TIMESTAMP_US_MAX
+    );
 }
