@@ -451,3 +451,16 @@ def test_os_flavoured_errors_carry_errno() -> None:
     for exc in (full, poisoned):
         with pytest.raises(OSError):
             raise exc
+
+
+@pytest.mark.parametrize("timestamp", [2**63, 2**64 - 1])
+def test_a_timestamp_past_i64_max_is_refused(wal: tidelog.Wal, timestamp: int) -> None:
+    """Stored, it came back clamped to i64::MAX from `read_arrow` and `scan`."""
+    with pytest.raises(tidelog.InvalidArgumentError, match="timestamp"):
+        wal.append("t", b"v", timestamp=timestamp)
+    with pytest.raises(tidelog.InvalidArgumentError, match="timestamp"):
+        wal.writer("t").append(b"v", timestamp=timestamp)
+    assert wal.append("t", b"v", timestamp=2**63 - 1) == 0
+    assert wal.read("t", 0).timestamp == 2**63 - 1
+    column = wal.read_arrow("t", 0).column("timestamp").cast("int64").to_pylist()
+    assert column == [2**63 - 1]
