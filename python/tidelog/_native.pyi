@@ -53,7 +53,8 @@ class ArrowStream:
     stream, built in Rust as the consumer pulls each batch: pyarrow
     (`pyarrow.RecordBatchReader.from_stream`), polars, duckdb and other readers of the
     Arrow PyCapsule interface take it, with no pyarrow needed by tidelog. Columns as
-    `read_arrow`'s: topic, offset, timestamp, key, value, headers. Readable once."""
+    `read_arrow`'s: topic, offset, timestamp, key, value, headers. Each consumer (each call
+    of `__arrow_c_stream__`) reads it from its start again."""
 
     def __arrow_c_stream__(self, requested_schema: object | None = None) -> object:
         """The stream, a PyCapsule named "arrow_array_stream" (the schema is fixed: a
@@ -350,8 +351,8 @@ class Wal:
         """`topic`'s records from `start` (default: the earliest, in the tier's bucket too)
         up to `end` (exclusive; default: what is published when the consumer gets there), as
         an Arrow C stream of batches of at most `batch_records` records, built two at a
-        time on two threads when enough records are published. Works on read-only
-        handles."""
+        time on two threads when enough records are published. An `end` before `start` is
+        `InvalidArgumentError`, as in `read_arrow`. Works on read-only handles."""
     def read_arrow(
         self,
         topic: str,

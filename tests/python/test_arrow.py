@@ -264,6 +264,11 @@ def test_scan_is_an_arrow_c_stream_pyarrow_reads(tmp_path: Path) -> None:
         assert pa.RecordBatchReader.from_stream(stream).read_all().num_rows == 2
         with pytest.raises(tidelog.InvalidArgumentError):
             wal.scan("t", batch_records=0)
+        # An end before the start, as in read_arrow.
+        with pytest.raises(tidelog.InvalidArgumentError, match="before start"):
+            wal.scan("t", 5, 4)
+        with pytest.raises(tidelog.InvalidArgumentError, match="before start"):
+            wal.read_arrow("t", 5, 4)
         with pytest.raises(tidelog.OffsetOutOfRangeError):
             wal.scan("t", 99)
         with pytest.raises(tidelog.UnknownTopicError):

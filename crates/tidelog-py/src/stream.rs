@@ -208,6 +208,15 @@ impl PyArrowStream {
                 reason: "must be positive".to_owned(),
             }));
         }
+        // As `read_arrow`: an end before the start is a mistake, not an empty range.
+        if let (Some(start), Some(end)) = (start, end)
+            && end < start
+        {
+            return Err(to_py(tidelog::Error::InvalidArgument {
+                name: "end",
+                reason: format!("end {end} is before start {start}"),
+            }));
+        }
         let first = crate::call::detached(py, || handle.source(topic, start))?;
         Ok(PyArrowStream {
             handle,
@@ -222,7 +231,8 @@ impl PyArrowStream {
 
 #[pymethods]
 impl PyArrowStream {
-    /// The Arrow C stream (a PyCapsule named "arrow_array_stream"); once.
+    /// The Arrow C stream (a PyCapsule named "arrow_array_stream"); each call reads from the
+    /// start again.
     #[pyo3(signature = (requested_schema = None))]
     fn __arrow_c_stream__<'py>(
         &self,
