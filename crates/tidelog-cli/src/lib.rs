@@ -72,6 +72,8 @@ enum Command {
         /// Keep waiting for new records (Ctrl-C to stop).
         #[arg(long)]
         follow: bool,
+        /// One JSON object per record: offset, timestamp_us, key and value as text, or as
+        /// key_hex / value_hex when they are not UTF-8.
         #[arg(long)]
         json: bool,
     },

@@ -209,15 +209,15 @@ pub(crate) fn consume(
             None => break,
         };
         if json {
+            let key = record
+                .key
+                .map_or_else(|| "\"key\":null".to_owned(), |k| bytes_field("key", k));
             writeln!(
                 out,
-                "{{\"offset\":{},\"timestamp_us\":{},\"key\":{},\"value\":{}}}",
+                "{{\"offset\":{},\"timestamp_us\":{},{key},{}}}",
                 record.offset,
                 record.timestamp_us,
-                record
-                    .key
-                    .map_or("null".into(), |k| quote(&String::from_utf8_lossy(k))),
-                quote(&String::from_utf8_lossy(record.value))
+                bytes_field("value", record.value)
             )
         } else {
             writeln!(out, "{}", String::from_utf8_lossy(record.value))
@@ -303,20 +303,31 @@ pub(crate) fn dump(
     Ok(0)
 }
 
+/// `"name":"text"` for UTF-8 bytes, else `"name_hex":"0a1b..."`: JSON output never loses
+/// a byte (replacement characters would make two values look the same).
+fn bytes_field(name: &str, bytes: &[u8]) -> String {
+    match std::str::from_utf8(bytes) {
+        Ok(text) => format!("\"{name}\":{}", quote(text)),
+        Err(_) => format!("\"{name}_hex\":{}", quote(&hex(bytes))),
+    }
+}
+
+/// Lower-case hex digits of `bytes`.
+fn hex(bytes: &[u8]) -> String {
+    let mut out = String::with_capacity(2 * bytes.len());
+    for b in bytes {
+        let _ = write!(out, "{b:02x}");
+    }
+    out
+}
+
 /// A header value as text: quoted when UTF-8, hex otherwise, `null` for a null value.
 fn header_value(v: Option<&[u8]>) -> String {
     match v {
         None => "null".to_owned(),
         Some(v) => match std::str::from_utf8(v) {
             Ok(s) => quote(s),
-            Err(_) => {
-                let mut hex = String::with_capacity(2 + 2 * v.len());
-                hex.push_str("0x");
-                for b in v {
-                    let _ = write!(hex, "{b:02x}");
-                }
-                hex
-            }
+            Err(_) => format!("0x{}", hex(v)),
         },
     }
 }

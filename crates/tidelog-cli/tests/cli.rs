@@ -525,3 +525,38 @@ fn delete_records_moves_the_first_offset() {
     assert!(!out.status.success());
     assert!(text(&out.stderr).contains("nope"), "{}", text(&out.stderr));
 }
+
+/// `consume --json` keeps every byte: a key or value that is not UTF-8 goes as hex
+/// (`key_hex`, `value_hex`), so two different values never print the same.
+#[test]
+fn consume_json_gives_bytes_that_are_not_utf8_as_hex() {
+    let dir = tempfile::tempdir().expect("temp dir");
+    {
+        let wal = tidelog::Wal::open(dir.path()).expect("open");
+        wal.append("t", &[0xff, 0xfe]).expect("append");
+        wal.append("t", &[0xfe, 0xff]).expect("append");
+        let keyed = tidelog::Append {
+            key: Some(&[0x80]),
+            ..tidelog::Append::value(b"text")
+        };
+        wal.append_record("t", keyed).expect("append");
+    }
+    let out = tidelog(&["consume", &dir_arg(dir.path()), "t", "--json"], "");
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert_eq!(lines.len(), 3, "{lines:?}");
+    assert!(
+        lines[0].ends_with("\"key\":null,\"value_hex\":\"fffe\"}"),
+        "{}",
+        lines[0]
+    );
+    assert!(
+        lines[1].ends_with("\"key\":null,\"value_hex\":\"feff\"}"),
+        "{}",
+        lines[1]
+    );
+    assert!(
+        lines[2].ends_with("\"key_hex\":\"80\",\"value\":\"text\"}"),
+        "{}",
+        lines[2]
+    );
+}
