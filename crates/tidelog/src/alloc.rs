@@ -357,10 +357,11 @@ impl BlockAllocator {
                 }
                 match st.spare.take() {
                     Some(spare) if count_for(&spare) > u64::from(spare.extent_count) => {
-                        let (count, max) = (count_for(&spare), u64::from(spare.extent_count));
+                        let count = count_for(&spare);
+                        let err = too_big_for_a_file(&spare, count);
                         st.spare = Some(spare);
                         drop(st);
-                        return Err(Error::limit("blocks per extent", count, max));
+                        return Err(err);
                     }
                     Some(spare) => {
                         st.next_block = 0;
@@ -426,11 +427,7 @@ impl BlockAllocator {
         let seq = file.seq;
         let count = count_for(&file);
         if count > u64::from(file.extent_count) {
-            return Err(Error::limit(
-                "blocks per extent",
-                count,
-                u64::from(file.extent_count),
-            ));
+            return Err(too_big_for_a_file(&file, count));
         }
         if from_spare {
             shared.set_spare(None);
@@ -644,4 +641,13 @@ impl BlockAllocator {
                 .as_ref()
                 .is_some_and(|cur| st.next_block * 2 >= cur.extent_count)
     }
+}
+
+/// An extent of `count` blocks (one batch's frames and index footer) does not fit a data
+/// file like `file`: the limit to raise is `file_size_bytes`, the size such a file would need
+/// against the one configured.
+fn too_big_for_a_file(file: &DataFile, count: u64) -> Error {
+    let block = file.header.block_size_bytes;
+    let needed = format::FILE_HEADER_BYTES.saturating_add(count.saturating_mul(block));
+    Error::limit("file_size_bytes", needed, file.header.file_size_bytes)
 }

@@ -492,3 +492,29 @@ fn timestamps_past_i64_max_are_refused() {
         TIMESTAMP_US_MAX
     );
 }
+
+/// A batch within `max_batch_bytes` whose frames still need more blocks than a data file
+/// holds (each record adds its framing) names `file_size_bytes`, the limit to raise, with the
+/// size a file would need; it named an internal "blocks per extent" before.
+#[test]
+fn a_batch_larger_than_a_data_file_names_file_size_bytes() {
+    let dir = tempdir();
+    let block = 8192;
+    let cfg = crate::common::geometry(2, block);
+    let wal = Wal::open_with(dir.path(), cfg.clone()).expect("open");
+    let values: Vec<Vec<u8>> = [4048, 4000, 4000].map(|n| vec![b'x'; n]).into();
+    let slices: Vec<&[u8]> = values.iter().map(Vec::as_slice).collect();
+    let total: u64 = values.iter().map(|v| v.len() as u64).sum();
+    assert!(total <= cfg.effective_max_batch_bytes(), "{total}");
+    let err = wal
+        .append_batch("t", &slices)
+        .expect_err("3 blocks in a file of 2");
+    let Error::LimitExceeded { limit, value, max } = err else {
+        panic!("expected LimitExceeded, got {err:?}");
+    };
+    assert_eq!(limit, "file_size_bytes");
+    assert_eq!(max, cfg.file_size_bytes);
+    assert!(value > max && (value - tidelog::format::FILE_HEADER_BYTES).is_multiple_of(block));
+    // Nothing was appended, and a batch that fits still goes in.
+    assert_eq!(wal.append_batch("t", &slices[..1]).expect("append"), 0..1);
+}
