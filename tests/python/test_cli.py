@@ -133,8 +133,9 @@ def test_verify_fails_on_a_cursor_with_no_valid_slot(tmp_path: Path) -> None:
 
 
 def test_verify_fails_on_a_staged_job_set_aside(tmp_path: Path) -> None:
-    """A committed job whose segment fails its checks is set aside by the next writable
-    open, never published in part; `verify` reports it and exits 1."""
+    """A committed job whose segment fails its checks is reported by `verify` (exit 1)
+    before its publish, and after the next writable open has set it aside (never published
+    in part)."""
     with tidelog.open(tmp_path) as wal:
         wal.append("alpha", b"a")
     writer = tidelog.StagedWriter(tmp_path, "job1", "p0")
@@ -144,6 +145,10 @@ def test_verify_fails_on_a_staged_job_set_aside(tmp_path: Path) -> None:
     tidelog.stage_commit(tmp_path, "job1", ["p0"])
     # The first batch frame of the segment's first extent (after the file and block headers).
     flip(tmp_path / "staging" / "job1" / "p0.0.seg", 4096 + 4096 + 20)
+    # Committed, not published yet: checked as its publish will check it.
+    out = run("verify", str(tmp_path))
+    assert out.returncode == 1, out.stdout + out.stderr
+    assert "staged job job1 is committed, but its bytes fail" in out.stdout
     tidelog.open(tmp_path).close()
     with pytest.raises(tidelog.InvalidArgumentError):
         tidelog.stage_wait(tmp_path, "job1", timeout=5)

@@ -579,13 +579,23 @@ pub(crate) fn verify(out: &mut Out<'_>, dir: &Path, json: bool) -> Result<u8, Fa
         }
     }
     progress.finish();
-    // A committed job whose bytes failed their checks stays set aside: it cannot be published.
+    // A committed job whose bytes failed their checks stays set aside: it cannot be
+    // published. One not published yet is checked as its publish will check it.
     for job in tidelog::stage::jobs(dir)? {
         if let Some(reason) = job.failed {
             bad.push(format!(
                 "staged job {} is set aside, its bytes fail their checks: {reason}",
                 job.job
             ));
+        } else if job.committed {
+            match tidelog::stage::check_committed(dir, &job.job) {
+                Ok(_) => {}
+                Err(e @ Error::Corruption { .. }) => bad.push(format!(
+                    "staged job {} is committed, but its bytes fail their checks: {e}",
+                    job.job
+                )),
+                Err(e) => return Err(e.into()),
+            }
         }
     }
     // A damaged progress slot loses no record (its extent is scanned instead), but it is

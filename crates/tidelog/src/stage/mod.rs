@@ -424,6 +424,61 @@ fn is_committed(storage: &dyn Storage, job_dir: &Path) -> Result<bool> {
         || io::exists(storage, &job_dir.join(INGEST_FILE))?)
 }
 
+/// The segment `entry` of `part` lists in `job_dir`, opened and its topics' counts checked
+/// against the manifest's: what a publish checks of each segment before it publishes any.
+/// `None` for a segment a publish cut short already adopted (`resumed`: the job's ledger
+/// exists); missing otherwise, it is damage.
+pub(crate) fn listed_segment(
+    storage: &dyn Storage,
+    job_dir: &Path,
+    part: &str,
+    entry: &SegmentEntry,
+    resumed: bool,
+) -> Result<Option<segment::Segment>> {
+    let path = job_dir.join(segment_name(part, entry.index));
+    if !io::exists(storage, &path)? {
+        if resumed {
+            return Ok(None);
+        }
+        return Err(corrupt(
+            &path,
+            "staged job: a segment its part's manifest lists is missing",
+        ));
+    }
+    let segment = segment::Segment::open(storage, &path)?;
+    let mut found = segment.counts();
+    let mut listed = entry.counts.clone();
+    found.sort();
+    listed.sort();
+    if found != listed {
+        return Err(corrupt(
+            &path,
+            "staged job: the segment disagrees with its part's manifest",
+        ));
+    }
+    Ok(Some(segment))
+}
+
+/// Checks committed job `job` of `dir` as its publish will, without publishing or changing
+/// anything: its commit, each part's manifest, and every record of every segment. False
+/// when the job is not committed (or already published).
+pub fn check_committed(dir: &Path, job: &str) -> Result<bool> {
+    let storage = &StdStorage;
+    let job_dir = job_dir(dir, job)?;
+    let Some(manifest) = read_commit(storage, &job_dir)? else {
+        return Ok(false);
+    };
+    let resumed = io::exists(storage, &job_dir.join(INGEST_FILE))?;
+    for part in &manifest.parts {
+        for entry in read_manifest(storage, &job_dir, part)?.segments {
+            if let Some(segment) = listed_segment(storage, &job_dir, part, &entry, resumed)? {
+                segment.for_each_extent(storage, |_, _| Ok(()))?;
+            }
+        }
+    }
+    Ok(true)
+}
+
 /// Name of the lock file a publish or an abort holds (`flock`) inside a job's directory.
 pub const JOB_LOCK_FILE: &str = "LOCK";
 

@@ -290,30 +290,14 @@ impl State {
                         None => names.push((topic.clone(), *n)),
                     }
                 }
-                let path = job_dir.join(stage::segment_name(part, entry.index));
-                if !io::exists(self.storage.as_ref(), &path)? {
-                    if !resumed {
-                        return Err(staged_corruption(
-                            &path,
-                            "a segment its part's manifest lists is missing",
-                        ));
-                    }
+                let storage = self.storage.as_ref();
+                let Some(segment) = stage::listed_segment(storage, job_dir, part, &entry, resumed)?
+                else {
                     // Adopted by an earlier publish of this job that stopped part way: its
                     // records are in the data files.
                     segments.push((entry, None));
                     continue;
-                }
-                let segment = Segment::open(self.storage.as_ref(), &path)?;
-                let mut found = segment.counts();
-                let mut listed = entry.counts.clone();
-                found.sort();
-                listed.sort();
-                if found != listed {
-                    return Err(staged_corruption(
-                        &path,
-                        "the segment disagrees with its part's manifest",
-                    ));
-                }
+                };
                 // Checked whole here if it will be copied: nothing is published of a job
                 // whose records do not read.
                 if across || !self.adoptable(&segment) {
