@@ -92,6 +92,15 @@ def test_non_contiguous_buffer_is_rejected(wal: tidelog.Wal) -> None:
     assert "t" not in wal.topics()
 
 
+def test_a_released_memoryview_says_it_is_released(wal: tidelog.Wal) -> None:
+    """Its exporter's own error, not "must be bytes-like ... not memoryview"."""
+    view = memoryview(b"abc")
+    view.release()
+    with pytest.raises(ValueError, match="released"):
+        wal.append("t", view)
+    assert "t" not in wal.topics()
+
+
 def test_str_is_rejected_everywhere(wal: tidelog.Wal) -> None:
     w = wal.writer("t")
     calls: list[Callable[[], object]] = [

@@ -32,7 +32,11 @@ impl<'a> InputBytes<'a> {
                 "{what} must be bytes-like (bytes, bytearray, memoryview), not str: encode it first"
             )));
         }
-        let buffer = PyUntypedBuffer::get(obj).map_err(|_| {
+        let buffer = PyUntypedBuffer::get(obj).map_err(|e| {
+            // An exporter that refused (a released memoryview: ValueError) says why itself.
+            if !e.is_instance_of::<PyTypeError>(obj.py()) {
+                return e;
+            }
             PyTypeError::new_err(format!(
                 "{what} must be bytes-like (bytes, bytearray, memoryview), not {}",
                 obj.get_type()
