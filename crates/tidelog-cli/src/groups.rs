@@ -33,7 +33,8 @@ pub(crate) fn target(
         (_, _, true, _) => Ok(Target::Latest),
         (_, _, _, Some(text)) => parse_datetime(text).map(Target::Time).ok_or_else(|| {
             Failure::Usage(format!(
-                "--to-datetime {text:?} is not an ISO 8601 date and time (2026-11-28T10:00:00Z)"
+                "--to-datetime {text:?} is not an ISO 8601 date and time from 1970 on \
+                 (2026-11-28T10:00:00Z): timestamps count microseconds since the epoch"
             ))
         }),
         _ => Err(Failure::Usage(
