@@ -222,10 +222,11 @@ impl CursorFile {
     ) -> Result<CursorFile> {
         let dir = path.parent().map(Path::to_path_buf).unwrap_or_default();
         let mut newest = None;
-        let inode = inode_of(storage, &path);
+        let mut inode = None;
         // Read-only here; the first commit opens the file for writing.
         match storage.open(&path, false) {
             Ok(f) => {
+                inode = Some(inode_of_file(storage, &f, &path)?);
                 let mut buf = vec![0u8; 2 * CURSOR_SLOT_BYTES];
                 let n = storage
                     .read_at(&f, &path, &mut buf, 0)
@@ -254,11 +255,12 @@ impl CursorFile {
     /// Whether the file this handle found or made is no longer the one at the cursor's path:
     /// another process removed it (deleting the group or its topic), and maybe made a new
     /// one since. The cached commit and open file then belong to a deleted group.
-    fn replaced(&self, storage: &dyn Storage) -> bool {
+    fn replaced(&self, storage: &dyn Storage) -> Result<bool> {
         let inner = self.inner.lock().recover();
-        inner
-            .inode
-            .is_some_and(|known| inode_of(storage, &self.path) != Some(known))
+        let Some(known) = inner.inode else {
+            return Ok(false);
+        };
+        Ok(inode_of(storage, &self.path)? != Some(known))
     }
 
     /// The committed offset, if the group ever committed.
@@ -291,8 +293,8 @@ impl CursorFile {
         if inner.file.is_none() {
             match storage.open(&self.path, true) {
                 Ok(f) => {
+                    inner.inode = Some(inode_of_file(storage, &f, &self.path)?);
                     inner.file = Some(f);
-                    inner.inode = inode_of(storage, &self.path);
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
                 Err(e) => return Err(Error::io("open cursor", &self.path, e)),
@@ -323,8 +325,9 @@ impl CursorFile {
         };
         let slot = encode_slot(&record)?;
         if inner.file.is_none() {
-            inner.file = Some(self.open_for_write(storage, &slot)?);
-            inner.inode = inode_of(storage, &self.path);
+            let file = self.open_for_write(storage, &slot)?;
+            inner.inode = Some(inode_of_file(storage, &file, &self.path)?);
+            inner.file = Some(file);
         }
         let Some(file) = inner.file.as_ref() else {
             return Err(Error::Closed);
@@ -432,7 +435,7 @@ impl CursorTable {
     ) -> Result<Arc<CursorFile>> {
         let mut open = self.lock();
         if let Some(c) = open.get(topic).and_then(|groups| groups.get(group)) {
-            if !c.replaced(storage) {
+            if !c.replaced(storage)? {
                 c.reload(storage)?;
                 return Ok(Arc::clone(c));
             }
@@ -567,10 +570,25 @@ impl CursorTable {
     }
 }
 
-/// The inode of the file at `path`, if there is one.
-fn inode_of(storage: &dyn Storage, path: &Path) -> Option<u64> {
+/// The inode of the file at `path`, `None` when there is none; any other error reading its
+/// metadata is returned (a cursor replaced by another process must not go unnoticed).
+fn inode_of(storage: &dyn Storage, path: &Path) -> Result<Option<u64>> {
     use std::os::unix::fs::MetadataExt;
-    storage.metadata(path).ok().map(|m| m.ino())
+    match storage.metadata(path) {
+        Ok(m) => Ok(Some(m.ino())),
+        Err(e) if crate::io::is_absent(&e) => Ok(None),
+        Err(e) => Err(Error::io("read metadata", path, e)),
+    }
+}
+
+/// The inode of the open `file` (at `path`): the one this handle reads and writes, even if
+/// another process replaced the name since it was opened.
+fn inode_of_file(storage: &dyn Storage, file: &std::fs::File, path: &Path) -> Result<u64> {
+    use std::os::unix::fs::MetadataExt;
+    storage
+        .file_metadata(file, path)
+        .map(|m| m.ino())
+        .map_err(|e| Error::io("read metadata", path, e))
 }
 
 #[cfg(test)]
