@@ -1213,13 +1213,11 @@ mod tests {
         assert!(began.elapsed() < Duration::from_secs(30));
     }
 
-    /// A job directory made since the last sync of the staging directory is not durable:
-    /// the commit syncs the job's directory, the staging directory and the data directory.
-    #[test]
-    fn a_commit_makes_the_jobs_directory_durable_before_it_is_committed() {
-        use crate::io::{FaultStorage, points};
+    /// A directory with job `job`'s part `p0` (one record) staged and finished, through a
+    /// fault-injecting storage.
+    fn staged_part() -> (tempfile::TempDir, Arc<crate::io::FaultStorage>) {
         let dir = tempfile::tempdir().expect("temp dir");
-        let storage = Arc::new(FaultStorage::new());
+        let storage = Arc::new(crate::io::FaultStorage::new());
         let mut writer = crate::StagedWriter::create_with_storage(
             dir.path(),
             "job",
@@ -1227,14 +1225,19 @@ mod tests {
             Arc::clone(&storage) as Arc<dyn Storage>,
         )
         .expect("create");
-        let record = crate::Append {
-            headers: None,
-            key: None,
-            value: b"v",
-            timestamp_us: None,
-        };
-        writer.append("t", &[record]).expect("append");
+        writer
+            .append("t", &[crate::Append::value(b"v")])
+            .expect("append");
         writer.finish().expect("finish");
+        (dir, storage)
+    }
+
+    /// A job directory made since the last sync of the staging directory is not durable:
+    /// the commit syncs the job's directory, the staging directory and the data directory.
+    #[test]
+    fn a_commit_makes_the_jobs_directory_durable_before_it_is_committed() {
+        use crate::io::points;
+        let (dir, storage) = staged_part();
         let synced_before = storage.paths(points::SYNC_DIR).len();
         write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).expect("commit");
         let synced = &storage.paths(points::SYNC_DIR)[synced_before..];
@@ -1257,24 +1260,8 @@ mod tests {
     /// clean-up of abandoned jobs removed such a committed job before.
     #[test]
     fn a_commit_that_does_not_stat_keeps_its_job() {
-        use crate::io::{Fault, FaultStorage, points};
-        let dir = tempfile::tempdir().expect("temp dir");
-        let storage = Arc::new(FaultStorage::new());
-        let mut writer = crate::StagedWriter::create_with_storage(
-            dir.path(),
-            "job",
-            "p0",
-            Arc::clone(&storage) as Arc<dyn Storage>,
-        )
-        .expect("create");
-        let record = crate::Append {
-            headers: None,
-            key: None,
-            value: b"v",
-            timestamp_us: None,
-        };
-        writer.append("t", &[record]).expect("append");
-        writer.finish().expect("finish");
+        use crate::io::{Fault, points};
+        let (dir, storage) = staged_part();
         write_commit(storage.as_ref(), dir.path(), "job", &["p0"], None, None).expect("commit");
         storage.arm_for(
             points::METADATA,
