@@ -345,3 +345,12 @@ def test_wait_sees_a_record_without_reading_it(tmp_path: Path) -> None:
             assert r.wait(0) is True
             assert r.position == 1  # not read
             assert bytes(r.next().value) == b"b"
+
+
+def test_a_readers_repr_reads_as_python(wal: tidelog.Wal) -> None:
+    wal.append("t", b"x")
+    assert repr(wal.reader("t", start="earliest")) == 'Reader(topic="t", group=None, position=0)'
+    grouped = wal.reader("t", "g", start="earliest")
+    assert repr(grouped) == 'Reader(topic="t", group="g", position=0)'
+    grouped.close()
+    assert repr(grouped) == 'Reader(topic="t", group="g", position=closed)'

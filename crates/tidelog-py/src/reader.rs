@@ -329,9 +329,14 @@ impl PyReader {
             Err(TryLockError::Poisoned(p)) => shown(&p.into_inner()),
             Err(TryLockError::WouldBlock) => "busy".to_owned(),
         };
+        // Python's spelling: None, not Rust's Option.
+        let group = self
+            .group
+            .as_ref()
+            .map_or_else(|| "None".to_owned(), |g| format!("{g:?}"));
         format!(
-            "Reader(topic={:?}, group={:?}, position={position})",
-            self.topic, self.group
+            "Reader(topic={:?}, group={group}, position={position})",
+            self.topic
         )
     }
 }
