@@ -54,7 +54,8 @@ class InvalidArgumentError(TidelogError, ValueError):
 
 
 class InvalidTopicError(InvalidArgumentError):
-    """A topic or group name broke a naming rule (`name` is the rejected name)."""
+    """A topic, group, staged job or part name broke the naming rule (`name` is the rejected
+    name)."""
 
 
 class LimitExceededError(TidelogError, ValueError):

@@ -44,7 +44,7 @@ pub enum Error {
         /// What check failed.
         reason: String,
     },
-    /// A topic name (or group name) broke a naming rule.
+    /// A name broke the naming rule topics share with groups, staged jobs and parts.
     InvalidTopic {
         /// The rejected name.
         name: String,
@@ -263,7 +263,8 @@ impl fmt::Display for Error {
                 path.display()
             ),
             Error::InvalidTopic { name, rule } => {
-                write!(f, "invalid topic name {name:?}: {rule}")
+                // Topics, groups, jobs and parts share the rule: the message names none.
+                write!(f, "invalid name {name:?}: {rule}")
             }
             Error::LimitExceeded { limit, value, max } => {
                 write!(f, "{limit} exceeded: {value} > {max}")
