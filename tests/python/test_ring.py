@@ -341,6 +341,8 @@ def test_bad_capacity(ring_path: Path, capacity: int) -> None:
         ({"inflight_blocks": 65}, "inflight_blocks"),
         ({"block_delay": -1.0}, "block_delay"),
         ({"block_delay": float("nan")}, "block_delay"),
+        ({"max_record_bytes": 0}, "max_record_bytes"),
+        ({"max_record_bytes": 2**40}, "max_record_bytes"),
     ],
 )
 def test_bad_options(ring_path: Path, options: dict[str, Any], argument: str) -> None:

@@ -60,7 +60,7 @@ pub struct RingConfig {
     pub seal_when_idle: bool,
     /// Most blocks written at once. Default 4.
     pub inflight_blocks: usize,
-    /// Largest record body. Default 1 MiB.
+    /// Largest record body, 1 byte up to `RECORD_BYTES_MAX`. Default 1 MiB.
     pub max_record_bytes: u64,
     /// How block writes are issued. Default [`IoEngine::Auto`].
     pub io_engine: IoEngine,
@@ -150,11 +150,14 @@ impl RingConfig {
                 format!("must be in 1..={INFLIGHT_BLOCKS_MAX}"),
             ));
         }
-        if self.max_record_bytes > RECORD_BYTES_MAX {
-            return Err(Error::limit(
+        // A setting out of range, not a record too large: `InvalidArgument`.
+        if self.max_record_bytes == 0 || self.max_record_bytes > RECORD_BYTES_MAX {
+            return Err(Error::invalid(
                 "max_record_bytes",
-                self.max_record_bytes,
-                RECORD_BYTES_MAX,
+                format!(
+                    "must be in 1..={RECORD_BYTES_MAX}, not {}",
+                    self.max_record_bytes
+                ),
             ));
         }
         Ok(())
