@@ -150,14 +150,15 @@ impl RingConfig {
                 format!("must be in 1..={INFLIGHT_BLOCKS_MAX}"),
             ));
         }
-        // A setting out of range, not a record too large: `InvalidArgument`.
-        if self.max_record_bytes == 0 || self.max_record_bytes > RECORD_BYTES_MAX {
-            return Err(Error::invalid(
+        // 0 would refuse every record but an empty one.
+        if self.max_record_bytes == 0 {
+            return Err(Error::invalid("max_record_bytes", "must be positive"));
+        }
+        if self.max_record_bytes > RECORD_BYTES_MAX {
+            return Err(Error::limit(
                 "max_record_bytes",
-                format!(
-                    "must be in 1..={RECORD_BYTES_MAX}, not {}",
-                    self.max_record_bytes
-                ),
+                self.max_record_bytes,
+                RECORD_BYTES_MAX,
             ));
         }
         Ok(())
