@@ -285,11 +285,39 @@ impl SharedState {
             Ok(f) => (f, true),
             Err(_) => (storage.open(&path, false).ok()?, false),
         };
-        let len = storage.file_metadata(&file, &path).ok()?.len();
+        Self::map_current(storage, path, file, writable)
+            .ok()
+            .flatten()
+    }
+
+    /// A writable handle's join beside other processes: the file mapped read-write (it
+    /// registers its process and claims slots there). `None` when the file is not ready or
+    /// not of this boot; an error when it cannot be opened or mapped for writing (never a
+    /// read-only fallback, which the first write would find).
+    pub fn attach_writable(storage: &Arc<dyn Storage>, dir: &Path) -> Result<Option<SharedState>> {
+        let path = dir.join(STATE_FILE);
+        let file = storage
+            .open(&path, true)
+            .map_err(|e| Error::io("open shared state", &path, e))?;
+        Self::map_current(storage, path, file, true)
+    }
+
+    /// Maps the open state `file` if its header is ready, of this layout and of this boot.
+    fn map_current(
+        storage: &Arc<dyn Storage>,
+        path: std::path::PathBuf,
+        file: File,
+        writable: bool,
+    ) -> Result<Option<SharedState>> {
+        let len = storage
+            .file_metadata(&file, &path)
+            .map_err(|e| Error::io("read metadata", &path, e))?
+            .len();
         if len < FILE_BYTES as u64 {
-            return None;
+            return Ok(None);
         }
-        let map = Mapping::map(&file, FILE_BYTES as u64, writable).ok()?;
+        let map = Mapping::map(&file, FILE_BYTES as u64, writable)
+            .map_err(|e| Error::io("map shared state", &path, e))?;
         let mut state = SharedState {
             map,
             file,
@@ -297,12 +325,15 @@ impl SharedState {
             storage: Arc::clone(storage),
             writable,
             generation: 0,
-            boot: boot_id(storage.as_ref()).ok()?,
+            boot: boot_id(storage.as_ref())?,
             liveness: OnceLock::new(),
             opens: std::sync::atomic::AtomicU64::new(0),
         };
-        state.generation = state.current_generation()?;
-        Some(state)
+        let Some(generation) = state.current_generation() else {
+            return Ok(None);
+        };
+        state.generation = generation;
+        Ok(Some(state))
     }
 
     /// The header's generation if the header is ready, of this layout and of this boot.

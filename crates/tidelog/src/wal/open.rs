@@ -108,7 +108,7 @@ fn open_shared(dir: &Path, config: Config, storage: Arc<dyn Storage>) -> Result<
         shared.set_spare(recovered.spare.as_ref().map(|f| f.seq));
         (recovered, shared)
     } else {
-        let shared = SharedState::attach(&storage, dir).ok_or_else(|| {
+        let shared = SharedState::attach_writable(&storage, dir)?.ok_or_else(|| {
             crate::Error::invalid(
                 "shared state",
                 format!(

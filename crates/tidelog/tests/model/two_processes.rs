@@ -20,6 +20,8 @@ use std::time::{Duration, Instant};
 use crate::common::{self, ChildSession, Fnv, child_commands, child_env, reply, tempdir};
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
+use std::sync::Arc;
+use tidelog::io::{Fault, FaultStorage, Storage, points};
 use tidelog::{Append, Config, Error, Wal};
 
 const TOPICS: [&str; 3] = ["a", "b", "c"];
@@ -33,6 +35,21 @@ const POINTS: [&str; 6] = [
     "alloc-locked",
     "delete-begun",
     "delete-marked",
+];
+/// The points this process's open may meet a fault at (EIO), beside the live child: a
+/// shared-mode open that fails must leave nothing behind that stops the child or the next
+/// open (its lock bytes, its process slot, the shared state file).
+const OPEN_POINTS: [&str; 10] = [
+    points::OPEN,
+    points::READ,
+    points::READ_DIR,
+    points::READ_FILE,
+    points::FILE_METADATA,
+    points::METADATA,
+    points::SYNC_MAP,
+    points::SYNC_DIR,
+    points::CREATE,
+    points::ALLOCATE,
 ];
 /// Generous: CI machines are slow and busy.
 const WAIT: Duration = Duration::from_secs(30);
@@ -165,6 +182,12 @@ enum Op {
     },
     /// Closes this process's handle and opens it again.
     Reopen,
+    /// Closes this process's handle and opens it again, the open's `skip`-th call of
+    /// `OPEN_POINTS[point]` failing with EIO; a failed open is followed by a plain one.
+    FaultedReopen {
+        point: usize,
+        skip: u64,
+    },
 }
 
 fn op_strategy() -> impl Strategy<Value = Op> {
@@ -185,6 +208,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (child, topic).prop_map(|(child, topic)| Op::Delete { child, topic }),
         2 => prop::option::weighted(0.7, 0..POINTS.len()).prop_map(|point| Op::Kill { point }),
         1 => Just(Op::Reopen),
+        1 => (0..OPEN_POINTS.len(), 0u64..12).prop_map(|(point, skip)| Op::FaultedReopen { point, skip }),
     ]
 }
 
@@ -415,7 +439,52 @@ impl Case {
                 self.wal = Some(Wal::open_with(self.dir.path(), config()).unwrap());
                 Ok(())
             }
+            Op::FaultedReopen { point, skip } => self.faulted_reopen(OPEN_POINTS[point], skip),
         }
+    }
+
+    /// [`Op::FaultedReopen`]. An open that failed must have met the fault; one that got
+    /// past it is closed again (its handle may hold the fault's consequences). Either way
+    /// the next, plain, open must succeed beside the child, which goes on.
+    fn faulted_reopen(&mut self, point: &'static str, skip: u64) -> Result<(), TestCaseError> {
+        self.wal.take().unwrap().close().unwrap();
+        let faults = Arc::new(FaultStorage::new());
+        faults.arm(
+            point,
+            Fault::After {
+                skip,
+                errno: libc::EIO,
+            },
+        );
+        let opened = Wal::open_with_storage(
+            self.dir.path(),
+            config(),
+            faults.clone() as Arc<dyn Storage>,
+        );
+        faults.disarm_all();
+        let fired = faults.hits(point) > 0;
+        match opened {
+            Ok(wal) if fired => {
+                self.log.push(format!("  open got past a fault at {point}"));
+                wal.close().ok();
+            }
+            Ok(wal) => {
+                self.wal = Some(wal);
+                return Ok(());
+            }
+            Err(e) => {
+                prop_assert!(fired, "open failed with no fault: {}", e);
+                self.log.push(format!("  open failed at {point}: {e}"));
+            }
+        }
+        let wal = Wal::open_with(self.dir.path(), config());
+        prop_assert!(
+            wal.is_ok(),
+            "the open after a faulted one failed: {:?}",
+            wal.err()
+        );
+        self.wal = wal.ok();
+        Ok(())
     }
 
     /// Appends `n` records (a batch when `batch`) to `topic`; the model takes them once
@@ -584,6 +653,27 @@ fn regression_a_commit_past_an_extent_consumes_it() {
             child: true,
             topic: 2,
             pick: 3,
+        },
+    ];
+    run_ops(&ops).unwrap();
+}
+
+/// A joining open whose read-write open of the shared state file failed fell back to a
+/// read-only mapping, then panicked registering its process there ("atomic access to a
+/// read-only mapping"). It now fails with the open's error, and the next open joins.
+#[test]
+fn regression_a_join_that_cannot_open_the_state_file_for_writing_fails_cleanly() {
+    let ops = [
+        Op::FaultedReopen { point: 0, skip: 0 },
+        Op::Append {
+            child: true,
+            topic: 0,
+            len: 10,
+        },
+        Op::Append {
+            child: false,
+            topic: 0,
+            len: 10,
         },
     ];
     run_ops(&ops).unwrap();
