@@ -414,8 +414,9 @@ const FAULT_POINTS: [&str; 9] = [
     points::RENAME,
 ];
 /// The points an open meets: reads of what recovery trusts first (an error there must fail
-/// the open, never read as "absent" or "empty"), and the writes of its repairs.
-const OPEN_FAULT_POINTS: [&str; 11] = [
+/// the open, never read as "absent" or "empty"), and the writes of its repairs. The
+/// two-process model faults its opens at the same points.
+pub(crate) const OPEN_FAULT_POINTS: [&str; 11] = [
     points::OPEN,
     points::READ,
     points::READ_DIR,

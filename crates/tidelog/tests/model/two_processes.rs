@@ -14,14 +14,15 @@
 #![allow(clippy::unwrap_used)]
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::common::{self, ChildSession, Fnv, child_commands, child_env, reply, tempdir};
+use crate::model::OPEN_FAULT_POINTS;
 use proptest::prelude::*;
 use proptest::test_runner::{Config as PtConfig, TestCaseError, TestRunner};
-use std::sync::Arc;
-use tidelog::io::{Fault, FaultStorage, Storage, points};
+use tidelog::io::{Fault, FaultStorage, Storage};
 use tidelog::{Append, Config, Error, Wal};
 
 const TOPICS: [&str; 3] = ["a", "b", "c"];
@@ -35,21 +36,6 @@ const POINTS: [&str; 6] = [
     "alloc-locked",
     "delete-begun",
     "delete-marked",
-];
-/// The points this process's open may meet a fault at (EIO), beside the live child: a
-/// shared-mode open that fails must leave nothing behind that stops the child or the next
-/// open (its lock bytes, its process slot, the shared state file).
-const OPEN_POINTS: [&str; 10] = [
-    points::OPEN,
-    points::READ,
-    points::READ_DIR,
-    points::READ_FILE,
-    points::FILE_METADATA,
-    points::METADATA,
-    points::SYNC_MAP,
-    points::SYNC_DIR,
-    points::CREATE,
-    points::ALLOCATE,
 ];
 /// Generous: CI machines are slow and busy.
 const WAIT: Duration = Duration::from_secs(30);
@@ -183,7 +169,9 @@ enum Op {
     /// Closes this process's handle and opens it again.
     Reopen,
     /// Closes this process's handle and opens it again, the open's `skip`-th call of
-    /// `OPEN_POINTS[point]` failing with EIO; a failed open is followed by a plain one.
+    /// `OPEN_FAULT_POINTS[point]` failing with EIO, beside the live child; a failed open is
+    /// followed by a plain one. A shared-mode open that fails must leave nothing behind that
+    /// stops the child or the next open (its lock bytes, its process slot, the state file).
     FaultedReopen {
         point: usize,
         skip: u64,
@@ -208,7 +196,7 @@ fn op_strategy() -> impl Strategy<Value = Op> {
         1 => (child, topic).prop_map(|(child, topic)| Op::Delete { child, topic }),
         2 => prop::option::weighted(0.7, 0..POINTS.len()).prop_map(|point| Op::Kill { point }),
         1 => Just(Op::Reopen),
-        1 => (0..OPEN_POINTS.len(), 0u64..12).prop_map(|(point, skip)| Op::FaultedReopen { point, skip }),
+        1 => (0..OPEN_FAULT_POINTS.len(), 0u64..12).prop_map(|(point, skip)| Op::FaultedReopen { point, skip }),
     ]
 }
 
@@ -439,7 +427,9 @@ impl Case {
                 self.wal = Some(Wal::open_with(self.dir.path(), config()).unwrap());
                 Ok(())
             }
-            Op::FaultedReopen { point, skip } => self.faulted_reopen(OPEN_POINTS[point], skip),
+            Op::FaultedReopen { point, skip } => {
+                self.faulted_reopen(OPEN_FAULT_POINTS[point], skip)
+            }
         }
     }
 
