@@ -574,11 +574,7 @@ impl CursorTable {
 /// metadata is returned (a cursor replaced by another process must not go unnoticed).
 fn inode_of(storage: &dyn Storage, path: &Path) -> Result<Option<u64>> {
     use std::os::unix::fs::MetadataExt;
-    match storage.metadata(path) {
-        Ok(m) => Ok(Some(m.ino())),
-        Err(e) if crate::io::is_absent(&e) => Ok(None),
-        Err(e) => Err(Error::io("read metadata", path, e)),
-    }
+    Ok(crate::io::metadata_if_present(storage, path)?.map(|m| m.ino()))
 }
 
 /// The inode of the open `file` (at `path`): the one this handle reads and writes, even if

@@ -208,24 +208,28 @@ pub(crate) fn read_text_optional(
     }
 }
 
-/// Whether `path` exists, asked through `storage`. Only a missing entry (or a component
-/// that is not a directory) is "no": any other error reading its metadata (EIO, EACCES) is
-/// returned, never taken for absent, unlike `Path::exists`.
-pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> crate::error::Result<bool> {
+/// The metadata of `path`, asked through `storage`; `None` only when it is not there (see
+/// [`is_absent`]). Any other error reading it (EIO, EACCES) is returned, never taken for
+/// absent, unlike `Path::exists`.
+pub(crate) fn metadata_if_present(
+    storage: &dyn Storage,
+    path: &Path,
+) -> crate::error::Result<Option<fs::Metadata>> {
     match storage.metadata(path) {
-        Ok(_) => Ok(true),
-        Err(e) if is_absent(&e) => Ok(false),
+        Ok(m) => Ok(Some(m)),
+        Err(e) if is_absent(&e) => Ok(None),
         Err(e) => Err(crate::error::Error::io("read metadata", path, e)),
     }
 }
 
-/// Whether `path` is a directory, asked through `storage`; errors as [`exists`].
+/// Whether `path` exists; errors as [`metadata_if_present`].
+pub(crate) fn exists(storage: &dyn Storage, path: &Path) -> crate::error::Result<bool> {
+    Ok(metadata_if_present(storage, path)?.is_some())
+}
+
+/// Whether `path` is a directory; errors as [`metadata_if_present`].
 pub(crate) fn is_dir(storage: &dyn Storage, path: &Path) -> crate::error::Result<bool> {
-    match storage.metadata(path) {
-        Ok(m) => Ok(m.is_dir()),
-        Err(e) if is_absent(&e) => Ok(false),
-        Err(e) => Err(crate::error::Error::io("read metadata", path, e)),
-    }
+    Ok(metadata_if_present(storage, path)?.is_some_and(|m| m.is_dir()))
 }
 
 /// An error that says the path is not there: no such entry, or a component of it is not a

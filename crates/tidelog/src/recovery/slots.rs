@@ -103,7 +103,7 @@ pub(super) fn classify_slot(
     let mut slots = read_slots(storage, file, index)?;
     for _ in 1..READS_MAX {
         let suspect = (slots.id.is_none() && !slots.id_blank)
-            || (slots.id_blank && claims_records(slots.progress.as_ref()))
+            || (slots.id_blank && slots.progress.as_ref().is_some_and(claims_records))
             || (slots.progress.is_none() && !slots.progress_blank)
             || slots.copies.1 > 0;
         if !suspect {
@@ -140,7 +140,7 @@ pub(super) fn classify_slot(
     if slots.id_blank {
         // A slot that claims records is written only once the identity is durable (its
         // first msync covers it): beside one, a blank identity is damage, not a free block.
-        if let Some(p) = slots.progress.filter(|p| claims_records(Some(p))) {
+        if let Some(p) = slots.progress.filter(claims_records) {
             return Err(Error::Corruption {
                 topic: String::new(),
                 offset: 0,
@@ -170,13 +170,11 @@ pub(super) fn classify_slot(
 /// Whether a progress slot says its extent holds records (`Open`, `Clean`, `Sealed`), as
 /// only a slot written after the extent's identity was durable can; a retirement mark
 /// (`Deleted`, `Consumed`) may go into the header with the identity's first write.
-fn claims_records(progress: Option<&Progress>) -> bool {
-    progress.is_some_and(|p| {
-        matches!(
-            p.state,
-            ProgressState::Open | ProgressState::Clean | ProgressState::Sealed
-        )
-    })
+fn claims_records(progress: &Progress) -> bool {
+    matches!(
+        progress.state,
+        ProgressState::Open | ProgressState::Clean | ProgressState::Sealed
+    )
 }
 
 /// The claim of extent `id` (at block `index` of `file`, its progress slot `progress`, not

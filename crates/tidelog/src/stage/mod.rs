@@ -264,20 +264,17 @@ fn list_jobs(storage: &dyn Storage, dir: &Path) -> Result<Vec<StagedJob>> {
             Err(e) if io::is_absent(&e) => continue,
             Err(e) => return Err(Error::io("list staged job", &job_dir, e)),
         };
-        let mut newest = match storage.metadata(&job_dir).and_then(|m| m.modified()) {
-            Ok(modified) => modified,
-            Err(e) if io::is_absent(&e) => continue,
-            Err(e) => return Err(Error::io("read metadata", &job_dir, e)),
+        let Some(own) = io::metadata_if_present(storage, &job_dir)? else {
+            continue;
         };
+        let mut newest = own.modified().unwrap_or(now);
         for f in files {
             if f.name.to_str().is_some_and(|n| n.ends_with(PART_SUFFIX)) {
                 parts += 1;
             }
-            let path = job_dir.join(&f.name);
-            let meta = match storage.metadata(&path) {
-                Ok(meta) => meta,
-                Err(e) if io::is_absent(&e) => continue,
-                Err(e) => return Err(Error::io("read metadata", &path, e)),
+            // Removed since the listing.
+            let Some(meta) = io::metadata_if_present(storage, &job_dir.join(&f.name))? else {
+                continue;
             };
             // Blocks on disk: segments are sparse.
             bytes += meta.blocks() * 512;
@@ -440,9 +437,9 @@ pub(crate) fn listed_segment(
         if resumed {
             return Ok(None);
         }
-        return Err(corrupt(
+        return Err(staged_corruption(
             &path,
-            "staged job: a segment its part's manifest lists is missing",
+            "a segment its part's manifest lists is missing",
         ));
     }
     let segment = segment::Segment::open(storage, &path)?;
@@ -451,12 +448,17 @@ pub(crate) fn listed_segment(
     found.sort();
     listed.sort();
     if found != listed {
-        return Err(corrupt(
+        return Err(staged_corruption(
             &path,
-            "staged job: the segment disagrees with its part's manifest",
+            "the segment disagrees with its part's manifest",
         ));
     }
     Ok(Some(segment))
+}
+
+/// A staged job's damage at `path`: its publish sets the job aside.
+pub(crate) fn staged_corruption(path: &Path, reason: &str) -> Error {
+    corrupt(path, &format!("staged job: {reason}"))
 }
 
 /// Checks committed job `job` of `dir` as its publish will, without publishing or changing

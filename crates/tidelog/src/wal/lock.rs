@@ -50,12 +50,12 @@ pub(crate) struct DirLock {
 impl DirLock {
     /// No lock: a read-only handle, after checking that `dir` is a directory.
     pub fn none(storage: &dyn Storage, dir: &Path) -> Result<DirLock> {
-        if !crate::io::is_dir(storage, dir)? {
-            let errno = if crate::io::exists(storage, dir)? {
-                libc::ENOTDIR
-            } else {
-                libc::ENOENT
-            };
+        let errno = match crate::io::metadata_if_present(storage, dir)? {
+            Some(m) if m.is_dir() => None,
+            Some(_) => Some(libc::ENOTDIR),
+            None => Some(libc::ENOENT),
+        };
+        if let Some(errno) = errno {
             return Err(Error::io(
                 "open directory",
                 dir,

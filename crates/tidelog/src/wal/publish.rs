@@ -178,31 +178,27 @@ impl State {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
             Err(e) => return Err(Error::io("list staging directory", &staging, e)),
         };
-        let mut jobs: Vec<String> = Vec::new();
+        // A publish cut short resumes first: its ledger gives it the offsets after each of
+        // its topics' records as they were then, and another job published before it would
+        // take them (the resume would count that job's records as its own and skip as many
+        // of its own). Then the others, by name.
+        let mut jobs: Vec<(bool, String)> = Vec::new();
         for entry in entries {
             // Not a job: the sinks' ledgers, a removal cut short.
             let Some(name) = entry.name.to_str().filter(|n| !n.starts_with('.')) else {
                 continue;
             };
             let path = staging.join(name);
-            if io::exists(storage, &path.join(stage::COMMIT_FILE))?
-                && !io::exists(storage, &path.join(stage::FAILED_FILE))?
+            if !io::exists(storage, &path.join(stage::COMMIT_FILE))?
+                || io::exists(storage, &path.join(stage::FAILED_FILE))?
             {
-                jobs.push(name.to_owned());
+                continue;
             }
-        }
-        // A publish cut short resumes first: its ledger gives it the offsets after each of
-        // its topics' records as they were then, and another job published before it would
-        // take them (the resume would count that job's records as its own and skip as many
-        // of its own). Then the others, by name.
-        let mut ordered: Vec<(bool, String)> = Vec::with_capacity(jobs.len());
-        for job in jobs {
-            let fresh = !io::exists(storage, &staging.join(&job).join(stage::INGEST_FILE))?;
+            let fresh = !io::exists(storage, &path.join(stage::INGEST_FILE))?;
             if !(cut_short && fresh) {
-                ordered.push((fresh, job));
+                jobs.push((fresh, name.to_owned()));
             }
         }
-        let mut jobs = ordered;
         jobs.sort();
         Ok(jobs.into_iter().map(|(_, job)| job).collect())
     }
@@ -264,7 +260,7 @@ impl State {
     fn plan(&self, job_dir: &Path, manifest: &stage::Manifest, across: bool) -> Result<Plan> {
         for (i, part) in manifest.parts.iter().enumerate() {
             if manifest.parts[..i].contains(part) {
-                return Err(staged_corruption(
+                return Err(stage::staged_corruption(
                     &job_dir.join(stage::COMMIT_FILE),
                     &format!("the commit names part {part:?} twice"),
                 ));
@@ -563,9 +559,9 @@ impl State {
             .collect();
         let mut ends = Vec::with_capacity(counts.len());
         for (topic, _) in &counts {
-            let i = job
-                .index(topic)
-                .ok_or_else(|| staged_corruption(job_dir, "a segment names an unknown topic"))?;
+            let i = job.index(topic).ok_or_else(|| {
+                stage::staged_corruption(job_dir, "a segment names an unknown topic")
+            })?;
             let (next_offset, max_ts) = job.topics[i].end_tail_for_adoption(ctx)?;
             ends.push(TopicEnd {
                 topic: i,
@@ -614,7 +610,7 @@ impl State {
                     .sync_dir(job_dir)
                     .map_err(|e| Error::io("fsync directory", job_dir, e))?;
                 DataFile::open(storage, &to, true)?
-                    .ok_or_else(|| staged_corruption(&to, "the adopted file does not open"))
+                    .ok_or_else(|| stage::staged_corruption(&to, "the adopted file does not open"))
             })();
             installed.inspect_err(|e| self.sync.poison(e))
         })
@@ -649,7 +645,7 @@ impl State {
         segment.for_each_extent(self.storage.as_ref(), |e, records| {
             let i = job
                 .index(&e.topic)
-                .ok_or_else(|| staged_corruption(&segment.path, "an unknown topic"))?;
+                .ok_or_else(|| stage::staged_corruption(&segment.path, "an unknown topic"))?;
             let held = (job.skip[i] as usize).min(records.len());
             job.skip[i] -= held as u64;
             for batch in self.batches(&records[held..]) {
@@ -742,7 +738,9 @@ fn starts_from_ledger(
                 .iter()
                 .find(|(t, _)| t == name)
                 .map(|(t, s)| (t.clone(), *s))
-                .ok_or_else(|| staged_corruption(job_dir, "the ledger lacks one of its topics"))
+                .ok_or_else(|| {
+                    stage::staged_corruption(job_dir, "the ledger lacks one of its topics")
+                })
         })
         .collect()
 }
@@ -754,9 +752,9 @@ fn skip_adopted(job_dir: &Path, entry: &SegmentEntry, held: &mut JobTopics) -> R
     for (topic, n) in &entry.counts {
         let i = held
             .index(topic)
-            .ok_or_else(|| staged_corruption(job_dir, "a segment names an unknown topic"))?;
+            .ok_or_else(|| stage::staged_corruption(job_dir, "a segment names an unknown topic"))?;
         held.skip[i] = held.skip[i].checked_sub(*n).ok_or_else(|| {
-            staged_corruption(
+            stage::staged_corruption(
                 job_dir,
                 "an adopted segment's records are missing from the data files",
             )
@@ -792,10 +790,6 @@ fn placements(
         .collect()
 }
 
-fn staged_corruption(path: &Path, reason: &str) -> Error {
-    stage::corrupt(path, &format!("staged job: {reason}"))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -811,7 +805,7 @@ mod tests {
         let the_jobs = [
             io(std::io::ErrorKind::NotFound),
             io(std::io::ErrorKind::UnexpectedEof),
-            staged_corruption(Path::new("segment"), "a flipped bit"),
+            stage::staged_corruption(Path::new("segment"), "a flipped bit"),
             Error::limit("max_record_bytes", 2, 1),
             Error::invalid("job", "named twice"),
         ];
